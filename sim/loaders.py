@@ -1,0 +1,294 @@
+"""Strict readers of spec files: TOML in human units, HuggingFace ``config.json`` for models.
+
+Every reader converts human units (TFLOPS, GB, GB/s, Gb/s, microseconds) to SI once, rejects unknown
+and missing keys and wrong types with a :class:`~sim.errors.ConfigError` naming the field, and never
+half-builds a spec.
+
+>>> spec = model_from_mapping({"name": "toy", "n_layers": 2, "dim": 64, "n_heads": 2,
+...     "vocab_size": 100, "n_routed_experts": 4, "top_k": 2, "moe_inter_dim": 32}, "toy")
+>>> spec.n_moe_layers
+2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sim.errors import ConfigError
+from sim.specs import ClusterSpec, FabricSpec, GPUSpec, ModelSpec, ParallelPlan
+
+__all__ = [
+    "read_toml",
+    "read_json",
+    "model_from_mapping",
+    "model_from_hf_config",
+    "gpu_from_mapping",
+    "cluster_from_mapping",
+    "plan_from_mapping",
+    "load_model_file",
+    "load_plan_file",
+]
+
+SpecT = TypeVar("SpecT")
+
+TERA = 1e12
+GIGA = 1e9
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """Parse a TOML file; a missing or malformed file is a :class:`ConfigError`."""
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, expected a TOML file") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: malformed TOML: {err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text: {err}") from None
+
+
+def read_json(path: str | Path) -> Any:
+    """Parse a JSON file; a missing or malformed file is a :class:`ConfigError`."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, expected a JSON file") from None
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}: malformed JSON: {err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text: {err}") from None
+
+
+def _coerce(owner: str, field: str, value: Any, annotation: Any) -> Any:
+    """Check ``value`` against a dataclass field type; ints are accepted where floats are."""
+    if annotation in (float, "float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{owner}: {field} must be a number, got {value!r}")
+        return float(value)
+    if annotation in (int, "int"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"{owner}: {field} must be an integer, got {value!r}")
+        return value
+    if annotation in (bool, "bool"):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{owner}: {field} must be true or false, got {value!r}")
+        return value
+    if annotation in (str, "str"):
+        if not isinstance(value, str):
+            raise ConfigError(f"{owner}: {field} must be a string, got {value!r}")
+        return value
+    return value
+
+
+def build_spec(cls: type[SpecT], data: Mapping[str, Any], owner: str, *, fixed: Mapping[str, Any] | None = None) -> SpecT:
+    """Build dataclass ``cls`` from ``data``: unknown keys, missing required keys and wrong types fail."""
+    fixed = dict(fixed or {})
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(fields) - set(fixed))
+    if unknown:
+        allowed = ", ".join(sorted(set(fields) - set(fixed)))
+        raise ConfigError(f"{owner}: unknown key(s) {', '.join(unknown)}; allowed: {allowed}")
+    kwargs: dict[str, Any] = dict(fixed)
+    for name, field in fields.items():
+        if name in fixed:
+            continue
+        if name in data:
+            kwargs[name] = _coerce(owner, name, data[name], hints[name])
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{owner}: missing required key {name!r}")
+    return cls(**kwargs)
+
+
+def _rename_units(owner: str, data: Mapping[str, Any], units: Mapping[str, tuple[str, float]]) -> dict[str, Any]:
+    """Map human-unit keys (``bf16_tflops``) to SI fields (``bf16_flops``), scaling each value once."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in units:
+            field, scale = units[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{owner}: {key} must be a number, got {value!r}")
+            out[field] = float(value) * scale
+        elif key in {field for field, _ in units.values()}:
+            raise ConfigError(f"{owner}: unknown key {key!r}; write it in human units as one of "
+                              f"{', '.join(k for k, (f, _) in units.items() if f == key)}")
+        else:
+            out[key] = value
+    return out
+
+
+def model_from_mapping(data: Mapping[str, Any], name: str) -> ModelSpec:
+    """A :class:`ModelSpec` from a table of ModelSpec fields (the catalog/TOML form)."""
+    return build_spec(ModelSpec, data, f"model {name!r}", fixed={"name": name})
+
+
+_GPU_UNITS = {
+    "bf16_tflops": ("bf16_flops", TERA),
+    "fp8_tflops": ("fp8_flops", TERA),
+    "fp4_tflops": ("fp4_flops", TERA),
+    "hbm_gb": ("hbm_bytes", GIGA),
+    "hbm_tb_per_s": ("hbm_bw_bytes_per_s", TERA),
+    "nvlink_gb_per_s": ("nvlink_bw_bytes_per_s", GIGA),
+}
+
+
+def gpu_from_mapping(data: Mapping[str, Any], name: str) -> GPUSpec:
+    """A :class:`GPUSpec` from a table in human units (TFLOPS, GB, TB/s, GB/s per direction)."""
+    owner = f"gpu {name!r}"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{owner}: expected a table, got {data!r}")
+    return build_spec(GPUSpec, _rename_units(owner, data, _GPU_UNITS), owner, fixed={"name": name})
+
+
+_FABRIC_UNITS = {"hop_latency_us": ("hop_latency_s", 1e-6), "nic_latency_us": ("nic_latency_s", 1e-6)}
+_CLUSTER_UNITS = {
+    "nvlink_gb_per_s": ("nvlink_bw_bytes_per_s", GIGA),
+    "nic_gbps": ("nic_bw_bytes_per_s", GIGA / 8),
+    "nvlink_latency_us": ("nvlink_latency_s", 1e-6),
+}
+
+
+def cluster_from_mapping(data: Mapping[str, Any], name: str, gpu: GPUSpec) -> ClusterSpec:
+    """A :class:`ClusterSpec` from a table in human units; ``gpu`` is the resolved GPU spec."""
+    owner = f"cluster {name!r}"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{owner}: expected a table, got {data!r}")
+    data = dict(data)
+    data.pop("gpu", None)
+    fabric_data = data.pop("fabric", {})
+    if not isinstance(fabric_data, Mapping):
+        raise ConfigError(f"{owner}: fabric must be a table, got {fabric_data!r}")
+    fabric = build_spec(FabricSpec, _rename_units(f"{owner} fabric", fabric_data, _FABRIC_UNITS),
+                        f"{owner} fabric")
+    return build_spec(ClusterSpec, _rename_units(owner, data, _CLUSTER_UNITS), owner,
+                      fixed={"name": name, "gpu": gpu, "fabric": fabric})
+
+
+def plan_from_mapping(data: Mapping[str, Any], owner: str = "plan") -> ParallelPlan:
+    """A :class:`ParallelPlan` from a table of its fields."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{owner}: expected a table, got {data!r}")
+    return build_spec(ParallelPlan, data, owner)
+
+
+def load_plan_file(path: str | Path) -> ParallelPlan:
+    """Read a plan TOML: its keys at the top level or under a ``[plan]`` table."""
+    data = read_toml(path)
+    if set(data) == {"plan"}:
+        data = data["plan"]
+    return plan_from_mapping(data, f"plan {str(path)!r}")
+
+
+# HuggingFace field names -> ModelSpec fields, by model family. Fields not listed are ignored
+# (they describe inference, tokenizer or initialisation, not the training cost).
+_HF_COMMON = {
+    "num_hidden_layers": "n_layers",
+    "hidden_size": "dim",
+    "num_attention_heads": "n_heads",
+    "vocab_size": "vocab_size",
+    "tie_word_embeddings": "tie_embeddings",
+}
+_HF_DEEPSEEK = {
+    **_HF_COMMON,
+    "first_k_dense_replace": "n_dense_layers",
+    "intermediate_size": "dense_inter_dim",
+    "q_lora_rank": "q_lora_rank",
+    "kv_lora_rank": "kv_lora_rank",
+    "qk_nope_head_dim": "qk_nope_head_dim",
+    "qk_rope_head_dim": "qk_rope_head_dim",
+    "v_head_dim": "v_head_dim",
+    "n_routed_experts": "n_routed_experts",
+    "n_shared_experts": "n_shared_experts",
+    "num_experts_per_tok": "top_k",
+    "moe_intermediate_size": "moe_inter_dim",
+    "n_group": "n_group",
+    "topk_group": "topk_group",
+    "scoring_func": "score_func",
+    "routed_scaling_factor": "route_scale",
+    "norm_topk_prob": "norm_topk_prob",
+    "num_nextn_predict_layers": "n_mtp_layers",
+}
+_HF_QWEN3_MOE = {
+    **_HF_COMMON,
+    "num_key_value_heads": "n_kv_heads",
+    "head_dim": "head_dim",
+    "num_experts": "n_routed_experts",
+    "num_experts_per_tok": "top_k",
+    "moe_intermediate_size": "moe_inter_dim",
+    "norm_topk_prob": "norm_topk_prob",
+}
+_HF_MIXTRAL = {
+    **_HF_COMMON,
+    "num_key_value_heads": "n_kv_heads",
+    "head_dim": "head_dim",
+    "num_local_experts": "n_routed_experts",
+    "num_experts_per_tok": "top_k",
+    "intermediate_size": "moe_inter_dim",
+}
+_HF_FAMILIES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
+    "deepseek_v3": (_HF_DEEPSEEK, {"attention": "mla", "score_func": "sigmoid"}),
+    "kimi_k2": (_HF_DEEPSEEK, {"attention": "mla", "score_func": "sigmoid"}),
+    "deepseek_v2": (_HF_DEEPSEEK, {"attention": "mla", "score_func": "softmax"}),
+    "qwen3_moe": (_HF_QWEN3_MOE, {"attention": "gqa", "score_func": "softmax", "qk_norm": True}),
+    "mixtral": (_HF_MIXTRAL, {"attention": "gqa", "score_func": "softmax", "norm_topk_prob": True}),
+}
+
+
+def model_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
+    """A :class:`ModelSpec` from a HuggingFace ``config.json`` (DeepSeek-V3/V2, Kimi-K2, Qwen3-MoE, Mixtral).
+
+    The family comes from ``model_type``. DeepSeek's ``q_lora_rank: null`` means no query compression;
+    ``scoring_func: "noaux_tc"``-style topk methods keep the sigmoid/softmax score function given.
+    """
+    owner = f"model {name!r} (config.json)"
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"{owner}: expected a JSON object, got {type(config).__name__}")
+    model_type = config.get("model_type")
+    if model_type not in _HF_FAMILIES:
+        raise ConfigError(
+            f"{owner}: model_type {model_type!r} is not supported; supported: {', '.join(_HF_FAMILIES)}"
+        )
+    mapping, defaults = _HF_FAMILIES[model_type]
+    data: dict[str, Any] = dict(defaults)
+    for hf_key, field in mapping.items():
+        if hf_key in config and config[hf_key] is not None:
+            data[field] = config[hf_key]
+    if model_type.startswith("deepseek") and config.get("q_lora_rank", 0) is None:
+        data["q_lora_rank"] = 0
+    if model_type in ("qwen3_moe", "mixtral") and "head_dim" not in data and "dim" in data and "n_heads" in data:
+        data["head_dim"] = data["dim"] // data["n_heads"]
+    if model_type == "qwen3_moe" and config.get("decoder_sparse_step", 1) != 1:
+        raise ConfigError(f"{owner}: decoder_sparse_step {config['decoder_sparse_step']} is not supported (only 1)")
+    for field in ("n_layers", "dim", "n_heads", "vocab_size", "n_routed_experts", "top_k", "moe_inter_dim"):
+        if field not in data:
+            hf_key = next(k for k, v in mapping.items() if v == field)
+            raise ConfigError(f"{owner}: missing required key {hf_key!r}")
+    data["source"] = f"HuggingFace config.json (model_type {model_type})"
+    return build_spec(ModelSpec, data, owner, fixed={"name": name})
+
+
+def load_model_file(path: str | Path) -> ModelSpec:
+    """Read a model from a HuggingFace ``config.json`` or a TOML file of ModelSpec fields."""
+    path = Path(path)
+    name = path.parent.name if path.name == "config.json" else path.stem
+    if path.suffix == ".json":
+        return model_from_hf_config(read_json(path), name or path.stem)
+    data = read_toml(path)
+    if len(data) == 1 and isinstance(next(iter(data.values())), dict):
+        name, data = next(iter(data.items()))
+    return model_from_mapping(data, name)

@@ -1,0 +1,472 @@
+"""The four specs every prediction starts from: what is trained, on what, how it is split.
+
+``ModelSpec`` (the network), ``GPUSpec`` (one accelerator's datasheet), ``ClusterSpec`` (GPUs, nodes,
+NVLink domains, NICs, fabric) and ``ParallelPlan`` (degrees, schedule, batch, recompute, precision,
+EP backend). They are frozen dataclasses in SI units; files in human units are converted once by
+:mod:`sim.loaders`. No spec holds another's fields; derive variants with ``dataclasses.replace``.
+
+Shape letters used in names and docs: T tokens, D model dim, F expert hidden dim, E experts,
+e local experts, K top-k, H heads, S sequence length.
+
+>>> from sim.catalog import load_model
+>>> m = load_model("debug")
+>>> m.n_moe_layers == m.n_layers - m.n_dense_layers
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sim.errors import ConfigError
+
+__all__ = [
+    "ModelSpec",
+    "GPUSpec",
+    "FabricSpec",
+    "ClusterSpec",
+    "ParallelPlan",
+    "PP_SCHEDULES",
+    "AC_MODES",
+    "PRECISIONS",
+    "EP_BACKENDS",
+    "ATTENTION_KINDS",
+    "SCORE_FUNCS",
+]
+
+PP_SCHEDULES = ("1f1b", "interleaved-1f1b", "dualpipe", "dualpipev")
+AC_MODES = ("none", "selective", "full")
+PRECISIONS = ("bf16", "mxfp8-grouped", "mxfp8", "fp8-blockwise")
+EP_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep")
+ATTENTION_KINDS = ("mla", "gqa")
+SCORE_FUNCS = ("sigmoid", "softmax")
+
+AttentionKind = Literal["mla", "gqa"]
+
+
+def _require_positive(owner: str, **values: float) -> None:
+    for field, value in values.items():
+        if value <= 0:
+            raise ConfigError(f"{owner}: {field} must be positive, got {value}")
+
+
+def _require_non_negative(owner: str, **values: float) -> None:
+    for field, value in values.items():
+        if value < 0:
+            raise ConfigError(f"{owner}: {field} must be zero or positive, got {value}")
+
+
+def _require_choice(owner: str, field: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{owner}: {field} must be one of {', '.join(choices)}; got {value!r}")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only MoE transformer (DeepSeek-V3 family, Qwen3-MoE, Mixtral, Kimi-K2).
+
+    Attention is MLA (``attention="mla"``: ``q_lora_rank`` 0 means no query compression) or GQA
+    (``attention="gqa"``: ``n_kv_heads`` and ``head_dim``). The first ``n_dense_layers`` layers use a
+    dense SwiGLU FFN of ``dense_inter_dim``; the rest are MoE layers with ``n_routed_experts`` experts of
+    hidden size ``moe_inter_dim``, ``top_k`` selected per token, plus ``n_shared_experts`` always-on
+    experts of the same size. ``n_group``/``topk_group`` limit the groups (nodes) a token may reach.
+    """
+
+    name: str
+    n_layers: int
+    dim: int
+    n_heads: int
+    vocab_size: int
+    n_routed_experts: int
+    top_k: int
+    moe_inter_dim: int
+    n_dense_layers: int = 0
+    dense_inter_dim: int = 0
+    n_shared_experts: int = 0
+    attention: str = "mla"
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 512
+    qk_nope_head_dim: int = 128
+    qk_rope_head_dim: int = 64
+    v_head_dim: int = 128
+    n_kv_heads: int = 0
+    head_dim: int = 0
+    qk_norm: bool = False
+    n_group: int = 1
+    topk_group: int = 1
+    score_func: str = "softmax"
+    route_scale: float = 1.0
+    norm_topk_prob: bool = True
+    n_mtp_layers: int = 0
+    tie_embeddings: bool = False
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        owner = f"model {self.name!r}"
+        _require_positive(
+            owner,
+            n_layers=self.n_layers,
+            dim=self.dim,
+            n_heads=self.n_heads,
+            vocab_size=self.vocab_size,
+            n_routed_experts=self.n_routed_experts,
+            top_k=self.top_k,
+            moe_inter_dim=self.moe_inter_dim,
+            n_group=self.n_group,
+            topk_group=self.topk_group,
+            route_scale=self.route_scale,
+        )
+        _require_non_negative(
+            owner,
+            n_dense_layers=self.n_dense_layers,
+            dense_inter_dim=self.dense_inter_dim,
+            n_shared_experts=self.n_shared_experts,
+            q_lora_rank=self.q_lora_rank,
+            n_mtp_layers=self.n_mtp_layers,
+        )
+        _require_choice(owner, "attention", self.attention, ATTENTION_KINDS)
+        _require_choice(owner, "score_func", self.score_func, SCORE_FUNCS)
+        if self.attention == "mla":
+            _require_positive(
+                owner,
+                kv_lora_rank=self.kv_lora_rank,
+                qk_nope_head_dim=self.qk_nope_head_dim,
+                qk_rope_head_dim=self.qk_rope_head_dim,
+                v_head_dim=self.v_head_dim,
+            )
+        else:
+            _require_positive(owner, n_kv_heads=self.n_kv_heads, head_dim=self.head_dim)
+            if self.n_heads % self.n_kv_heads:
+                raise ConfigError(
+                    f"{owner}: n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})"
+                )
+        if self.n_dense_layers > self.n_layers:
+            raise ConfigError(
+                f"{owner}: n_dense_layers ({self.n_dense_layers}) exceeds n_layers ({self.n_layers})"
+            )
+        if self.n_dense_layers and self.dense_inter_dim <= 0:
+            raise ConfigError(
+                f"{owner}: dense_inter_dim must be positive when n_dense_layers "
+                f"({self.n_dense_layers}) > 0, got {self.dense_inter_dim}"
+            )
+        if self.top_k > self.n_routed_experts:
+            raise ConfigError(
+                f"{owner}: top_k ({self.top_k}) exceeds n_routed_experts ({self.n_routed_experts})"
+            )
+        if self.n_routed_experts % self.n_group:
+            raise ConfigError(
+                f"{owner}: n_group ({self.n_group}) must divide n_routed_experts "
+                f"({self.n_routed_experts})"
+            )
+        if self.topk_group > self.n_group:
+            raise ConfigError(
+                f"{owner}: topk_group ({self.topk_group}) exceeds n_group ({self.n_group})"
+            )
+        if self.n_group > 1 and self.top_k > self.topk_group * (self.n_routed_experts // self.n_group):
+            raise ConfigError(
+                f"{owner}: top_k ({self.top_k}) exceeds the experts reachable in topk_group "
+                f"({self.topk_group}) groups of {self.n_routed_experts // self.n_group}"
+            )
+
+    @property
+    def n_moe_layers(self) -> int:
+        """Layers whose FFN is a mixture of experts."""
+        return self.n_layers - self.n_dense_layers
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head query/key width (MLA: nope + rope dims; GQA: head_dim)."""
+        if self.attention == "mla":
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
+        return self.head_dim
+
+    @property
+    def attn_v_head_dim(self) -> int:
+        """Per-head value width."""
+        return self.v_head_dim if self.attention == "mla" else self.head_dim
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One accelerator's datasheet: dense tensor rates, HBM, SMs, NVLink (per direction)."""
+
+    name: str
+    bf16_flops: float
+    fp8_flops: float
+    hbm_bytes: float
+    hbm_bw_bytes_per_s: float
+    num_sms: int
+    nvlink_bw_bytes_per_s: float
+    arch: str
+    fp4_flops: float = 0.0
+    mxfp8: bool = False
+    deepep: bool = True
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        owner = f"gpu {self.name!r}"
+        _require_positive(
+            owner,
+            bf16_flops=self.bf16_flops,
+            fp8_flops=self.fp8_flops,
+            hbm_bytes=self.hbm_bytes,
+            hbm_bw_bytes_per_s=self.hbm_bw_bytes_per_s,
+            num_sms=self.num_sms,
+            nvlink_bw_bytes_per_s=self.nvlink_bw_bytes_per_s,
+        )
+        _require_non_negative(owner, fp4_flops=self.fp4_flops)
+
+
+@dataclass(frozen=True)
+class FabricSpec:
+    """The scale-out network between NVLink domains.
+
+    ``kind="rail-optimized"``: NIC i of every node goes to rail leaf i; ``nodes_per_leaf`` nodes share a
+    leaf group (a SuperPOD scalable unit is 32 nodes). Above the leaves, ``tiers`` (2: leaf/spine, 3:
+    leaf/spine/core) with oversubscription ratios (1.0 = non-blocking).
+    """
+
+    kind: str = "rail-optimized"
+    tiers: int = 2
+    nodes_per_leaf: int = 32
+    leaf_oversubscription: float = 1.0
+    spine_oversubscription: float = 1.0
+    hop_latency_s: float = 1e-6
+    nic_latency_s: float = 2e-6
+
+    def __post_init__(self) -> None:
+        _require_choice("fabric", "kind", self.kind, ("rail-optimized", "fat-tree"))
+        if self.tiers not in (2, 3):
+            raise ConfigError(f"fabric: tiers must be 2 or 3, got {self.tiers}")
+        _require_positive(
+            "fabric",
+            nodes_per_leaf=self.nodes_per_leaf,
+            leaf_oversubscription=self.leaf_oversubscription,
+            spine_oversubscription=self.spine_oversubscription,
+        )
+        _require_non_negative("fabric", hop_latency_s=self.hop_latency_s, nic_latency_s=self.nic_latency_s)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """GPUs in nodes, nodes in NVLink domains, NICs into a fabric.
+
+    ``gpus_per_node`` GPUs share a host; ``nvlink_domain_gpus`` GPUs share one NVLink/NVSwitch domain
+    (8 for HGX, 72 for an NVL72 rack). ``nvlink_bw_bytes_per_s`` is per GPU per direction (0: take the
+    GPU's datasheet value). Each GPU has ``nics_per_gpu`` NICs of ``nic_bw_bytes_per_s`` each.
+    """
+
+    name: str
+    gpu: GPUSpec
+    n_gpus: int
+    gpus_per_node: int = 8
+    nvlink_domain_gpus: int = 8
+    nvlink_bw_bytes_per_s: float = 0.0
+    nvlink_latency_s: float = 1e-6
+    nics_per_gpu: int = 1
+    nic_bw_bytes_per_s: float = 50e9
+    fabric: FabricSpec = dataclasses.field(default_factory=FabricSpec)
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        owner = f"cluster {self.name!r}"
+        _require_positive(
+            owner,
+            n_gpus=self.n_gpus,
+            gpus_per_node=self.gpus_per_node,
+            nvlink_domain_gpus=self.nvlink_domain_gpus,
+            nics_per_gpu=self.nics_per_gpu,
+            nic_bw_bytes_per_s=self.nic_bw_bytes_per_s,
+        )
+        _require_non_negative(owner, nvlink_bw_bytes_per_s=self.nvlink_bw_bytes_per_s)
+        if self.nvlink_domain_gpus % self.gpus_per_node:
+            raise ConfigError(
+                f"{owner}: gpus_per_node ({self.gpus_per_node}) must divide nvlink_domain_gpus "
+                f"({self.nvlink_domain_gpus})"
+            )
+        if self.n_gpus % self.gpus_per_node and self.n_gpus > self.gpus_per_node:
+            raise ConfigError(
+                f"{owner}: n_gpus ({self.n_gpus}) must be a multiple of gpus_per_node "
+                f"({self.gpus_per_node})"
+            )
+
+    @property
+    def nvlink_bw(self) -> float:
+        """NVLink bandwidth per GPU per direction, bytes/s (cluster override or datasheet)."""
+        return self.nvlink_bw_bytes_per_s or self.gpu.nvlink_bw_bytes_per_s
+
+    @property
+    def n_nodes(self) -> int:
+        return max(1, self.n_gpus // self.gpus_per_node)
+
+    @property
+    def domain_size(self) -> int:
+        """GPUs in one NVLink domain, capped by the cluster size."""
+        return min(self.nvlink_domain_gpus, self.n_gpus)
+
+    def with_gpus(self, n_gpus: int) -> ClusterSpec:
+        """The same cluster template sized to ``n_gpus``."""
+        return dataclasses.replace(self, n_gpus=n_gpus)
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    """How one step is split over the GPUs, TorchTitan style.
+
+    World size = ``dp_replicate * dp_shard * cp * tp * pp``. Experts are split ``ep`` ways (EP borrows
+    from ``dp_shard * cp``, and from ``tp`` when ``etp == 1``) and ``etp`` ways inside each expert.
+    ``global_batch`` and ``micro_batch`` count sequences of ``seq_len`` tokens. ``routing`` is
+    ``"balanced"``, ``"zipf:<s>"``, ``"dirichlet:<alpha>"`` or a path to a tokens-per-expert file;
+    ``routing_seed`` seeds the skewed ones.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    pp_schedule: str = "1f1b"
+    vpp: int = 1
+    ep: int = 1
+    etp: int = 1
+    dp_shard: int = 1
+    dp_replicate: int = 1
+    cp: int = 1
+    seq_len: int = 4096
+    micro_batch: int = 1
+    global_batch: int = 1
+    ac: str = "full"
+    precision: str = "bf16"
+    ep_backend: str = "nccl"
+    deepep_sms: int = 20
+    routing: str = "balanced"
+    routing_seed: int = 0
+
+    def __post_init__(self) -> None:
+        owner = "plan"
+        _require_positive(
+            owner,
+            tp=self.tp,
+            pp=self.pp,
+            vpp=self.vpp,
+            ep=self.ep,
+            etp=self.etp,
+            dp_shard=self.dp_shard,
+            dp_replicate=self.dp_replicate,
+            cp=self.cp,
+            seq_len=self.seq_len,
+            micro_batch=self.micro_batch,
+            global_batch=self.global_batch,
+            deepep_sms=self.deepep_sms,
+        )
+        _require_choice(owner, "pp_schedule", self.pp_schedule, PP_SCHEDULES)
+        _require_choice(owner, "ac", self.ac, AC_MODES)
+        _require_choice(owner, "precision", self.precision, PRECISIONS)
+        _require_choice(owner, "ep_backend", self.ep_backend, EP_BACKENDS)
+        if self.etp not in (1, self.tp):
+            raise ConfigError(f"plan: etp ({self.etp}) must be 1 or equal to tp ({self.tp})")
+        if self.pp_schedule == "1f1b" and self.vpp != 1:
+            raise ConfigError(f"plan: vpp ({self.vpp}) must be 1 with pp_schedule '1f1b'")
+
+    @property
+    def world_size(self) -> int:
+        return self.dp_replicate * self.dp_shard * self.cp * self.tp * self.pp
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree (replicas times shards): how many ways the batch is split."""
+        return self.dp_replicate * self.dp_shard
+
+    @property
+    def non_data_parallel_size(self) -> int:
+        """TorchTitan's divisor for tokens/s per device: cp * tp * pp."""
+        return self.cp * self.tp * self.pp
+
+    @property
+    def expert_fsdp(self) -> int:
+        """FSDP degree of the expert weights: the EP-borrowed dims left over after ``ep``."""
+        borrowed = self.dp_shard * self.cp * (self.tp if self.etp == 1 else 1)
+        return borrowed // self.ep
+
+    @property
+    def local_batch(self) -> int:
+        """Sequences per data-parallel rank per step."""
+        return self.global_batch // self.dp
+
+    @property
+    def n_microbatches(self) -> int:
+        """Microbatches per data-parallel rank per step (gradient accumulation included)."""
+        return self.local_batch // self.micro_batch
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq_len
+
+    def check_fits(self, model: ModelSpec, n_gpus: int) -> None:
+        """Raise :class:`PlanError` naming every factor if this plan cannot run ``model`` on ``n_gpus``."""
+        from sim.errors import PlanError
+
+        if self.world_size != n_gpus:
+            raise PlanError(
+                f"plan: dp_replicate ({self.dp_replicate}) * dp_shard ({self.dp_shard}) * cp ({self.cp})"
+                f" * tp ({self.tp}) * pp ({self.pp}) = {self.world_size}, but the cluster has "
+                f"{n_gpus} GPUs"
+            )
+        if model.n_routed_experts % self.ep:
+            raise PlanError(
+                f"plan: expert parallel degree ep ({self.ep}) must divide the number of experts "
+                f"({model.n_routed_experts}) of model {model.name!r}"
+            )
+        borrowed = self.dp_shard * self.cp * (self.tp if self.etp == 1 else 1)
+        if borrowed % self.ep:
+            raise PlanError(
+                f"plan: ep ({self.ep}) must divide dp_shard ({self.dp_shard}) * cp ({self.cp})"
+                + (f" * tp ({self.tp})" if self.etp == 1 else "")
+                + f" = {borrowed}"
+            )
+        if model.n_heads % self.tp:
+            raise PlanError(
+                f"plan: tp ({self.tp}) must divide the number of attention heads ({model.n_heads}) "
+                f"of model {model.name!r}"
+            )
+        if model.attention == "gqa" and model.n_kv_heads % self.tp and self.tp % model.n_kv_heads:
+            raise PlanError(
+                f"plan: tp ({self.tp}) and n_kv_heads ({model.n_kv_heads}) must divide one another"
+            )
+        if self.etp > 1 and model.moe_inter_dim % self.etp:
+            raise PlanError(
+                f"plan: etp ({self.etp}) must divide moe_inter_dim ({model.moe_inter_dim})"
+            )
+        stages = self.pp * self.vpp
+        if stages > model.n_layers:
+            raise PlanError(
+                f"plan: pp ({self.pp}) * vpp ({self.vpp}) = {stages} stages exceed the model's "
+                f"{model.n_layers} layers"
+            )
+        if self.global_batch % (self.dp * self.micro_batch):
+            raise PlanError(
+                f"plan: global_batch ({self.global_batch}) must be a multiple of dp_replicate "
+                f"({self.dp_replicate}) * dp_shard ({self.dp_shard}) * micro_batch "
+                f"({self.micro_batch}) = {self.dp * self.micro_batch}"
+            )
+        if self.seq_len % (self.cp * self.tp):
+            raise PlanError(
+                f"plan: seq_len ({self.seq_len}) must be a multiple of cp ({self.cp}) * tp ({self.tp})"
+            )
+        if self.pp > 1:
+            needed = self.pp if self.pp_schedule != "dualpipe" else 2 * self.pp
+            if self.pp_schedule in ("dualpipe", "dualpipev") and self.pp % 2 and self.pp_schedule == "dualpipe":
+                raise PlanError(f"plan: pp_schedule 'dualpipe' needs an even pp, got pp ({self.pp})")
+            if self.n_microbatches < needed:
+                raise PlanError(
+                    f"plan: pp_schedule {self.pp_schedule!r} with pp ({self.pp}) needs at least "
+                    f"{needed} microbatches per step, but global_batch ({self.global_batch}) / "
+                    f"(dp ({self.dp}) * micro_batch ({self.micro_batch})) = {self.n_microbatches}"
+                )
+            if self.pp_schedule == "interleaved-1f1b" and self.n_microbatches % self.pp:
+                raise PlanError(
+                    f"plan: interleaved-1f1b needs the microbatch count ({self.n_microbatches}) to be "
+                    f"a multiple of pp ({self.pp})"
+                )
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
