@@ -1,0 +1,192 @@
+"""The ``moesim`` command: a thin layer over the library.
+
+Subcommands: ``catalog`` (what is built in), ``show`` (a model's accounting), ``predict`` (the
+simulator), ``reference`` (runs ``python -m reference.run``; the simulator never imports it).
+User errors print one line, ``moesim: error: ...``, and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sim.accounting import count_params, exact_flops_per_token, memory_per_gpu, torchtitan_flops_per_token
+from sim.catalog import cluster_names, gpu_names, load_cluster, load_gpu, load_model, model_names
+from sim.errors import MoesimError
+from sim.loaders import load_plan_file
+
+__all__ = ["main", "build_parser", "model_summary"]
+
+EXIT_USAGE = 2
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def model_summary(name: str, seq_len: int) -> dict[str, Any]:
+    """The accounting of catalog model (or model file) ``name`` at ``seq_len``, as a JSON-ready dict."""
+    model = load_model(name)
+    counts = count_params(model)
+    return {
+        "name": model.name,
+        "source": model.source,
+        "seq_len": seq_len,
+        "params_total": counts.total,
+        "params_active": counts.active,
+        "params_embedding": counts.embedding,
+        "params_mtp_not_counted": counts.mtp,
+        "flops_per_token_torchtitan": torchtitan_flops_per_token(model, seq_len),
+        "flops_per_token_exact": exact_flops_per_token(model, seq_len),
+        "params": counts.as_dict(),
+        "spec": {k: v for k, v in vars(model).items() if k not in ("name", "source")},
+    }
+
+
+def _plan_memory(model_name: str, plan_path: str, gpu_name: str, n_gpus: int | None) -> dict[str, Any]:
+    model = load_model(model_name)
+    plan = load_plan_file(plan_path)
+    gpu = load_gpu(gpu_name)
+    plan.check_fits(model, n_gpus if n_gpus is not None else plan.world_size)
+    return memory_per_gpu(model, plan, gpu).as_dict()
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    summary = model_summary(args.model, args.seq_len)
+    if args.plan:
+        summary["memory"] = _plan_memory(args.model, args.plan, args.gpu, args.gpus)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"{summary['name']}  ({summary['source']})")
+    print(f"  parameters, total            {summary['params_total'] / 1e9:10.3f} B")
+    print(f"  parameters, active per token {summary['params_active'] / 1e9:10.3f} B")
+    print(f"  FLOPs/token, TorchTitan      {summary['flops_per_token_torchtitan']:10.4e}  (seq {args.seq_len})")
+    print(f"  FLOPs/token, exact per-op    {summary['flops_per_token_exact']:10.4e}  (causal attention)")
+    spec = summary["spec"]
+    print(f"  layers {spec['n_layers']} ({spec['n_dense_layers']} dense), dim {spec['dim']}, heads {spec['n_heads']}, "
+          f"experts {spec['n_routed_experts']} routed + {spec['n_shared_experts']} shared, top-{spec['top_k']}")
+    if "memory" in summary:
+        mem = summary["memory"]
+        print(f"  memory per GPU on {args.gpu} (busiest pipeline rank {mem['pp_rank']}):")
+        for key in ("weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
+                    "transient_bytes", "reserve_bytes", "total_bytes", "capacity_bytes"):
+            print(f"    {key.removesuffix('_bytes'):<12} {mem[key] / 1e9:8.1f} GB")
+        print(f"    fits         {'yes' if mem['fits'] else 'NO'}")
+    return 0
+
+
+def _cmd_catalog(args: argparse.Namespace) -> int:
+    kinds = [args.kind] if args.kind else ["models", "gpus", "clusters"]
+    rows: dict[str, list[dict[str, Any]]] = {}
+    if "models" in kinds:
+        rows["models"] = []
+        for name in model_names():
+            model = load_model(name)
+            counts = count_params(model)
+            rows["models"].append({"name": name, "params_total_b": round(counts.total / 1e9, 2),
+                                   "params_active_b": round(counts.active / 1e9, 2),
+                                   "experts": model.n_routed_experts, "top_k": model.top_k,
+                                   "source": model.source})
+    if "gpus" in kinds:
+        rows["gpus"] = []
+        for name in gpu_names():
+            gpu = load_gpu(name)
+            rows["gpus"].append({"name": name, "bf16_tflops": gpu.bf16_flops / 1e12,
+                                 "fp8_tflops": gpu.fp8_flops / 1e12, "hbm_gb": gpu.hbm_bytes / 1e9,
+                                 "nvlink_gb_per_s": gpu.nvlink_bw_bytes_per_s / 1e9, "sms": gpu.num_sms,
+                                 "mxfp8": gpu.mxfp8, "source": gpu.source})
+    if "clusters" in kinds:
+        rows["clusters"] = []
+        for name in cluster_names():
+            cluster = load_cluster(name)
+            rows["clusters"].append({"name": name, "gpu": cluster.gpu.name, "n_gpus": cluster.n_gpus,
+                                     "gpus_per_node": cluster.gpus_per_node,
+                                     "nvlink_domain_gpus": cluster.nvlink_domain_gpus,
+                                     "nic_gbps": cluster.nic_bw_bytes_per_s * 8 / 1e9,
+                                     "nics_per_gpu": cluster.nics_per_gpu, "source": cluster.source})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for kind, items in rows.items():
+        print(f"{kind}:")
+        for item in items:
+            fields = "  ".join(f"{k}={v}" for k, v in item.items() if k not in ("name", "source"))
+            print(f"  {item['name']:<18} {fields}")
+    return 0
+
+
+def _cmd_reference(args: argparse.Namespace) -> int:
+    command = [sys.executable, "-m", "reference.run", *args.reference_args]
+    return subprocess.call(command)
+
+
+def _add_predict(subparsers: Any) -> None:
+    parser = subparsers.add_parser("predict", help="predict step time, throughput, MFU and memory",
+                                   description="Predict one training step; no arguments runs the seed scenario.")
+    try:
+        from sim.predict_cli import add_predict_arguments, run_predict
+    except ImportError:  # the simulator's command is not built yet in this checkout
+        parser.set_defaults(handler=lambda _args: _missing_predict())
+        return
+    add_predict_arguments(parser)
+    parser.set_defaults(handler=run_predict)
+
+
+def _missing_predict() -> int:
+    raise MoesimError("the simulator is not installed in this build (sim.predict_cli missing)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="moesim", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    catalog = subparsers.add_parser("catalog", help="list the built-in models, GPUs and cluster templates")
+    catalog.add_argument("kind", nargs="?", choices=["models", "gpus", "clusters"])
+    catalog.add_argument("--json", action="store_true", help="print JSON")
+    catalog.set_defaults(handler=_cmd_catalog)
+
+    show = subparsers.add_parser("show", help="a model's parameters and FLOPs per token")
+    show.add_argument("model", help="catalog name, HuggingFace config.json, or model TOML")
+    show.add_argument("--seq-len", type=_positive_int, default=8192, help="sequence length (default 8192)")
+    show.add_argument("--plan", help="a parallel-plan TOML: also show per-GPU memory under it")
+    show.add_argument("--gpu", default="b200", help="GPU for --plan memory (default b200)")
+    show.add_argument("--gpus", type=_positive_int, help="GPU count for --plan (default: the plan's world size)")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(handler=_cmd_show)
+
+    _add_predict(subparsers)
+
+    reference = subparsers.add_parser("reference", help="run the PyTorch reference layer (python -m reference.run)",
+                                      add_help=False)
+    reference.add_argument("reference_args", nargs=argparse.REMAINDER)
+    reference.set_defaults(handler=_cmd_reference)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``moesim`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except MoesimError as err:
+        print(f"moesim: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Strict spec loading: HuggingFace config.json, TOML, and the errors bad files give."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.accounting import count_params, torchtitan_flops_per_token
+from sim.catalog import load_cluster, load_model
+from sim.errors import CatalogError, ConfigError
+from sim.loaders import load_model_file, load_plan_file
+
+DEEPSEEK_V3_CONFIG = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "num_hidden_layers": 61,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 128,
+    "n_shared_experts": 1,
+    "n_routed_experts": 256,
+    "routed_scaling_factor": 2.5,
+    "kv_lora_rank": 512,
+    "q_lora_rank": 1536,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "qk_nope_head_dim": 128,
+    "topk_method": "noaux_tc",
+    "n_group": 8,
+    "topk_group": 4,
+    "num_experts_per_tok": 8,
+    "moe_layer_freq": 1,
+    "first_k_dense_replace": 3,
+    "norm_topk_prob": True,
+    "scoring_func": "sigmoid",
+    "num_nextn_predict_layers": 1,
+    "vocab_size": 129280,
+    "max_position_embeddings": 163840,
+    "rope_theta": 10000,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+
+def write_config(tmp_path: Path, config: dict) -> Path:
+    folder = tmp_path / "DeepSeek-V3"
+    folder.mkdir()
+    path = folder / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_deepseek_v3_config_json_gives_the_catalog_numbers(tmp_path: Path) -> None:
+    from_file = load_model(str(write_config(tmp_path, DEEPSEEK_V3_CONFIG)))
+    catalog = load_model("deepseek-v3-671b")
+    assert from_file.name == "DeepSeek-V3"
+    assert count_params(from_file).total == count_params(catalog).total
+    assert count_params(from_file).active == count_params(catalog).active
+    assert torchtitan_flops_per_token(from_file, 8192) == pytest.approx(3.4256e11, rel=0.005)
+    assert count_params(from_file).total == pytest.approx(671e9, rel=0.01)
+
+
+def test_deepseek_v2_lite_config_gives_the_16b_numbers(tmp_path: Path) -> None:
+    config = dict(DEEPSEEK_V3_CONFIG, model_type="deepseek_v2", hidden_size=2048, intermediate_size=10944,
+                  moe_intermediate_size=1408, num_hidden_layers=27, num_attention_heads=16, n_shared_experts=2,
+                  n_routed_experts=64, q_lora_rank=None, n_group=1, topk_group=1, num_experts_per_tok=6,
+                  first_k_dense_replace=1, scoring_func="softmax", vocab_size=102400, norm_topk_prob=False,
+                  routed_scaling_factor=1.0, num_nextn_predict_layers=0)
+    model = load_model(str(write_config(tmp_path, config)))
+    assert model.q_lora_rank == 0
+    assert count_params(model).total == pytest.approx(15.7e9, rel=0.01)
+    assert torchtitan_flops_per_token(model, 8192) == pytest.approx(2.1503e10, rel=0.005)
+
+
+def test_qwen3_and_mixtral_configs_load(tmp_path: Path) -> None:
+    qwen = {"model_type": "qwen3_moe", "hidden_size": 4096, "num_hidden_layers": 94, "num_attention_heads": 64,
+            "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8,
+            "moe_intermediate_size": 1536, "vocab_size": 151936, "norm_topk_prob": True,
+            "tie_word_embeddings": False, "decoder_sparse_step": 1}
+    path = tmp_path / "qwen.json"
+    path.write_text(json.dumps(qwen))
+    assert count_params(load_model_file(path)).total == count_params(load_model("qwen3-235b-a22b")).total
+    mixtral = {"model_type": "mixtral", "hidden_size": 6144, "num_hidden_layers": 56, "num_attention_heads": 48,
+               "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
+               "intermediate_size": 16384, "vocab_size": 32768, "tie_word_embeddings": False}
+    path = tmp_path / "mixtral.json"
+    path.write_text(json.dumps(mixtral))
+    assert count_params(load_model_file(path)).total == count_params(load_model("mixtral-8x22b")).total
+
+
+def test_unknown_model_type_names_it(tmp_path: Path) -> None:
+    path = tmp_path / "llama.json"
+    path.write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(ConfigError, match="model_type 'llama'"):
+        load_model_file(path)
+
+
+def test_unknown_catalog_name_lists_the_catalog() -> None:
+    with pytest.raises(CatalogError, match="deepseek-v3-671b"):
+        load_model("deepseek-v9")
+
+
+def test_plan_file_rejects_unknown_and_bad_keys(tmp_path: Path) -> None:
+    path = tmp_path / "plan.toml"
+    path.write_text("[plan]\ntp = 2\nexpert_parallel = 4\n")
+    with pytest.raises(ConfigError, match="expert_parallel"):
+        load_plan_file(path)
+    path.write_text("tp = 'two'\n")
+    with pytest.raises(ConfigError, match="tp must be an integer"):
+        load_plan_file(path)
+    path.write_text("tp = 0\n")
+    with pytest.raises(ConfigError, match="tp must be positive, got 0"):
+        load_plan_file(path)
+    path.write_text("precision = 'fp4'\n")
+    with pytest.raises(ConfigError, match="precision must be one of"):
+        load_plan_file(path)
+
+
+def test_cluster_resizes_and_converts_units() -> None:
+    cluster = load_cluster("hgx-b200", n_gpus=64)
+    assert cluster.n_nodes == 8
+    assert cluster.nic_bw_bytes_per_s == 50e9  # 400 Gb/s
+    assert cluster.nvlink_bw == 900e9
+    rack = load_cluster("gb200-nvl72")
+    assert rack.domain_size == 72
