@@ -1,0 +1,42 @@
+"""The trace reader measures shared-vocabulary ranges, preferring device spans."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from calibrate.traces import load_trace, op_durations
+from sim.errors import ConfigError
+
+
+def event(name: str, cat: str, ts: float, dur: float) -> dict:
+    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 0, "tid": 0}
+
+
+def test_device_spans_win_over_host_spans(tmp_path: Path) -> None:
+    events = [event("moe.expert_gemm", "user_annotation", 0, 100), event("moe.expert_gemm", "gpu_user_annotation", 5, 40),
+              event("moe.expert_gemm", "gpu_user_annotation", 200, 60), event("attn.core", "user_annotation", 0, 7),
+              event("not.an.op", "user_annotation", 0, 1), {"ph": "B", "name": "moe.dispatch"}]
+    path = tmp_path / "trace.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    stats = op_durations(load_trace(path))
+    assert set(stats) == {"moe.expert_gemm", "attn.core"}
+    gemm = stats["moe.expert_gemm"]
+    assert (gemm.count, gemm.source) == (2, "device")
+    assert gemm.total_s == pytest.approx(100e-6)
+    assert (gemm.min_s, gemm.max_s) == (pytest.approx(40e-6), pytest.approx(60e-6))
+    assert stats["attn.core"].source == "host"
+
+
+def test_bad_trace_is_a_user_error(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text("{not json")
+    with pytest.raises(ConfigError, match="not a readable JSON trace"):
+        load_trace(path)
+    result = subprocess.run([sys.executable, "-m", "calibrate", "summarize", str(path)], capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
