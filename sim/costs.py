@@ -1,0 +1,358 @@
+"""Kernel cost model: how long a compute op takes on one GPU, and the software stack's overheads.
+
+A :class:`CostModel` turns an op's work (FLOPs, bytes moved) into seconds: GEMMs at the datasheet peak
+times an efficiency curve indexed by problem size (Calculon style), attention at a kernel efficiency,
+memory-bound ops at a fraction of HBM bandwidth, MXFP8 quantize/scale-rearrange kernels as measured by
+TorchAO, plus per-kernel launch overhead and the host stall of a blocking device-to-host copy. A
+:class:`StackProfile` holds what belongs to the framework (TorchTitan here) rather than the hardware:
+its achieved fraction of the microbenchmark kernel rates (fitted once, to the BF16 baseline) and its
+host overheads. Every default number carries its source in :attr:`CostModel.sources`.
+
+The model serialises to a versioned ``calibration.json`` (:meth:`CostModel.to_json`,
+:meth:`CostModel.from_json`) so the calibration step can replace any number with a fitted one.
+
+>>> from sim.catalog import load_gpu
+>>> costs = default_costs(load_gpu("b200"))
+>>> round(costs.gemm_eff["bf16"](1e13), 3)
+0.606
+>>> CostModel.from_json(costs.to_json()) == costs
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.errors import ConfigError
+from sim.specs import GPUSpec
+
+__all__ = [
+    "Curve",
+    "StackProfile",
+    "CostModel",
+    "default_costs",
+    "CALIBRATION_VERSION",
+    "TORCHTITAN_COMPUTE_SCALE",
+]
+
+CALIBRATION_VERSION = 1
+
+#: Fitted by ``python benchmarks/fit_seed.py`` (docs/seed-protocol.md): the fraction of microbenchmark
+#: kernel rates TorchTitan (torch.compile, 671B, 256 B200) achieves, from the BF16 baseline's 651 tok/s.
+TORCHTITAN_COMPUTE_SCALE = 0.4645
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A value (an efficiency) as a piecewise-linear function of log10(size), clamped at the ends.
+
+    >>> Curve((1e9, 1e12), (0.2, 0.6))(1e10)
+    0.33333333333333337
+    """
+
+    sizes: tuple[float, ...]
+    values: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.sizes) != len(self.values) or not self.sizes:
+            raise ConfigError("curve: sizes and values must be non-empty and of equal length")
+        if any(b <= a for a, b in zip(self.sizes, self.sizes[1:])):
+            raise ConfigError(f"curve: sizes must increase, got {self.sizes}")
+        if any(not 0 < v <= 1.5 for v in self.values):
+            raise ConfigError(f"curve: values must be in (0, 1.5], got {self.values}")
+
+    def __call__(self, size: float) -> float:
+        xs, ys = self.sizes, self.values
+        if size <= xs[0]:
+            return ys[0]
+        if size >= xs[-1]:
+            return ys[-1]
+        x = math.log10(size)
+        for i in range(1, len(xs)):
+            if size <= xs[i]:
+                x0, x1 = math.log10(xs[i - 1]), math.log10(xs[i])
+                return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - x0) / (x1 - x0)
+        return ys[-1]  # pragma: no cover
+
+    def scaled(self, factor: float) -> Curve:
+        return Curve(self.sizes, tuple(v * factor for v in self.values))
+
+    def to_dict(self) -> dict[str, list[float]]:
+        return {"sizes": list(self.sizes), "values": list(self.values)}
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> Curve:
+        return Curve(tuple(float(s) for s in data["sizes"]), tuple(float(v) for v in data["values"]))
+
+
+@dataclass(frozen=True)
+class StackProfile:
+    """What the training framework adds on top of the kernels' microbenchmark rates.
+
+    ``compute_scale`` multiplies every compute kernel's rate (GEMMs, attention, memory-bound ops): the
+    fraction of microbenchmark speed the framework's kernels reach in a real step (fused/compiled
+    small ops, allocator, launch gaps). ``kernel_overhead_s`` is added to every compute op, and
+    ``host_sync_s`` is the stream stall of one blocking device-to-host copy (the GPU drains its queue,
+    the CPU reads the sizes and launches the next kernels).
+    """
+
+    name: str = "torchtitan"
+    compute_scale: float = TORCHTITAN_COMPUTE_SCALE
+    kernel_overhead_s: float = 4e-6
+    host_sync_s: float = 100e-6
+    provenance: str = (
+        "compute_scale fitted to the BF16 baseline (651 tok/s/GPU, DeepSeek-V3 671B, 256 B200, "
+        "pytorch.org blog 2026-03-25) by benchmarks/fit_seed.py; kernel_overhead_s and host_sync_s: "
+        "typical CUDA launch gap and D2H round trip plus relaunch (assumed, not fitted)"
+    )
+
+    def __post_init__(self) -> None:
+        if not 0 < self.compute_scale <= 1.5:
+            raise ConfigError(f"stack profile: compute_scale must be in (0, 1.5], got {self.compute_scale}")
+        if self.kernel_overhead_s < 0 or self.host_sync_s < 0:
+            raise ConfigError("stack profile: overheads must be zero or positive")
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Peak-rate-times-efficiency costs of compute ops on one GPU type.
+
+    Efficiency curves are indexed by FLOPs per call (dense GEMMs) or by rows per call (grouped GEMMs,
+    ``M`` = token copies through the experts of one rank). Keys of the curve dicts are dtypes:
+    ``bf16``, ``mxfp8``, ``fp8`` (blockwise). MXFP8 grouped-GEMM curves are per pass (``mxfp8`` is the
+    forward/dgrad kernel, ``mxfp8_wgrad`` the 2D-2D wgrad kernel).
+    """
+
+    gpu: str
+    gemm_eff: dict[str, Curve]
+    grouped_gemm_eff: dict[str, Curve]
+    attn_fwd_eff: float
+    attn_bwd_eff: float
+    mem_bw_eff: float
+    quantize_bw_eff: float
+    #: Measured scale-rearrange time per element of the tensor whose scales are rearranged (s/elem),
+    #: by kind: "act" (M x K activations), "weight" (G x N x K weights), "wgrad" (dim1 layout, per elem).
+    rearrange_s_per_elem: dict[str, float]
+    #: NCCL collectives occupy SMs too; 0 leaves concurrent compute at full speed.
+    nccl_sms: int = 0
+    stack: StackProfile = field(default_factory=StackProfile)
+    #: Overrides of the network model's CommCosts fields (name -> value); empty: its defaults.
+    comm: dict[str, float] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    version: int = CALIBRATION_VERSION
+    provenance: str = "moesim defaults: datasheets and published microbenchmarks"
+
+    def __post_init__(self) -> None:
+        for name, value in (("attn_fwd_eff", self.attn_fwd_eff), ("attn_bwd_eff", self.attn_bwd_eff),
+                            ("mem_bw_eff", self.mem_bw_eff), ("quantize_bw_eff", self.quantize_bw_eff)):
+            if not 0 < value <= 1.5:
+                raise ConfigError(f"cost model: {name} must be in (0, 1.5], got {value}")
+
+    # --- serialisation -------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "provenance": self.provenance,
+            "gpu": self.gpu,
+            "gemm_eff": {k: c.to_dict() for k, c in self.gemm_eff.items()},
+            "grouped_gemm_eff": {k: c.to_dict() for k, c in self.grouped_gemm_eff.items()},
+            "attn_fwd_eff": self.attn_fwd_eff,
+            "attn_bwd_eff": self.attn_bwd_eff,
+            "mem_bw_eff": self.mem_bw_eff,
+            "quantize_bw_eff": self.quantize_bw_eff,
+            "rearrange_s_per_elem": dict(self.rearrange_s_per_elem),
+            "nccl_sms": self.nccl_sms,
+            "stack": dataclasses.asdict(self.stack),
+            "comm": dict(self.comm),
+            "sources": dict(self.sources),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> CostModel:
+        version = data.get("version")
+        if version != CALIBRATION_VERSION:
+            raise ConfigError(
+                f"calibration: version {version!r} is not supported (this moesim reads {CALIBRATION_VERSION})"
+            )
+        try:
+            return CostModel(
+                gpu=str(data["gpu"]),
+                gemm_eff={k: Curve.from_dict(v) for k, v in data["gemm_eff"].items()},
+                grouped_gemm_eff={k: Curve.from_dict(v) for k, v in data["grouped_gemm_eff"].items()},
+                attn_fwd_eff=float(data["attn_fwd_eff"]),
+                attn_bwd_eff=float(data["attn_bwd_eff"]),
+                mem_bw_eff=float(data["mem_bw_eff"]),
+                quantize_bw_eff=float(data["quantize_bw_eff"]),
+                rearrange_s_per_elem={k: float(v) for k, v in data["rearrange_s_per_elem"].items()},
+                nccl_sms=int(data.get("nccl_sms", 0)),
+                stack=StackProfile(**data.get("stack", {})),
+                comm={k: float(v) for k, v in data.get("comm", {}).items()},
+                sources=dict(data.get("sources", {})),
+                version=int(version),
+                provenance=str(data.get("provenance", "")),
+            )
+        except (KeyError, TypeError) as err:
+            raise ConfigError(f"calibration: missing or malformed field: {err}") from None
+
+    @staticmethod
+    def from_json(text: str) -> CostModel:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"calibration: malformed JSON: {err}") from None
+        return CostModel.from_dict(data)
+
+    def with_stack(self, **changes: Any) -> CostModel:
+        """A copy with stack-profile fields replaced (``costs.with_stack(compute_scale=0.5)``)."""
+        return dataclasses.replace(self, stack=dataclasses.replace(self.stack, **changes))
+
+    # --- op times -----------------------------------------------------------------------------
+    def gemm_time(self, flops: float, peak_flops: float, dtype: str = "bf16") -> float:
+        """Seconds of one dense GEMM call of ``flops`` on a GPU of ``peak_flops`` for ``dtype``."""
+        if flops <= 0:
+            return 0.0
+        eff = self.gemm_eff[dtype](flops) * self.stack.compute_scale
+        return flops / (peak_flops * eff) + self.stack.kernel_overhead_s
+
+    def grouped_gemm_time(self, flops: float, rows: float, peak_flops: float, dtype: str = "bf16") -> float:
+        """Seconds of one grouped GEMM call over ``rows`` token copies (all local experts)."""
+        if flops <= 0:
+            return self.stack.kernel_overhead_s
+        eff = self.grouped_gemm_eff[dtype](max(rows, 1.0)) * self.stack.compute_scale
+        return flops / (peak_flops * eff) + self.stack.kernel_overhead_s
+
+    def attention_time(self, flops: float, peak_flops: float, backward: bool) -> float:
+        if flops <= 0:
+            return 0.0
+        eff = (self.attn_bwd_eff if backward else self.attn_fwd_eff) * self.stack.compute_scale
+        return flops / (peak_flops * eff) + self.stack.kernel_overhead_s
+
+    def memory_time(self, nbytes: float, hbm_bw: float, kernels: int = 1) -> float:
+        """Seconds of memory-bound kernels moving ``nbytes`` through HBM."""
+        if nbytes <= 0:
+            return 0.0
+        return nbytes / (hbm_bw * self.mem_bw_eff * self.stack.compute_scale) + kernels * self.stack.kernel_overhead_s
+
+    def quantize_time(self, elems: float, hbm_bw: float) -> float:
+        """One MXFP8 quantize kernel of ``elems`` BF16 elements: read 2 B, write 1 B + 1/32 B of scales."""
+        if elems <= 0:
+            return 0.0
+        nbytes = elems * (2 + 1 + 1 / 32)
+        return nbytes / (hbm_bw * self.quantize_bw_eff * self.stack.compute_scale) + self.stack.kernel_overhead_s
+
+    def rearrange_time(self, elems: float, kind: str) -> float:
+        """One scale-rearrange kernel for a tensor of ``elems`` elements (measured rate, ``kind``)."""
+        return elems * self.rearrange_s_per_elem[kind] / self.stack.compute_scale + self.stack.kernel_overhead_s
+
+
+# --- defaults ------------------------------------------------------------------------------------
+
+# Dense BF16 GEMM: asymptote = measured cuBLAS on large squares / datasheet (published.md s3:
+# B200 1338-1389 of 2250 -> 0.607; H100 783-797 of 989 -> 0.80). Roll-off below ~1e11 FLOPs per call
+# is an assumption shaped like cuBLAS size sweeps (tile quantisation and launch-bound small shapes).
+_ROLLOFF_SIZES = (1e8, 1e9, 1e10, 1e11, 1e12)
+_ROLLOFF_SHAPE = (0.10, 0.30, 0.65, 0.92, 1.00)
+
+# Grouped BF16 GEMM (torch._grouped_mm) vs total rows M, DeepSeek-V3 expert shapes: 0.50 at M=131072 is
+# DERIVED from published.md s4 (MXFP8 per-kernel sum 7361 us at 1.39x speedup -> BF16 10.23 ms for
+# 3 x 2*131072*2048*7168 FLOPs); the roll-off to smaller M is an assumption (fewer rows per expert).
+_GROUPED_BF16 = Curve((4096.0, 16384.0, 32768.0, 65536.0, 131072.0), (0.30, 0.42, 0.46, 0.48, 0.50))
+
+# Published fwd+bwd MXFP8/BF16 speedups vs M (published.md s4, read from the roofline chart).
+_MXFP8_SPEEDUP = ((16384.0, 0.99), (32768.0, 1.20), (65536.0, 1.25), (131072.0, 1.39))
+# Measured scale-rearrange kernel times at the reference shape (131072 tokens, dim 7168, hidden 2048,
+# G=8): s4 per-kernel breakdown. Rates are per element of the tensor whose scales are rearranged.
+_REF_M, _REF_K, _REF_N, _REF_G = 131072, 7168, 2048, 8
+_REARRANGE = {
+    "act": (29.7e-6 / (_REF_M * _REF_K) + 19.4e-6 / (_REF_M * _REF_N)) / 2,
+    "weight": (13.3e-6 + 12.9e-6) / 2 / (_REF_G * _REF_N * _REF_K),
+    "wgrad": (199.8e-6 + 207.9e-6) / (_REF_M * (_REF_N + _REF_K)),
+}
+_QUANT_BW_EFF = 0.76  # s4: "quantize kernels reach ~70-82% of HBM bandwidth"
+
+
+def _mxfp8_pass_overhead(m: float, costs_q: float, hbm_bw: float) -> float:
+    """Quantize + rearrange seconds of one fwd+bwd of one expert GEMM (DeepSeek-V3 shape) at ``m`` rows."""
+    k, n, g = _REF_K, _REF_N, _REF_G
+    nbytes = lambda e: e * (2 + 1 + 1 / 32) / (hbm_bw * costs_q)  # noqa: E731
+    quant = nbytes(m * k) + nbytes(g * n * k)  # fwd: A, B
+    quant += nbytes(m * n) + nbytes(g * n * k)  # dgrad: grad_out, B
+    quant += nbytes(m * n) + nbytes(m * k)  # wgrad: dim1 grad_out and A
+    rearr = _REARRANGE["act"] * (m * k + m * n) + _REARRANGE["weight"] * 2 * g * n * k
+    rearr += _REARRANGE["wgrad"] * m * (n + k)
+    return quant + rearr
+
+
+def _derive_mxfp8_curve(bf16_peak: float, fp8_peak: float, hbm_bw: float) -> Curve:
+    """MXFP8 grouped-GEMM kernel efficiency vs M such that (quantize + rearrange + GEMMs) reproduces
+    the published fwd+bwd speedup over BF16 at each M (DeepSeek-V3 expert shapes, B200)."""
+    sizes, values = [], []
+    for m, speedup in _MXFP8_SPEEDUP:
+        flops = 3 * 2 * m * _REF_N * _REF_K
+        bf16 = flops / (bf16_peak * _GROUPED_BF16(m))
+        gemm = bf16 / speedup - _mxfp8_pass_overhead(m, _QUANT_BW_EFF, hbm_bw)
+        sizes.append(m)
+        values.append(min(1.0, flops / (fp8_peak * gemm)))
+    return Curve(tuple(sizes), tuple(values))
+
+
+_B200_BF16, _B200_FP8, _B200_HBM = 2250e12, 4500e12, 7.7e12
+
+
+def default_costs(gpu: GPUSpec, stack: StackProfile | None = None) -> CostModel:
+    """Datasheet-and-microbenchmark costs for ``gpu``, with TorchTitan's fitted stack profile.
+
+    Hopper (sm90) takes its measured cuBLAS BF16 asymptote (0.80); Blackwell (sm100) 0.607. MXFP8
+    curves are derived on B200 numbers and reused as fractions of peak on other SM100 parts.
+    """
+    hopper = gpu.arch.startswith("sm9")
+    bf16_top = 0.80 if hopper else 1363.5e12 / _B200_BF16
+    fp8_top = 0.62 if hopper else 2770e12 / _B200_FP8
+    mx_dense_top = 2848e12 / _B200_FP8
+    dense = lambda top: Curve(_ROLLOFF_SIZES, tuple(top * s for s in _ROLLOFF_SHAPE))  # noqa: E731
+    mx_grouped = _derive_mxfp8_curve(_B200_BF16, _B200_FP8, _B200_HBM)
+    # Per-kernel s4: wgrad 2D-2D runs at 2103 us vs fwd 1671 us for the same FLOPs.
+    mx_wgrad = mx_grouped.scaled(1671.2 / 2103.3)
+    grouped_bf16 = _GROUPED_BF16.scaled(0.80 / 0.607) if hopper else _GROUPED_BF16
+    sources = {
+        "gemm_eff.bf16": "published.md s3: B200 cuBLAS BF16 1338-1389 TFLOPS of 2250 (H100 783-797 of 989); "
+                         "roll-off below 1e11 FLOPs/call assumed",
+        "gemm_eff.fp8": "published.md s3: B200 cuBLAS FP8 2770 of 4500 TFLOPS (blockwise recipe reuses it)",
+        "gemm_eff.mxfp8": "published.md s3: B200 cuBLAS MXFP8 2810-2886 of 4500 TFLOPS",
+        "grouped_gemm_eff.bf16": "published.md s4: 0.50 at M=131072 derived from per-kernel MXFP8 sum and the "
+                                 "1.39x speedup; smaller-M roll-off assumed",
+        "grouped_gemm_eff.mxfp8": "published.md s4: derived so quantize+rearrange+GEMM reproduces the fwd+bwd "
+                                  "speedup vs M table (0.99/1.20/1.25/1.39x)",
+        "grouped_gemm_eff.mxfp8_wgrad": "published.md s4: wgrad 2103.3 us vs fwd 1671.2 us per-kernel",
+        "attn_eff": "assumed: FlashAttention-class kernels at ~50% (fwd) / ~40% (bwd, incl. recompute of P) "
+                    "of BF16 peak with MLA head dims 192/128",
+        "mem_bw_eff": "published.md s4: TorchAO quantize kernels 70-82% of HBM bandwidth; elementwise ops assumed "
+                      "at the same 0.70",
+        "quantize_bw_eff": "published.md s4: quantize kernels 70-82% of HBM bandwidth (0.76)",
+        "rearrange_s_per_elem": "published.md s4 per-kernel breakdown (29.7/19.4/13.3/12.9/199.8/207.9 us)",
+        "stack": StackProfile().provenance,
+    }
+    return CostModel(
+        gpu=gpu.name,
+        gemm_eff={"bf16": dense(bf16_top), "fp8": dense(fp8_top), "mxfp8": dense(mx_dense_top)},
+        grouped_gemm_eff={
+            "bf16": grouped_bf16,
+            "fp8": grouped_bf16.scaled(0.9),
+            "mxfp8": mx_grouped,
+            "mxfp8_wgrad": mx_wgrad,
+        },
+        attn_fwd_eff=0.50,
+        attn_bwd_eff=0.40,
+        mem_bw_eff=0.70,
+        quantize_bw_eff=_QUANT_BW_EFF,
+        rearrange_s_per_elem=dict(_REARRANGE),
+        stack=stack or StackProfile(),
+        sources=sources,
+    )
