@@ -1,0 +1,334 @@
+"""Workload: each rank's ops for one microbatch through one layer (forward, backward, recompute).
+
+Built from (model, plan) alone, TorchTitan's way of running DeepSeek-V3-style models:
+
+- attention (MLA or GQA) with sequence-parallel TP: the norm runs on ``T/tp`` tokens, ``tp.all_gather``
+  before the projections, ``tp.reduce_scatter`` after ``attn.o_proj``; MLA's down-projections
+  (``wq_a``, ``wkv_a``) are replicated over TP, the up-projections and ``wo`` are split by heads;
+- MoE: router replicated over TP; with ``etp == 1`` each TP rank dispatches ``1/tp`` of the tokens
+  (TorchTitan's ``ReordererSequenceParallel``); ``moe.permute`` / ``moe.dispatch`` / grouped GEMMs
+  (three ``_grouped_mm`` calls: w1, w3 = ``gate_up``; w2 = ``down``) / ``moe.combine`` /
+  ``moe.unpermute``; shared experts TP-split on all tokens; the standard (NCCL) path first exchanges
+  per-expert counts (``a2a.count_exchange``) and blocks on a device-to-host copy (``a2a.host_sync``);
+- precision recipes add MXFP8/FP8 quantize and scale-rearrange kernels (memory bound) per GEMM pass;
+- backward mirrors forward (GEMM -> dgrad + wgrad, attention -> 2x, all-gather <-> reduce-scatter,
+  dispatch <-> combine); recompute re-runs the forward per AC mode (``full``: everything, including the
+  all-to-alls; ``selective``: memory-bound ops and every other linear, no communication).
+
+Op FLOPs are per rank per microbatch, 2 per multiply-add; ``flops`` is what the rank executes;
+``useful_frac`` is the share not duplicated by TP replication (MLA down-projections, router), so summing
+``flops * useful_frac`` over ranks gives
+:func:`sim.accounting.exact_flops_per_token` times the tokens.
+
+Shape letters: T tokens, D model dim, F expert hidden dim, E experts, e local experts, K top-k,
+H heads, S sequence length.
+
+>>> from sim.catalog import load_model
+>>> from sim.specs import ParallelPlan
+>>> w = Workload(load_model("debug"), ParallelPlan(ep=2, dp_shard=2, global_batch=2, seq_len=64))
+>>> [op.name for op in w.layer_ops("moe", "fwd")][12:16]
+['moe.permute', 'a2a.count_exchange', 'a2a.host_sync', 'moe.dispatch']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+from sim import ops
+from sim.specs import ModelSpec, ParallelPlan
+
+__all__ = ["OpSpec", "Workload", "LAYER_KINDS", "chunk_layers"]
+
+LAYER_KINDS = ("embed", "dense", "moe", "head")
+BF16 = 2
+
+
+@dataclass(frozen=True, slots=True)
+class OpSpec:
+    """One kernel of the workload (per rank, per microbatch).
+
+    ``kind``: ``gemm``, ``grouped_gemm``, ``attn``, ``mem`` (memory bound), ``quant`` (MXFP8/FP8
+    quantize of ``elems``), ``rearrange`` (scale rearrange of ``elems``, ``layout`` act/weight/wgrad),
+    ``comm`` (``coll`` in ``tp.all_gather``, ``tp.reduce_scatter``, ``a2a.dispatch``, ``a2a.combine``,
+    ``a2a.counts``) or ``host_sync``. ``load_scaled``: scales with the EP rank's routed-load factor.
+    """
+
+    name: str
+    kind: str
+    flops: float = 0.0
+    nbytes: float = 0.0
+    rows: float = 0.0
+    elems: float = 0.0
+    dtype: str = "bf16"
+    gemm_pass: str = "fwd"
+    coll: str = ""
+    layout: str = ""
+    load_scaled: bool = False
+    useful_frac: float = 1.0
+    backward: bool = False
+    k_in: float = 0.0
+    n_out: float = 0.0
+
+
+def chunk_layers(model: ModelSpec, plan: ParallelPlan) -> list[list[int]]:
+    """Layer indices of each model chunk (virtual stage), in pipeline order: ``pp * vpp`` chunks (DualPipe:
+    ``2 * pp``), as even as possible, earlier chunks taking the remainder (as :mod:`sim.accounting`)."""
+    dual = plan.pp_schedule in ("dualpipe", "dualpipev")
+    n = plan.pp * (2 if dual else plan.vpp)
+    base, extra = divmod(model.n_layers, n)
+    out, start = [], 0
+    for c in range(n):
+        size = base + (1 if c < extra else 0)
+        out.append(list(range(start, start + size)))
+        start += size
+    return out
+
+
+class Workload:
+    """The per-rank op lists of (model, plan); cheap to build, lists cached per (kind, phase)."""
+
+    def __init__(self, model: ModelSpec, plan: ParallelPlan) -> None:
+        self.model = model
+        self.plan = plan
+        self._cache: dict[tuple[str, str], list[OpSpec]] = {}
+
+    # --- sizes ----------------------------------------------------------------------------------
+    @cached_property
+    def tokens(self) -> float:
+        """T: tokens through attention per rank per microbatch (full sequence over TP, split by CP)."""
+        return self.plan.micro_batch * self.plan.seq_len / self.plan.cp
+
+    @property
+    def tokens_sp(self) -> float:
+        """Sequence-parallel shard: tokens per rank in norms and between TP regions."""
+        return self.tokens / self.plan.tp
+
+    @property
+    def tokens_dispatched(self) -> float:
+        """Tokens each rank dispatches to the experts (``T/tp`` with etp 1, ``T`` with etp = tp)."""
+        return self.tokens / self.plan.tp if self.plan.etp == 1 else self.tokens
+
+    @property
+    def expert_rows(self) -> float:
+        """Token copies each rank's experts receive under balanced routing."""
+        return self.tokens_dispatched * self.model.top_k
+
+    @property
+    def local_experts(self) -> int:
+        return self.model.n_routed_experts // self.plan.ep
+
+    @property
+    def expert_dtype(self) -> str:
+        return {"bf16": "bf16", "mxfp8-grouped": "mxfp8", "mxfp8": "mxfp8", "fp8-blockwise": "fp8"}[
+            self.plan.precision
+        ]
+
+    @property
+    def linear_dtype(self) -> str:
+        return {"bf16": "bf16", "mxfp8-grouped": "bf16", "mxfp8": "mxfp8", "fp8-blockwise": "fp8"}[
+            self.plan.precision
+        ]
+
+    # --- op lists -------------------------------------------------------------------------------
+    def layer_ops(self, kind: str, phase: str) -> list[OpSpec]:
+        """Ops of one layer of ``kind`` (embed/dense/moe/head) in ``phase`` (fwd/bwd/recompute)."""
+        key = (kind, phase)
+        if key not in self._cache:
+            fwd = self._forward(kind)
+            if phase == "fwd":
+                out = fwd
+            elif phase == "bwd":
+                out = [b for op in reversed(fwd) for b in self._backward(op)]
+            elif phase == "recompute":
+                out = self._recompute(fwd)
+            else:
+                raise ValueError(f"unknown phase {phase!r}")
+            self._cache[key] = out
+        return self._cache[key]
+
+    def _forward(self, kind: str) -> list[OpSpec]:
+        if kind == "embed":
+            return self._embed()
+        if kind == "head":
+            return self._head()
+        out = self._attention()
+        out += self._moe() if kind == "moe" else self._dense_ffn()
+        return out
+
+    def _linear(self, name: str, tokens: float, d_in: float, d_out: float, *, useful: float = 1.0) -> list[OpSpec]:
+        dtype = self.linear_dtype
+        ops_: list[OpSpec] = []
+        if dtype != "bf16":
+            ops_.append(OpSpec(name, "quant", elems=tokens * d_in, useful_frac=useful))
+            ops_.append(OpSpec(name, "quant", elems=d_in * d_out, useful_frac=useful))
+        ops_.append(OpSpec(name, "gemm", flops=2 * tokens * d_in * d_out, dtype=dtype, useful_frac=useful,
+                           rows=tokens, k_in=d_in, n_out=d_out))
+        return ops_
+
+    def _norm(self, name: str, tokens: float) -> OpSpec:
+        return OpSpec(name, "mem", nbytes=2 * BF16 * tokens * self.model.dim)
+
+    def _tp(self, coll: str) -> list[OpSpec]:
+        if self.plan.tp == 1:
+            return []
+        name = ops.TP_ALL_GATHER if coll == "ag" else ops.TP_REDUCE_SCATTER
+        return [OpSpec(name, "comm", coll=name, nbytes=BF16 * self.tokens_sp * self.model.dim)]
+
+    def _attention(self) -> list[OpSpec]:
+        m, t, T = self.model, self.plan.tp, self.tokens
+        D, H = m.dim, m.n_heads
+        out = [self._norm(ops.ATTN_NORM, self.tokens_sp)] + self._tp("ag")
+        if m.attention == "mla":
+            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            if m.q_lora_rank:
+                out += self._linear(ops.ATTN_Q_PROJ, T, D, m.q_lora_rank, useful=1 / t)
+                out.append(OpSpec(ops.ATTN_Q_PROJ, "mem", nbytes=2 * BF16 * T * m.q_lora_rank))
+                out += self._linear(ops.ATTN_Q_PROJ, T, m.q_lora_rank, H * qk / t)
+            else:
+                out += self._linear(ops.ATTN_Q_PROJ, T, D, H * qk / t)
+            out += self._linear(ops.ATTN_KV_PROJ, T, D, m.kv_lora_rank + m.qk_rope_head_dim, useful=1 / t)
+            out.append(OpSpec(ops.ATTN_KV_PROJ, "mem", nbytes=2 * BF16 * T * m.kv_lora_rank))
+            out += self._linear(ops.ATTN_KV_PROJ, T, m.kv_lora_rank, H * (m.qk_nope_head_dim + m.v_head_dim) / t)
+            v = m.v_head_dim
+        else:
+            qk = v = m.head_dim
+            out += self._linear(ops.ATTN_Q_PROJ, T, D, H * qk / t)
+            out += self._linear(ops.ATTN_KV_PROJ, T, D, 2 * max(1, m.n_kv_heads // t) * m.head_dim)
+        # Causal core: each query sees (S+1)/2 keys on average (CP keeps that mean).
+        mean_keys = (self.plan.seq_len + 1) / 2
+        out.append(OpSpec(ops.ATTN_CORE, "attn", flops=2 * T * H / t * (qk + v) * mean_keys))
+        out += self._linear(ops.ATTN_O_PROJ, T, H * v / t, D)
+        out += self._tp("rs")
+        return out
+
+    def _dense_ffn(self) -> list[OpSpec]:
+        m, t, T = self.model, self.plan.tp, self.tokens
+        out = [self._norm(ops.MOE_NORM, self.tokens_sp)] + self._tp("ag")
+        f = m.dense_inter_dim / t
+        out += self._linear(ops.MLP_DENSE, T, m.dim, 2 * f)
+        out.append(OpSpec(ops.MLP_DENSE, "mem", nbytes=3 * BF16 * T * f))
+        out += self._linear(ops.MLP_DENSE, T, f, m.dim)
+        out += self._tp("rs")
+        return out
+
+    def _moe(self) -> list[OpSpec]:
+        m, p = self.model, self.plan
+        T, D, K = self.tokens, m.dim, m.top_k
+        F = m.moe_inter_dim / (p.etp if p.etp > 1 else 1)
+        rows_out = self.tokens_dispatched * K
+        rows = self.expert_rows
+        e = self.local_experts
+        out = [self._norm(ops.MOE_NORM, self.tokens_sp)] + self._tp("ag")
+        # Router is replicated over TP (NoParallel): every TP rank scores all T tokens.
+        out.append(OpSpec(ops.MOE_ROUTER, "gemm", flops=2 * T * D * m.n_routed_experts, useful_frac=1 / p.tp))
+        out.append(OpSpec(ops.MOE_ROUTER, "mem", nbytes=3 * 4 * T * m.n_routed_experts))
+        out.append(OpSpec(ops.MOE_PERMUTE, "mem", nbytes=2 * BF16 * rows_out * D))
+        if p.ep > 1:
+            if p.ep_backend == "nccl":
+                out.append(OpSpec(ops.A2A_COUNT_EXCHANGE, "comm", coll="a2a.counts", nbytes=8 * m.n_routed_experts))
+                out.append(OpSpec(ops.A2A_HOST_SYNC, "host_sync"))
+            out.append(OpSpec(ops.MOE_DISPATCH, "comm", coll="a2a.dispatch", nbytes=BF16 * rows_out * D))
+        out.append(OpSpec(ops.MOE_PERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True))
+        dtype = self.expert_dtype
+        for name, k_in, n_out in ((ops.MOE_EXPERT_GEMM_GATE_UP, D, F), (ops.MOE_EXPERT_GEMM_GATE_UP, D, F),
+                                  (ops.MOE_EXPERT_GEMM_DOWN, F, D)):
+            if name == ops.MOE_EXPERT_GEMM_DOWN:
+                out.append(OpSpec(ops.MOE_EXPERT_GEMM_GATE_UP, "mem", nbytes=3 * BF16 * rows * F, load_scaled=True))
+            if dtype != "bf16":
+                out.append(OpSpec(ops.MOE_QUANTIZE, "quant", elems=rows * k_in, load_scaled=True))
+                out.append(OpSpec(ops.MOE_QUANTIZE, "quant", elems=e * n_out * k_in))
+                if dtype == "mxfp8":
+                    out.append(OpSpec(ops.MOE_QUANTIZE, "rearrange", elems=rows * k_in, layout="act",
+                                      load_scaled=True))
+                    out.append(OpSpec(ops.MOE_QUANTIZE, "rearrange", elems=e * n_out * k_in, layout="weight"))
+            out.append(OpSpec(name, "grouped_gemm", flops=2 * rows * k_in * n_out, rows=rows, dtype=dtype,
+                              load_scaled=True, k_in=k_in, n_out=n_out))
+        out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True))
+        if p.ep > 1:
+            out.append(OpSpec(ops.MOE_COMBINE, "comm", coll="a2a.combine", nbytes=BF16 * rows_out * D))
+        out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=(2 * rows_out + 2 * self.tokens_dispatched) * BF16 * D))
+        if m.n_shared_experts:
+            fs = m.n_shared_experts * m.moe_inter_dim / p.tp
+            out += self._linear(ops.MOE_SHARED_EXPERT, T, D, 2 * fs)
+            out.append(OpSpec(ops.MOE_SHARED_EXPERT, "mem", nbytes=3 * BF16 * T * fs))
+            out += self._linear(ops.MOE_SHARED_EXPERT, T, fs, D)
+        out += self._tp("rs")
+        return out
+
+    def _embed(self) -> list[OpSpec]:
+        return [OpSpec(ops.EMBED, "mem", nbytes=2 * BF16 * self.tokens_sp * self.model.dim)]
+
+    def _head(self) -> list[OpSpec]:
+        m, t, T = self.model, self.plan.tp, self.tokens
+        out = [self._norm(ops.LOSS, self.tokens_sp)] + self._tp("ag")
+        out += self._linear(ops.LOSS, T, m.dim, m.vocab_size / t)
+        out.append(OpSpec(ops.LOSS, "mem", nbytes=3 * 4 * T * m.vocab_size / t))
+        return out
+
+    # --- backward and recompute -----------------------------------------------------------------
+    def _backward(self, op: OpSpec) -> list[OpSpec]:
+        if op.kind == "gemm":
+            out = [replace(op, gemm_pass="dgrad", backward=True), replace(op, gemm_pass="wgrad", backward=True)]
+            if op.dtype != "bf16":  # grad_out in both layouts, the saved input's and the weight's dim1 copies
+                elems = op.rows * (2 * op.n_out + op.k_in) + op.k_in * op.n_out
+                out.insert(0, OpSpec(op.name, "quant", elems=elems, useful_frac=op.useful_frac, backward=True))
+            return out
+        if op.kind == "grouped_gemm":
+            return self._grouped_backward(op)
+        if op.kind == "attn":
+            return [replace(op, flops=2 * op.flops, backward=True)]
+        if op.kind == "mem":
+            return [replace(op, nbytes=2 * op.nbytes, backward=True)]
+        if op.kind in ("quant", "rearrange"):
+            return []  # backward quantization is emitted with the GEMM's backward passes
+        if op.kind == "host_sync":
+            return []  # backward all-to-alls reuse the forward's split sizes
+        if op.kind == "comm":
+            swap = {
+                "tp.all_gather": (ops.TP_REDUCE_SCATTER, "tp.reduce_scatter"),
+                "tp.reduce_scatter": (ops.TP_ALL_GATHER, "tp.all_gather"),
+                "a2a.dispatch": (ops.MOE_DISPATCH, "a2a.combine"),
+                "a2a.combine": (ops.MOE_COMBINE, "a2a.dispatch"),
+            }
+            if op.coll not in swap:
+                return []
+            name, coll = swap[op.coll]
+            return [replace(op, name=name, coll=coll, backward=True)]
+        raise AssertionError(op.kind)
+
+    def _grouped_backward(self, op: OpSpec) -> list[OpSpec]:
+        out: list[OpSpec] = []
+        weight = self.local_experts * op.k_in * op.n_out
+        for gpass in ("dgrad", "wgrad"):
+            if op.dtype != "bf16":
+                # dgrad: quantize grad_out (rows x N) and B; wgrad: dim1 grad_out and A (rows x (N + K)).
+                act = op.rows * (op.n_out if gpass == "dgrad" else op.n_out + op.k_in)
+                out.append(OpSpec(ops.MOE_QUANTIZE, "quant", elems=act, load_scaled=True, backward=True))
+                if gpass == "dgrad":
+                    out.append(OpSpec(ops.MOE_QUANTIZE, "quant", elems=weight, backward=True))
+                if op.dtype == "mxfp8":
+                    layout = "act" if gpass == "dgrad" else "wgrad"
+                    out.append(OpSpec(ops.MOE_QUANTIZE, "rearrange", elems=act, layout=layout, load_scaled=True,
+                                      backward=True))
+                    if gpass == "dgrad":
+                        out.append(OpSpec(ops.MOE_QUANTIZE, "rearrange", elems=weight, layout="weight",
+                                          backward=True))
+            out.append(replace(op, gemm_pass=gpass, backward=True))
+        return out
+
+    def _recompute(self, fwd: list[OpSpec]) -> list[OpSpec]:
+        ac = self.plan.ac
+        if ac == "none":
+            return []
+        if ac == "full":
+            return list(fwd)
+        out, keep = [], False
+        for op in fwd:  # selective: memory-bound ops and every other dense linear; no comm, no experts
+            if op.kind == "mem":
+                out.append(op)
+            elif op.kind == "gemm":
+                keep = not keep
+                if keep:
+                    out.append(op)
+        return out
