@@ -58,6 +58,7 @@ __all__ = [
     "bottleneck_bw",
     "path_latency",
     "max_min_fair_rates",
+    "max_min_fair_rates_ids",
     "transfer_times",
     "transfer_times_ids",
     "EDGE_KINDS",
@@ -274,7 +275,11 @@ def _flow_arrays(flows: Sequence[Flow]) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 
 def _waterfill(paths: np.ndarray, cap_ext: np.ndarray) -> np.ndarray:
-    """Max-min fair rates of flows over ``paths`` (k x h ids, pad = len(cap_ext) - 1, capacity inf)."""
+    """Max-min fair rates of flows over ``paths`` (k x h ids, pad = len(cap_ext) - 1, capacity inf).
+
+    Progressive filling: raise every unfrozen flow's rate by the smallest fair share left on any link,
+    then freeze the flows crossing the links that share saturated. One pass per bottleneck level.
+    """
     n_links = cap_ext.size
     rate = np.zeros(paths.shape[0])
     unfrozen = np.ones(paths.shape[0], dtype=bool)
@@ -315,6 +320,18 @@ def max_min_fair_rates(topo: nx.DiGraph, flows: Sequence[Flow], *, pxn: bool = T
     paths = route_edge_ids(topo, src, dst, pxn=pxn)
     cap = _ext(topo.graph["capacity"])
     return _waterfill(np.where(paths < 0, cap.size - 1, paths), cap)
+
+
+def max_min_fair_rates_ids(paths: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Max-min fair rates of flows given as edge-id paths (rows padded with -1) over ``capacity``.
+
+    >>> # links 0, 1, 2 (capacity 1, 2, 3); flow 0 crosses all three, flows 1-4 one each
+    >>> paths = np.array([[0, 1, 2], [0, -1, -1], [1, -1, -1], [2, -1, -1], [2, -1, -1]])
+    >>> max_min_fair_rates_ids(paths, np.array([1.0, 2.0, 3.0])).tolist()
+    [0.5, 0.5, 1.5, 1.25, 1.25]
+    """
+    cap = _ext(capacity)
+    return _waterfill(np.where(np.asarray(paths) < 0, cap.size - 1, paths), cap)
 
 
 def transfer_times_ids(
