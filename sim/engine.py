@@ -91,7 +91,7 @@ class Engine:
         if num_sms <= 0:
             raise ValueError(f"num_sms must be positive, got {num_sms}")
         self.num_sms = num_sms
-        self.env = simpy.Environment()
+        self.env = simpy.Environment(initial_time=0.0)
         self._tasks: list[Task] = []
         self._owner: list[Hashable] = []
         self._done: list[simpy.Event] = []
