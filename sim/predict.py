@@ -1,0 +1,438 @@
+"""Step-time prediction: workload + costs + network -> engine -> pipeline schedule -> :class:`Prediction`.
+
+Two levels, both SimPy:
+
+1. Layer level (:mod:`sim.engine`): one layer's forward, and its backward with recompute, on one rank's
+   compute stream and communication streams, timed by the cost model (compute) and :mod:`sim.comm`
+   (all-to-alls, TP collectives). Ranks with identical work and traffic form one symmetry class and are
+   simulated once: with balanced routing one rank stands for the whole step; skewed routing gives one
+   class per EP rank, and every all-to-all waits for the slowest member. Each distinct (layer kind,
+   phase) is simulated once per prediction and reused for every layer and microbatch.
+2. Pipeline level (:mod:`sim.schedule`): chunks (virtual stages) of layers through 1F1B, interleaved
+   1F1B or DualPipe(V), with p2p sends and the FSDP all-gather of each chunk's weights.
+
+Then the step adds the exposed gradient reduce-scatter, the replica all-reduce and the optimizer.
+
+>>> from sim.catalog import load_model, load_cluster
+>>> from sim.specs import ParallelPlan
+>>> p = predict(load_model("debug"), load_cluster("hgx-b200", n_gpus=8),
+...             ParallelPlan(ep=4, dp_shard=8, global_batch=16, seq_len=512))
+>>> p.fits_in_memory, p.step_time_s > 0
+(True, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sim import comm, ops
+from sim.accounting import count_params, memory_per_gpu, torchtitan_flops_per_token
+from sim.costs import CostModel, default_costs
+from sim.engine import Engine, Task
+from sim.errors import PlanError
+from sim.layout import Coords, Layout
+from sim.routing import expert_load, is_balanced, rank_load_factors
+from sim.schedule import PipelineResult, PipelineSpec, simulate_pipeline
+from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
+from sim.workload import OpSpec, Workload, chunk_layers
+
+__all__ = ["Prediction", "LayerResult", "predict", "validate_plan"]
+
+BF16 = 2.0
+FP32 = 4.0
+
+
+@dataclass
+class LayerResult:
+    """One layer kind in one phase on the critical symmetry class."""
+
+    time_s: float
+    compute_s: dict[str, float]
+    exposed_s: dict[str, float]
+    log: list[tuple[str, str, str, float, float]]
+    comm_s: float = 0.0
+
+
+@dataclass
+class Prediction:
+    """A predicted training step. Times in seconds, memory in bytes; ``breakdown`` sums to the step."""
+
+    name: str
+    model: str
+    gpu: str
+    n_gpus: int
+    plan: dict[str, Any]
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    tflops_per_gpu: float
+    mfu: float
+    breakdown: dict[str, float]
+    peak_memory_bytes: float
+    memory_capacity_bytes: float
+    fits_in_memory: bool
+    memory: dict[str, Any] = field(default_factory=dict)
+    measured_tokens_per_s_per_gpu: float | None = None
+    source: str = ""
+    trace_data: Any = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k != "trace_data"}
+        if self.measured_tokens_per_s_per_gpu is None:
+            out.pop("measured_tokens_per_s_per_gpu")
+            out.pop("source")
+        return out
+
+
+def validate_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None:
+    """Raise :class:`PlanError` if the plan cannot run (degrees, microbatches, backend, precision)."""
+    plan.check_fits(model, cluster.n_gpus)
+    gpu = cluster.gpu
+    if plan.ep_backend != "nccl" and not gpu.deepep:
+        raise PlanError(f"plan: ep_backend {plan.ep_backend!r} needs a DeepEP-capable GPU; {gpu.name} is not")
+    if plan.ep_backend in ("deepep", "hybridep") and not 0 < plan.deepep_sms < gpu.num_sms:
+        raise PlanError(f"plan: deepep_sms ({plan.deepep_sms}) must be below the GPU's {gpu.num_sms} SMs")
+    if plan.precision in ("mxfp8", "mxfp8-grouped") and not gpu.mxfp8:
+        raise PlanError(
+            f"plan: precision {plan.precision!r} needs block-scaled FP8 tensor cores (SM100, e.g. b200); "
+            f"{gpu.name} ({gpu.arch}) would only run TorchAO's emulated path, which is slower than bf16"
+        )
+    if plan.pp > 1 and plan.pp_schedule == "dualpipev" and plan.n_microbatches < 2 * plan.pp:
+        raise PlanError(
+            f"plan: pp_schedule 'dualpipev' with pp ({plan.pp}) needs at least {2 * plan.pp} microbatches "
+            f"per step, got {plan.n_microbatches}"
+        )
+
+
+class _Context:
+    """Everything one prediction shares: specs, costs, groups of the representative rank, a2a results."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: CostModel) -> None:
+        self.model, self.cluster, self.plan, self.costs = model, cluster, plan, costs
+        self.gpu = cluster.gpu
+        self.ccosts = comm.CommCosts(**costs.comm) if costs.comm else comm.CommCosts.default()
+        self.layout = Layout(plan)
+        self.wl = Workload(model, plan)
+        self.rep = self.layout.rank(Coords(0, 0, 0, 0, 0))
+        if is_balanced(plan.routing):
+            self.load = None
+            self.factors = np.ones(1)
+        else:
+            self.load = expert_load(plan.routing, model.n_routed_experts, plan.routing_seed)
+            self.factors = rank_load_factors(self.load, plan.ep)
+        self._a2a: dict[str, comm.AllToAllResult] = {}
+        self._coll: dict[tuple[str, float], float] = {}
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.factors)
+
+    def a2a(self, coll: str) -> comm.AllToAllResult:
+        phase = coll.split(".")[1]
+        if phase not in self._a2a:
+            p = self.plan
+            bpe = comm.FP8_WITH_SCALES_BYTES_PER_ELEM if (
+                p.precision == "fp8-blockwise" and phase == "dispatch" and p.ep_backend != "nccl") else BF16
+            self._a2a[phase] = comm.moe_alltoall(
+                self.cluster, self.layout.ep_group(self.rep), int(round(self.wl.tokens_dispatched)), self.model,
+                p.ep_backend, phase, self.ccosts, bytes_per_elem=bpe, num_sms=p.deepep_sms,
+                expert_load=self.load, seed=p.routing_seed,
+            )
+        return self._a2a[phase]
+
+    def collective(self, kind: str, nbytes: float, group: str = "tp") -> float:
+        key = (kind + group, nbytes)
+        if key not in self._coll:
+            ranks = {"tp": self.layout.tp_group, "dp": self.layout.dp_shard_group,
+                     "edp": self.layout.expert_fsdp_group, "rep": self.layout.dp_replicate_group}[group](self.rep)
+            fn = {"ag": comm.allgather_time, "rs": comm.reduce_scatter_time, "ar": comm.allreduce_time}[kind]
+            self._coll[key] = fn(self.cluster, ranks, nbytes, self.ccosts) if len(ranks) > 1 else 0.0
+        return self._coll[key]
+
+    # --- op durations ---------------------------------------------------------------------------
+    def op_time(self, op: OpSpec, cls: int) -> tuple[float, int]:
+        """(seconds, SMs held) of ``op`` on symmetry class ``cls``."""
+        c, g = self.costs, self.gpu
+        f = float(self.factors[cls]) if op.load_scaled else 1.0
+        k = op.kind
+        if k == "gemm":
+            peak = g.bf16_flops if op.dtype == "bf16" else g.fp8_flops
+            return c.gemm_time(op.flops, peak, op.dtype), 0
+        if k == "grouped_gemm":
+            peak = g.bf16_flops if op.dtype == "bf16" else g.fp8_flops
+            key = "mxfp8_wgrad" if op.dtype == "mxfp8" and op.gemm_pass == "wgrad" else op.dtype
+            return c.grouped_gemm_time(op.flops * f, op.rows * f, peak, key), 0
+        if k == "attn":
+            return c.attention_time(op.flops, g.bf16_flops, op.backward), 0
+        if k == "mem":
+            return c.memory_time(op.nbytes * f, g.hbm_bw_bytes_per_s), 0
+        if k == "quant":
+            return c.quantize_time(op.elems * f, g.hbm_bw_bytes_per_s), 0
+        if k == "rearrange":
+            return c.rearrange_time(op.elems * f, op.layout), 0
+        if k == "host_sync":
+            return c.stack.host_sync_s, 0
+        if op.coll == "a2a.counts":
+            return self.a2a("a2a.dispatch").host_sync_s, c.nccl_sms
+        if op.coll.startswith("a2a."):
+            res = self.a2a(op.coll)
+            return float(res.time_s[cls if self.n_classes > 1 else 0]), res.sms_used
+        if op.coll == "tp.all_gather":
+            return self.collective("ag", op.nbytes), c.nccl_sms
+        if op.coll == "tp.reduce_scatter":
+            return self.collective("rs", op.nbytes), c.nccl_sms
+        raise AssertionError(op)
+
+    # --- FSDP sizes -------------------------------------------------------------------------------
+    def layer_shards(self, kind: str) -> tuple[float, float]:
+        """(dense, expert) parameters of one layer held by this rank after TP/EP/FSDP sharding."""
+        pc, p = count_params(self.model), self.plan
+        dense = pc.attention_per_layer + pc.norms_per_layer
+        expert = 0.0
+        if kind == "moe":
+            dense += pc.shared_experts_per_layer + pc.router_per_layer
+            expert = pc.routed_experts_per_layer / p.ep / p.etp / max(1, p.expert_fsdp)
+        elif kind == "dense":
+            dense += pc.dense_ffn_per_layer
+        elif kind == "embed":
+            dense = pc.embedding
+        elif kind == "head":
+            dense = pc.output + pc.final_norm
+        return dense / p.tp / (p.dp_shard * p.cp), expert
+
+    def fsdp_time(self, kind: str, what: str) -> float:
+        """All-gather (bf16 weights) or reduce-scatter (fp32 grads) of one layer's shards."""
+        dense, expert = self.layer_shards(kind)
+        if what == "ag":
+            return self.collective("ag", dense * BF16, "dp") + self.collective("ag", expert * BF16, "edp")
+        return self.collective("rs", dense * FP32, "dp") + self.collective("rs", expert * FP32, "edp")
+
+
+_EXPOSED_KIND = {
+    ops.MOE_DISPATCH: "comm.a2a",
+    ops.MOE_COMBINE: "comm.a2a",
+    ops.A2A_COUNT_EXCHANGE: "comm.a2a_count_exchange",
+    ops.A2A_HOST_SYNC: "host_sync",
+    ops.TP_ALL_GATHER: "comm.tp",
+    ops.TP_REDUCE_SCATTER: "comm.tp",
+    ops.FSDP_ALL_GATHER: "comm.fsdp",
+    ops.FSDP_REDUCE_SCATTER: "comm.fsdp",
+}
+
+
+def _simulate_layer(ctx: _Context, kind: str, phase: str) -> LayerResult:
+    """Simulate one layer of ``kind`` in ``phase`` (``fwd``, or ``bwd`` = recompute + backward)."""
+    wl = ctx.wl
+    recompute = phase == "bwd" and kind in ("dense", "moe")
+    seq: list[tuple[OpSpec, str]] = []
+    if recompute:
+        seq += [(op, "recompute") for op in wl.layer_ops(kind, "recompute")]
+    seq += [(op, phase) for op in wl.layer_ops(kind, phase)]
+    moe = kind == "moe"
+    n_cls = ctx.n_classes if moe else 1
+    eng = Engine(ctx.gpu.num_sms)
+    fsdp_per_layer = ctx.plan.pp == 1 and ctx.plan.dp_shard * ctx.plan.cp > 1
+    for cls in range(n_cls):
+        if fsdp_per_layer and kind in ("dense", "moe"):
+            # Prefetch of the next layer's weights (and, backward, the previous layer's gradients).
+            eng.add(cls, Task(ops.FSDP_ALL_GATHER, "fsdp_ag", ctx.fsdp_time(kind, "ag"), sms=ctx.costs.nccl_sms,
+                              phase=phase))
+            if phase == "bwd":
+                eng.add(cls, Task(ops.FSDP_REDUCE_SCATTER, "fsdp_rs", ctx.fsdp_time(kind, "rs"),
+                                  sms=ctx.costs.nccl_sms, phase=phase))
+        prev: int | None = None
+        for i, (op, ph) in enumerate(seq):
+            dur, sms = ctx.op_time(op, cls)
+            is_comm = op.kind == "comm"
+            coll = (kind, phase, i) if is_comm and n_cls > 1 and (op.coll.startswith("a2a")) else None
+            task = Task(op.name, "comm" if is_comm else "compute", dur, () if prev is None else (prev,),
+                        sms=sms if is_comm else 0, collective=coll, host_sync=op.kind == "host_sync", phase=ph)
+            prev = eng.add(cls, task)
+    makespan = eng.run()
+    # Critical class: the one whose compute finishes last (all end together when a2a-bound).
+    per_cls: dict[int, list] = defaultdict(list)
+    for r in eng.log:
+        per_cls[r.rank].append(r)
+    crit = max(per_cls, key=lambda c: sum(r.end - r.start for r in per_cls[c] if r.stream == "compute"))
+    recs = sorted(per_cls[crit], key=lambda r: r.start)
+    compute: dict[str, float] = defaultdict(float)
+    busy: list[tuple[float, float]] = []
+    for r in recs:
+        if r.stream == "compute" and r.name != ops.A2A_HOST_SYNC:
+            compute["compute." + ops.op_class(r.name)] += r.end - r.start
+            busy.append((r.start, r.end))
+    exposed: dict[str, float] = defaultdict(float)
+    comm_total = 0.0
+    covered = sum(e - s for s, e in busy)
+    for r in recs:
+        if r.stream != "compute" or r.name == ops.A2A_HOST_SYNC:
+            overlap = sum(max(0.0, min(e, r.end) - max(s, r.start)) for s, e in busy)
+            exposed[_EXPOSED_KIND.get(r.name, "comm.other")] += (r.end - r.start) - overlap
+            comm_total += r.end - r.start
+    accounted = covered + sum(exposed.values())
+    if makespan - accounted > 1e-12:
+        exposed["comm.wait"] += makespan - accounted  # streams overlapping each other / waiting for peers
+    log = [(r.name, r.stream, r.phase, r.start, r.end) for r in recs]
+    return LayerResult(makespan, dict(compute), dict(exposed), log, comm_total)
+
+
+@dataclass
+class _Chunk:
+    layers: list[str]
+    f_s: float = 0.0
+    b_s: float = 0.0
+    f_parts: dict[str, float] = field(default_factory=dict)
+    b_parts: dict[str, float] = field(default_factory=dict)
+    f_comm: float = 0.0
+    b_comm: float = 0.0
+
+
+def _chunks(ctx: _Context, layer_res: dict[tuple[str, str], LayerResult]) -> list[_Chunk]:
+    model = ctx.model
+    out = []
+    chunks = chunk_layers(model, ctx.plan)
+    for ci, layers in enumerate(chunks):
+        kinds = ["dense" if li < model.n_dense_layers else "moe" for li in layers]
+        if ci == 0:
+            kinds.insert(0, "embed")
+        if ci == len(chunks) - 1:
+            kinds.append("head")
+        ch = _Chunk(kinds)
+        fp: dict[str, float] = defaultdict(float)
+        bp: dict[str, float] = defaultdict(float)
+        for k in kinds:
+            for ph, parts in (("fwd", fp), ("bwd", bp)):
+                res = layer_res[(k, ph)]
+                if ph == "fwd":
+                    ch.f_s += res.time_s
+                    ch.f_comm += res.comm_s
+                else:
+                    ch.b_s += res.time_s
+                    ch.b_comm += res.comm_s
+                for key, v in {**res.compute_s}.items():
+                    parts[key] += v
+                for key, v in res.exposed_s.items():
+                    parts[key] += v
+        ch.f_parts, ch.b_parts = dict(fp), dict(bp)
+        out.append(ch)
+    return out
+
+
+def _pair_time(ctx: _Context, f: _Chunk, b: _Chunk) -> float:
+    """DualPipe's overlapped F&B of two microbatches: compute serialises, communication hides under it
+    (compute slowed by the SMs the communication kernels hold while they overlap)."""
+    cf = sum(v for k, v in f.f_parts.items() if k.startswith("compute."))
+    cb = sum(v for k, v in b.b_parts.items() if k.startswith("compute."))
+    comm_s = f.f_comm + b.b_comm
+    sms = ctx.plan.deepep_sms if ctx.plan.ep_backend in ("deepep", "hybridep") else ctx.costs.nccl_sms
+    slow = ctx.gpu.num_sms / (ctx.gpu.num_sms - sms) if sms else 1.0
+    compute = cf + cb
+    overlapped = min(comm_s, compute)
+    return max(compute + overlapped * (slow - 1.0), comm_s)
+
+
+def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: CostModel | None = None,
+            *, name: str = "") -> Prediction:
+    """Predict one training step of ``model`` on ``cluster`` under ``plan``.
+
+    Raises :class:`~sim.errors.PlanError` for plans that cannot run.
+    """
+    validate_plan(model, cluster, plan)
+    costs = costs or default_costs(cluster.gpu)
+    ctx = _Context(model, cluster, plan, costs)
+    kinds = {"embed", "head", "moe" if model.n_moe_layers else "dense"}
+    if model.n_dense_layers:
+        kinds.add("dense")
+    layer_res = {(k, ph): _simulate_layer(ctx, k, ph) for k in sorted(kinds) for ph in ("fwd", "bwd")}
+    chunks = _chunks(ctx, layer_res)
+    # Pipeline level.
+    pp_bytes = BF16 * ctx.wl.tokens_sp * model.dim
+    p2p = 0.0
+    if plan.pp > 1:
+        dst = ctx.layout.rank(Coords(1, 0, 0, 0, 0))
+        p2p = comm.p2p_time(cluster, ctx.rep, dst, pp_bytes, ctx.ccosts)
+    first_ag = []
+    chunk_rs = []
+    for ch in chunks:
+        ag = rs = 0.0
+        if plan.pp > 1:
+            for k in ch.layers:
+                ag += ctx.fsdp_time(k, "ag")
+                rs += ctx.fsdp_time(k, "rs")
+        else:  # per-layer FSDP already inside the layer sims; embed/head gathered once per step
+            for k in ch.layers:
+                if k in ("embed", "head"):
+                    ag += ctx.fsdp_time(k, "ag")
+                    rs += ctx.fsdp_time(k, "rs")
+        first_ag.append(ag)
+        chunk_rs.append(rs)
+    pairs: dict[tuple[int, int], float] = {}
+    if plan.pp_schedule in ("dualpipe", "dualpipev") and plan.pp > 1:
+        pairs = {(i, j): _pair_time(ctx, chunks[i], chunks[j]) for i in range(len(chunks)) for j in range(len(chunks))}
+    spec = PipelineSpec(plan.pp_schedule, plan.pp, plan.vpp, plan.n_microbatches,
+                        [c.f_s for c in chunks], [c.b_s for c in chunks], p2p, first_ag, pairs)
+    pipe = simulate_pipeline(spec)
+    # Step tail: gradient reduce-scatter of the last chunk to finish, replica all-reduce, optimizer.
+    last_rank = max(range(len(pipe.actions)), key=lambda p: pipe.actions[p][-1][4])
+    last_stage = pipe.actions[last_rank][-1][1]
+    rs_tail = chunk_rs[last_stage] if plan.pp > 1 else sum(chunk_rs)
+    local_params = sum(
+        sum(ctx.layer_shards(k)) for ch in chunks for k in ch.layers
+    ) / max(1, plan.pp)
+    dp_ar = ctx.collective("ar", local_params * FP32, "rep") if plan.dp_replicate > 1 else 0.0
+    opt = costs.memory_time(local_params * 32.0, cluster.gpu.hbm_bw_bytes_per_s, kernels=4)
+    step = pipe.makespan + rs_tail + dp_ar + opt
+    breakdown = _breakdown(pipe, chunks, step, rs_tail, dp_ar, opt, first_ag, plan)
+    # Outputs.
+    tokens = plan.tokens_per_step
+    tps = tokens / step / cluster.n_gpus
+    tflops = torchtitan_flops_per_token(model, plan.seq_len) * tps
+    mem = memory_per_gpu(model, plan, cluster.gpu)
+    trace_data = {"layers": layer_res, "chunks": chunks, "pipeline": pipe, "plan": plan, "step_s": step,
+                  "tail": (rs_tail, dp_ar, opt)}
+    return Prediction(
+        name=name or f"{model.name} on {cluster.n_gpus}x {cluster.gpu.name}",
+        model=model.name,
+        gpu=cluster.gpu.name,
+        n_gpus=cluster.n_gpus,
+        plan=plan.as_dict(),
+        step_time_s=step,
+        tokens_per_s_per_gpu=tps,
+        tflops_per_gpu=tflops / 1e12,
+        mfu=tflops / cluster.gpu.bf16_flops,
+        breakdown=breakdown,
+        peak_memory_bytes=float(mem.total_bytes),
+        memory_capacity_bytes=float(mem.capacity_bytes),
+        fits_in_memory=bool(mem.fits),
+        memory=mem.as_dict(),
+        trace_data=trace_data,
+    )
+
+
+def _breakdown(pipe: PipelineResult, chunks: list[_Chunk], step: float, rs_tail: float, dp_ar: float,
+               opt: float, first_ag: list[float], plan: ParallelPlan) -> dict[str, float]:
+    """Seconds per step on the busiest pipeline rank, by category; the values sum to the step time."""
+    rank = max(range(len(pipe.actions)), key=pipe.busy)
+    out: dict[str, float] = defaultdict(float)
+    for phase, stage, _mb, s, e in pipe.actions[rank]:
+        parts = []
+        if phase in ("F", "FB"):
+            parts.append((chunks[stage].f_parts, chunks[stage].f_s))
+        if phase in ("B", "FB"):
+            parts.append((chunks[stage].b_parts, chunks[stage].b_s))
+        total = sum(t for _, t in parts) or 1.0
+        scale = (e - s) / total
+        for p, _ in parts:
+            for k, v in p.items():
+                out[k] += v * scale
+    fsdp_ag = sum(first_ag[s] for s in {a[1] for a in pipe.actions[rank]})
+    out["comm.fsdp"] += fsdp_ag + rs_tail
+    if dp_ar:
+        out["comm.dp"] += dp_ar
+    out["optimizer"] += opt
+    out["pipeline_bubble"] = max(0.0, pipe.makespan - pipe.busy(rank) - fsdp_ag)
+    return {k: float(v) for k, v in sorted(out.items())}
