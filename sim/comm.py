@@ -100,11 +100,17 @@ class CommCosts:
     # DeepEP's share of an NVLink that NCCL reaches: H800 intranode EP8 dispatch 153 GB/s over the
     # ~160 GB/s achievable NVLink (combine 158; s5).
     deepep_nvlink_fraction: float = 153 / 160
-    # DeepEP RDMA: the H800 internode runs measure 43-58 GB/s per GPU (mean 50.3) on ~50 GB/s NICs (s5):
-    # we cap at the achievable IB rate (s3) ...
-    deepep_rdma_fraction: float = 48.5 / 50
-    # ... and limit it by SMs: 58 GB/s reached with 20 SMs ("20 of 132 SMs saturate IB", s5).
+    # DeepEP RDMA. The H800 internode table (s5) counts every distinct node a token reaches, its own
+    # included (DeepEP test_internode's "logical" bytes). Physical = logical x remote/all distinct nodes:
+    # EP32 (4 nodes, 3.61 distinct, 2.71 remote) 58 -> 43.5 GB/s; EP64 (top-4 of 8 nodes, 3.63 / 3.18)
+    # 51 -> 44.7 GB/s; mean 44.1 of the 50 GB/s NIC.
+    deepep_rdma_fraction: float = 44.1 / 50
+    # SM limit on RDMA: 58 logical GB/s handled by 20 SMs ("20 of 132 SMs saturate IB", s5).
     deepep_rdma_bw_per_sm: float = 58e9 / 20
+    # NVLink fan-out in internode mode, as a fraction of NCCL-achievable NVLink: EP16 on 2 nodes is
+    # NVLink-bound; its 43 logical GB/s (1.99 of 2 nodes per token) = 1.40 ms per 4096-token FP8 dispatch
+    # matches 0.78 x 160 GB/s in this model (s5).
+    deepep_internode_nvlink_fraction: float = 0.78
     # Notify (count exchange on the GPU) + barrier per DeepEP kernel. ASSUMED.
     deepep_overhead_s: float = 10e-6
     # DeepEP v1 low-latency kernels, H800 (~50 GB/s NIC), 128 tokens, top-8, FP8 dispatch / BF16 combine
@@ -138,7 +144,7 @@ class CommCosts:
                 raise ConfigError(f"CommCosts: {f.name} must be non-negative, got {v}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # numpy fields: compare field by field
 class AllToAllResult:
     """One MoE dispatch or combine over an EP group; per-rank arrays are indexed like ``ep_ranks``.
 
@@ -207,14 +213,15 @@ def _nvlink_fraction(cluster: ClusterSpec, costs: CommCosts) -> float:
     return costs.nvlink_fraction_nvl5 if nvl5 else costs.nvlink_fraction_nvl4
 
 
-def _scaled_capacity(topo: nx.DiGraph, costs: CommCosts, kind: str) -> np.ndarray:
+def _scaled_capacity(topo: nx.DiGraph, costs: CommCosts, kind: str, *, internode: bool = False) -> np.ndarray:
     cluster: ClusterSpec = topo.graph["cluster"]
     nvl = _nvlink_fraction(cluster, costs)
     if kind == "nccl":
         frac = {"nvlink": nvl, "pcie": costs.ib_fraction, "nic": costs.ib_fraction, "fabric": costs.ib_fraction}
     else:
         rd = costs.deepep_rdma_fraction
-        frac = {"nvlink": nvl * costs.deepep_nvlink_fraction, "pcie": rd, "nic": rd, "fabric": rd}
+        nvl *= costs.deepep_internode_nvlink_fraction if internode else costs.deepep_nvlink_fraction
+        frac = {"nvlink": nvl, "pcie": rd, "nic": rd, "fabric": rd}
     scale = np.array([frac[k] for k in EDGE_KINDS])
     return topo.graph["capacity"] * scale[topo.graph["edge_kind"]]
 
@@ -441,9 +448,9 @@ def moe_alltoall(
     - ``deepep-ll`` (s5): one copy per expert, pure RDMA without PXN (NVLink inside a domain); the
       published latency table scaled linearly by bytes and link rate, floored by the flow model.
 
-    Skew: ranks hosting hot experts receive (dispatch) or send (combine) more. A DeepEP kernel finishes
-    on every rank when the slowest rank's traffic is done (every rank exchanges data with it), so all
-    ranks get the slowest rank's time; NCCL ranks finish with their own last flow.
+    Skew: ranks hosting hot experts receive (dispatch) or send (combine) more. Every rank exchanges data
+    with the slowest rank and the next MoE op needs all of its tokens, so every rank's ``time_s`` is the
+    slowest rank's (for every backend; :func:`alltoall_times` keeps per-rank finishes).
 
     >>> from sim.catalog import load_cluster, load_model
     >>> c, m = load_cluster("hgx-b200", n_gpus=256), load_model("deepseek-v3-671b")
@@ -527,7 +534,7 @@ def _moe_cached(
         done, edge_bytes, _ = _flows_from_matrix(topo, ranks, flat, cap, pxn=backend == "nccl")
         host_sync = 0.0
         if backend == "nccl":
-            time = done + costs.nccl_launch_s + costs.nccl_a2a_per_peer_s * (n - 1)
+            time = np.full(n, done.max() + costs.nccl_launch_s + costs.nccl_a2a_per_peer_s * (n - 1))
             sms = costs.nccl_channels
             if phase == "dispatch":
                 counts = np.full((n, n), costs.count_bytes_per_expert * n_exp / n)
@@ -581,7 +588,7 @@ def _moe_cached(
     np.fill_diagonal(nvl, 0.0)
     if phase == "combine":
         nvl, rdma = nvl.T.copy(), rdma.T.copy()
-    cap = _scaled_capacity(topo, costs, "deepep")
+    cap = _scaled_capacity(topo, costs, "deepep", internode=len(domains) > 1)
     done, edge_bytes, _ = _flows_from_matrix(topo, ranks, nvl + rdma, cap, pxn=True)
     scale = costs.hybridep_sm_scale if backend == "hybridep" else 1.0
     nvl_work = np.maximum(nvl.sum(1), nvl.sum(0)) + self_bytes
