@@ -41,9 +41,9 @@ __all__ = [
 
 CALIBRATION_VERSION = 1
 
-#: Fitted by ``python benchmarks/fit_seed.py`` (docs/seed-protocol.md): the fraction of microbenchmark
+#: Fitted by ``python -m sim.fit_stack`` (docs/seed-protocol.md): the fraction of microbenchmark
 #: kernel rates TorchTitan (torch.compile, 671B, 256 B200) achieves, from the BF16 baseline's 651 tok/s.
-TORCHTITAN_COMPUTE_SCALE = 0.4645
+TORCHTITAN_COMPUTE_SCALE = 0.4683
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ class StackProfile:
     host_sync_s: float = 100e-6
     provenance: str = (
         "compute_scale fitted to the BF16 baseline (651 tok/s/GPU, DeepSeek-V3 671B, 256 B200, "
-        "pytorch.org blog 2026-03-25) by benchmarks/fit_seed.py; kernel_overhead_s and host_sync_s: "
+        "pytorch.org blog 2026-03-25) by `python -m sim.fit_stack`; kernel_overhead_s and host_sync_s: "
         "typical CUDA launch gap and D2H round trip plus relaunch (assumed, not fitted)"
     )
 
