@@ -366,17 +366,29 @@ def part_hit_probabilities(
     expert_load: np.ndarray | None = None,
     seed: int = 0,
     samples: int = 4096,
+    routing: str = "random",
 ) -> np.ndarray:
     """Probability that one token's top-k reaches each part (``part_of_expert[e]`` = part of expert e).
 
     Uniform routing is exact (enumerating group choices); a skewed ``expert_load`` is sampled with
     ``samples`` tokens (Gumbel top-k on log load, groups by their summed load), seeded by ``seed``.
+    ``routing="round-robin"`` is TorchTitan's ``_debug_force_load_balance`` (``--debug.moe_force_load_balance``,
+    used by the published.md s1 runs): token t takes experts ``(t*K + k) % E``, k < K, so its K experts
+    are consecutive and usually on one rank (exact, by enumerating one period of tokens).
 
     >>> part_hit_probabilities(4, 1, np.array([0, 0, 1, 1])).tolist()
     [0.5, 0.5]
     """
     part = np.asarray(part_of_expert, dtype=np.int64)
     n_parts = int(part.max()) + 1
+    if routing == "round-robin":
+        period = n_experts // math.gcd(top_k, n_experts)
+        experts = (np.arange(period * top_k).reshape(period, top_k)) % n_experts
+        hit_rr = np.zeros((period, n_parts), dtype=bool)
+        np.put_along_axis(hit_rr, part[experts], True, axis=1)
+        return hit_rr.mean(axis=0)
+    if routing != "random":
+        raise ConfigError(f"routing must be 'random' or 'round-robin', got {routing!r}")
     per_group = n_experts // n_group
     group = np.arange(n_experts) // per_group
     limited = n_group > 1 and topk_group < n_group
@@ -428,11 +440,16 @@ def moe_alltoall(
     num_sms: int = 20,
     expert_load: np.ndarray | None = None,
     seed: int = 0,
+    routing: str = "random",
 ) -> AllToAllResult:
     """One MoE ``dispatch`` or ``combine`` of ``tokens_per_rank`` tokens per EP rank.
 
     Experts are placed contiguously (expert e on ``ep_ranks[e // (E/P)]``); ``expert_load[e]`` is the
     fraction of routed token-copies going to expert e (None: uniform), the same for every sender.
+    ``routing``: ``"random"`` (top-k drawn per token, group-limited per the model) or ``"round-robin"``
+    (TorchTitan's forced load balance, as in the published B200 runs: a token's K experts are
+    consecutive, so DeepEP sends it to one rank; needs ``expert_load=None``). It only changes the
+    DeepEP/HybridEP dedup; the flat backends send K copies either way.
 
     - ``nccl`` (TorchTitan standard EP, published.md s1/s6): flat, one copy per selected expert
       (T*K*D*b per rank), as concurrent flows over the topology (PXN routes), plus, for dispatch,
@@ -486,10 +503,14 @@ def moe_alltoall(
                 f"got {load.size} values summing to {load.sum() if load.size else 0}"
             )
         load_key = tuple((load / load.sum()).tolist())
+    if routing not in ("random", "round-robin"):
+        raise ConfigError(f"moe_alltoall: routing must be 'random' or 'round-robin', got {routing!r}")
+    if routing == "round-robin" and expert_load is not None:
+        raise ConfigError("moe_alltoall: routing 'round-robin' is balanced by construction; pass expert_load=None")
     c, shifted = _canonical(cluster, rk)
     return _moe_cached(
         c, shifted, int(tokens_per_rank), model, backend, phase, costs, float(bytes_per_elem),
-        int(num_sms), load_key, int(seed),
+        int(num_sms), load_key, int(seed), routing,
     )
 
 
@@ -512,6 +533,7 @@ def _moe_cached(
     num_sms: int,
     load_key: tuple[float, ...] | None,
     seed: int,
+    routing: str = "random",
 ) -> AllToAllResult:
     n = len(ranks)
     n_exp, k = model.n_routed_experts, model.top_k
@@ -560,11 +582,12 @@ def _moe_cached(
     part_rank = np.arange(n_exp) // (n_exp // n)
     domains, dom_idx = np.unique(dom, return_inverse=True)
     p_rank = part_hit_probabilities(
-        n_exp, k, part_rank, n_group=model.n_group, topk_group=model.topk_group, expert_load=load, seed=seed
+        n_exp, k, part_rank, n_group=model.n_group, topk_group=model.topk_group, expert_load=load, seed=seed,
+        routing=routing,
     )
     q_dom = part_hit_probabilities(
         n_exp, k, dom_idx[part_rank], n_group=model.n_group, topk_group=model.topk_group,
-        expert_load=load, seed=seed,
+        expert_load=load, seed=seed, routing=routing,
     )
     if load is not None:  # dedup never exceeds the flat copies
         p_rank = np.minimum(p_rank, k * rank_load)

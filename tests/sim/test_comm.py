@@ -285,3 +285,19 @@ def test_costs_are_overridable_and_validated():
         dataclasses.replace(COSTS, deepep_combine_bw=(1.0,))
     with pytest.raises(ConfigError, match="host_sync_s"):
         dataclasses.replace(COSTS, host_sync_s=-1.0)
+
+
+def test_round_robin_forced_balance_sends_each_token_to_one_rank():
+    # TorchTitan --debug.moe_force_load_balance (published.md s1): token t -> experts (t*K + k) % E.
+    # E=256, K=8, EP32: a token's 8 experts sit on one rank, so DeepEP sends one copy, NCCL eight.
+    kw = dict(bytes_per_elem=2.0, routing="round-robin")
+    deep = moe_alltoall(B200, range(32), 8192, DSV3, "deepep", "dispatch", COSTS, **kw)
+    nccl = moe_alltoall(B200, range(32), 8192, DSV3, "nccl", "dispatch", COSTS, **kw)
+    one_copy = 8192 * 7168 * 2
+    np.testing.assert_allclose(deep.rdma_bytes, one_copy * 24 / 32, rtol=1e-12)
+    np.testing.assert_allclose(nccl.rdma_bytes, 8 * one_copy * 24 / 32, rtol=1e-12)
+    with pytest.raises(ConfigError, match="routing"):
+        moe_alltoall(B200, range(32), 8192, DSV3, "deepep", "dispatch", COSTS, bytes_per_elem=2.0, routing="zipf")
+    with pytest.raises(ConfigError, match="expert_load"):
+        moe_alltoall(B200, range(32), 8192, DSV3, "deepep", "dispatch", COSTS, bytes_per_elem=2.0,
+                     routing="round-robin", expert_load=np.full(256, 1 / 256))
