@@ -64,6 +64,7 @@ class Record(NamedTuple):
     phase: str
     start: float
     end: float
+    handle: int = -1
 
 
 @dataclass(slots=True)
@@ -136,9 +137,9 @@ class Engine:
         return max((r.end for r in self.log), default=0.0)
 
     def timeline(self, rank: Hashable) -> list[tuple[str, float, float]]:
-        """``(name, start, end)`` of ``rank``'s tasks in start order (ties: log order)."""
+        """``(name, start, end)`` of ``rank``'s tasks in start order (ties: the order they were added)."""
         recs = [r for r in self.log if r.rank == rank]
-        recs.sort(key=lambda r: r.start)
+        recs.sort(key=lambda r: (r.start, r.handle))
         return [(r.name, r.start, r.end) for r in recs]
 
     def end_of(self, handle: int) -> float:
@@ -182,7 +183,7 @@ class Engine:
                 yield env.timeout(task.duration)
             if holds:
                 self._hold(state, -task.sms)
-            self.log.append(Record(rank, task.name, task.stream, task.phase, start, env.now))
+            self.log.append(Record(rank, task.name, task.stream, task.phase, start, env.now, h))
             self._end[h] = env.now
             self._done[h].succeed()
 
