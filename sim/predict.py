@@ -55,6 +55,7 @@ class LayerResult:
     compute_s: dict[str, float]
     exposed_s: dict[str, float]
     log: list[tuple[str, str, str, float, float]]
+    #: busy time of the all-to-all / TP stream (a lower bound of ``time_s``)
     comm_s: float = 0.0
 
 
@@ -272,7 +273,8 @@ def _simulate_layer(ctx: _Context, kind: str, phase: str) -> LayerResult:
         if r.stream != "compute" or r.name == ops.A2A_HOST_SYNC:
             overlap = sum(max(0.0, min(e, r.end) - max(s, r.start)) for s, e in busy)
             exposed[_EXPOSED_KIND.get(r.name, "comm.other")] += (r.end - r.start) - overlap
-            comm_total += r.end - r.start
+            if r.stream == "comm":
+                comm_total += r.end - r.start
     accounted = covered + sum(exposed.values())
     if makespan - accounted > 1e-12:
         exposed["comm.wait"] += makespan - accounted  # streams overlapping each other / waiting for peers
