@@ -1,0 +1,60 @@
+"""Speed and memory of the simulator (a script, not a timed test).
+
+Targets on a 2-core machine: the seed scenario's four-variant ``moesim predict`` under 2 s wall
+including start-up; one 256-GPU prediction under 0.3 s in-process; 2,048 GPUs under 2 s; 16,384 GPUs
+under 10 s; peak memory under 1 GB. Run: ``python benchmarks/bench_sim.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def _cli_seed() -> float:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "sim.cli", "predict"], check=True, env=env, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    from sim.catalog import load_cluster, load_model
+    from sim.predict import predict
+    from sim.specs import ParallelPlan
+
+    rows = [("seed scenario, 4 variants, `moesim predict` wall incl. start-up", _cli_seed(), 2.0)]
+    model = load_model("deepseek-v3-671b")
+    cases = [
+        (256, ParallelPlan(tp=2, pp=2, pp_schedule="interleaved-1f1b", vpp=2, ep=32, dp_shard=64, seq_len=8192,
+                           global_batch=4096), 0.3),
+        (2048, ParallelPlan(tp=2, pp=4, pp_schedule="interleaved-1f1b", vpp=2, ep=64, dp_shard=256,
+                            seq_len=8192, global_batch=8192, ep_backend="deepep"), 2.0),
+        (16384, ParallelPlan(tp=2, pp=8, pp_schedule="interleaved-1f1b", vpp=2, ep=64, dp_shard=512,
+                             dp_replicate=2, seq_len=8192, global_batch=16384, ep_backend="deepep"), 10.0),
+        (16384, ParallelPlan(tp=1, pp=8, pp_schedule="dualpipev", ep=64, dp_shard=2048, seq_len=4096,
+                             global_batch=32768, ep_backend="deepep", routing="zipf:0.5"), 10.0),
+    ]
+    for n, plan, target in cases:
+        cluster = load_cluster("hgx-b200", n_gpus=n)
+        t = time.perf_counter()
+        p = predict(model, cluster, plan)
+        dt = time.perf_counter() - t
+        label = f"{n} GPUs, {plan.pp_schedule}, {plan.ep_backend}, routing {plan.routing} (in-process, first call)"
+        rows.append((label, dt, target))
+        assert p.step_time_s > 0
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"{'case':<86} {'seconds':>8} {'target':>7}")
+    for label, dt, target in rows:
+        print(f"{label:<86} {dt:>8.3f} {target:>7.1f} {'ok' if dt < target else 'SLOW'}")
+    print(f"peak RSS {peak_mb:.0f} MB (target < 1024 MB) {'ok' if peak_mb < 1024 else 'HIGH'}")
+
+
+if __name__ == "__main__":
+    main()
