@@ -26,7 +26,8 @@ from sim.errors import ConfigError, MoesimError
 from sim.loaders import plan_from_mapping, read_toml
 from sim.specs import AC_MODES, EP_BACKENDS, PP_SCHEDULES, PRECISIONS, ClusterSpec
 
-__all__ = ["add_predict_arguments", "run_predict", "load_scenario", "Scenario", "main", "DEFAULT_SCENARIO"]
+__all__ = ["add_predict_arguments", "run_predict", "load_scenario", "derive_plan_fields", "format_table", "Scenario",
+           "main", "DEFAULT_SCENARIO"]
 
 DEFAULT_SCENARIO = "dsv3-671b-b200"
 
