@@ -148,6 +148,8 @@ def validate(args: argparse.Namespace) -> RunConfig:
         from reference.dispatch.deepep import load_deepep
 
         load_deepep(args.deepep_api)
+        if args.precision == "fp32":
+            raise ConfigError("--dispatch deepep moves bf16 tokens: use --precision bf16 or mxfp8, not fp32")
         if not use_cuda:
             raise BackendUnavailableError("--dispatch deepep runs DeepEP's CUDA kernels: it needs GPUs (use --deepep-buffer fake on CPU)")
     if args.profile is not None:
@@ -364,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         config = validate(args)
-        if config.ep > 1 and not config.under_launcher:
+        if (config.ep > 1 or config.dispatch != "local") and not config.under_launcher:
             return launch(config, argv)
         run_worker(config, argv)
     except MoesimError as exc:

@@ -83,11 +83,11 @@ class _FakeCore:
 
     def layout(self, topk_idx: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         e = num_experts // self.num_ranks
-        T = topk_idx.shape[0]
+        T, dev = topk_idx.shape[0], topk_idx.device
         valid_TK = topk_idx >= 0
         rank_TK = torch.where(valid_TK, topk_idx // e, torch.zeros_like(topk_idx))
-        in_rank_TR = torch.zeros((T, self.num_ranks), dtype=torch.bool)
-        in_rank_TR[torch.arange(T).unsqueeze(1).expand_as(rank_TK)[valid_TK], rank_TK[valid_TK]] = True
+        in_rank_TR = torch.zeros((T, self.num_ranks), dtype=torch.bool, device=dev)
+        in_rank_TR[torch.arange(T, device=dev).unsqueeze(1).expand_as(rank_TK)[valid_TK], rank_TK[valid_TK]] = True
         per_rank_R = in_rank_TR.sum(0).to(torch.int32)
         per_expert_E = torch.bincount(topk_idx[valid_TK].reshape(-1), minlength=num_experts).to(torch.int32)
         return per_rank_R, per_expert_E, in_rank_TR
@@ -105,15 +105,17 @@ class _FakeCore:
             sent = x.index_select(0, handle.send_token_idx)
             return _a2a(sent, handle.recv_splits, handle.send_splits, self.group), None, None, [], handle
         assert topk_idx is not None and num_experts is not None
-        e = num_experts // self.num_ranks
+        e, dev = num_experts // self.num_ranks, topk_idx.device
         _, _, in_rank_TR = self.layout(topk_idx, num_experts)
         send_idx = [torch.nonzero(in_rank_TR[:, r]).flatten() for r in range(self.num_ranks)]
         send_splits = [int(idx.numel()) for idx in send_idx]
-        counts = torch.tensor(send_splits, dtype=torch.int64)
+        counts = torch.tensor(send_splits, dtype=torch.int64, device=dev)
         recv_counts = _a2a(counts, [1] * self.num_ranks, [1] * self.num_ranks, self.group)
         recv_splits = [int(c) for c in recv_counts.tolist()]
-        send_token_idx = torch.cat(send_idx) if send_idx else torch.zeros(0, dtype=torch.long)
-        dest_rank_N = torch.repeat_interleave(torch.arange(self.num_ranks), torch.tensor(send_splits))
+        send_token_idx = torch.cat(send_idx) if send_idx else torch.zeros(0, dtype=torch.long, device=dev)
+        dest_rank_N = torch.repeat_interleave(
+            torch.arange(self.num_ranks, device=dev), torch.tensor(send_splits, device=dev)
+        )
         idx_NK = topk_idx.index_select(0, send_token_idx)
         local_NK = idx_NK - (dest_rank_N * e).unsqueeze(1)
         mine_NK = (idx_NK >= 0) & (local_NK >= 0) & (local_NK < e)

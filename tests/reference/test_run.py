@@ -36,7 +36,7 @@ def test_reference_names_are_the_simulator_vocabulary() -> None:
 def test_torchrun_two_ranks_mxfp8_all_to_all(tmp_path: Path) -> None:
     out = tmp_path / "prof"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "reference.run",
-           "--model", "debug", "--ep", "2", "--dispatch", "all_to_all", "--precision", "mxfp8",
+           "--model", "debug", "--dispatch", "all_to_all", "--precision", "mxfp8",
            "--tokens", "128", "--seq-len", "64", "--steps", "2", "--profile", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
