@@ -22,7 +22,6 @@ Shape letters: T tokens per rank, S sequence length, B sequences per rank, D mod
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
 import os
