@@ -157,3 +157,11 @@ def ep_equivalence_worker(rank: int, world_size: int, port: int, cases: list[str
     if "error" in results:
         os._exit(1)
     torch.distributed.destroy_process_group()
+
+
+def failing_rank_worker(rank: int, world_size: int, port: int) -> None:
+    """Spawn target for testing ``spawn`` itself: rank 1 dies while rank 0 waits in a collective."""
+    _init(rank, world_size, port)
+    if rank == 1:
+        os._exit(3)
+    torch.distributed.all_reduce(torch.ones(1))  # would block until the process-group timeout

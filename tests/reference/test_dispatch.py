@@ -112,3 +112,14 @@ def test_all_to_all_needs_process_group(debug_spec) -> None:
         pytest.skip("a process group is already initialised in this process")
     with pytest.raises(ConfigError, match="initialised torch.distributed process group"):
         AllToAllDispatcher(debug_spec.n_routed_experts)
+
+
+def test_a_failing_rank_cannot_hang_the_spawner() -> None:
+    import time
+
+    from reference.testing import failing_rank_worker
+
+    start = time.monotonic()
+    codes = spawn(failing_rank_worker, 2, (), timeout_s=60)
+    assert 3 in codes and codes != [0, 0]
+    assert time.monotonic() - start < 30
