@@ -170,7 +170,7 @@ def forward_matmul_flops_per_token(model: ModelSpec, seq_len: int) -> dict[str, 
     ``output`` (the LM head).
     """
     d, h = model.dim, model.n_heads
-    attention_proj = 2 * _attention_params(model) - (2 * model.head_dim if model.qk_norm else 0)
+    attention_proj = 2 * _attention_params(model) - (2 * 2 * model.head_dim if model.qk_norm else 0)
     if model.attention == "mla":
         attention_proj -= 2 * (model.q_lora_rank + model.kv_lora_rank)  # norm weights are not matmuls
     mean_keys = (seq_len + 1) / 2

@@ -142,6 +142,7 @@ class _Context:
                 self.cluster, self.layout.ep_group(self.rep), int(round(self.wl.tokens_dispatched)), self.model,
                 p.ep_backend, phase, self.ccosts, bytes_per_elem=bpe, num_sms=p.deepep_sms,
                 expert_load=self.load, seed=p.routing_seed,
+                routing="round-robin" if p.routing == "round-robin" else "random",
             )
         return self._a2a[phase]
 

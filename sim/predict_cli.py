@@ -52,7 +52,7 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--ac", choices=AC_MODES)
     p.add_argument("--precision", choices=PRECISIONS)
     p.add_argument("--ep-backend", choices=EP_BACKENDS, dest="ep_backend")
-    p.add_argument("--routing", help="balanced | zipf:<s> | dirichlet:<alpha> | tokens-per-expert file")
+    p.add_argument("--routing", help="balanced | round-robin | zipf:<s> | dirichlet:<alpha> | tokens-per-expert file")
     o = parser.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON object with a 'predictions' list")
     o.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of representative ranks")

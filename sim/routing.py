@@ -1,6 +1,10 @@
 """Token routing: how many token copies each expert (and so each EP rank) receives.
 
-``balanced`` (the default, and what every published run forced) gives every expert the same share.
+``balanced`` (the default, and what every published run forced) gives every expert the same share, each
+token drawing its top-k at random (group-limited per the model). ``round-robin`` is TorchTitan's
+``--debug.moe_force_load_balance`` taken literally: token ``t`` takes experts ``(t*K + k) % E``, so
+every expert gets the same share but a token's K experts are consecutive (often on one EP rank), which
+changes what node-deduplicating all-to-alls (DeepEP) send.
 ``zipf:<s>`` ranks experts by a seeded random permutation and weights rank ``i`` by ``1 / (i+1)^s``;
 ``dirichlet:<alpha>`` draws expert shares from a seeded symmetric Dirichlet; any other string is a path to
 a tokens-per-expert file (JSON list, or text with one number per line). The step waits for the busiest
@@ -23,16 +27,20 @@ import numpy as np
 
 from sim.errors import ConfigError
 
-__all__ = ["expert_load", "rank_load_factors", "is_balanced"]
+__all__ = ["expert_load", "rank_load_factors", "is_balanced", "BALANCED_ROUTINGS"]
+
+
+BALANCED_ROUTINGS = ("balanced", "round-robin")
 
 
 def is_balanced(routing: str) -> bool:
-    return routing == "balanced"
+    """True when every expert receives the same share of token copies."""
+    return routing in BALANCED_ROUTINGS
 
 
 def expert_load(routing: str, n_experts: int, seed: int = 0) -> np.ndarray:
     """Fraction of routed token copies each expert receives (sums to 1), deterministic in ``seed``."""
-    if routing == "balanced":
+    if is_balanced(routing):
         return np.full(n_experts, 1.0 / n_experts)
     rng = np.random.default_rng(seed)
     if routing.startswith("zipf:"):
@@ -73,7 +81,7 @@ def _read_file(path: str, n_experts: int) -> np.ndarray:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(
-            f"routing {path!r}: not 'balanced', 'zipf:<s>', 'dirichlet:<alpha>' or an existing "
+            f"routing {path!r}: not 'balanced', 'round-robin', 'zipf:<s>', 'dirichlet:<alpha>' or an existing "
             "tokens-per-expert file"
         )
     text = p.read_text(encoding="utf-8")
