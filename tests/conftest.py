@@ -15,3 +15,41 @@ os.environ.setdefault("TORCHAO_FORCE_SKIP_LOADING_SO_FILES", "1")
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+import pytest
+
+CI = os.environ.get("MOESIM_CI") == "1"
+HARDWARE_MARKERS = ("gpu", "multigpu", "sm100")
+CI_REQUIRED_MODULES = ("torch", "torchao", "hypothesis", "simpy", "networkx", "plotly")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under CI every tool the test route installs must import: a missing one fails the run."""
+    if not CI:
+        return
+    import importlib
+
+    missing = []
+    for name in CI_REQUIRED_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            missing.append(f"{name} ({err})")
+    if missing:
+        raise pytest.UsageError(f"MOESIM_CI=1 but these do not import: {', '.join(missing)}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """Under CI a skip is a failure, unless the test is marked as needing GPU hardware."""
+    outcome = yield
+    report = outcome.get_result()
+    if CI and report.skipped and not any(item.get_closest_marker(m) for m in HARDWARE_MARKERS):
+        report.outcome = "failed"
+        report.longrepr = f"skipped under MOESIM_CI=1 (CI must not pass by skipping): {report.longrepr}"
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    """Under CI a module skipped at collection (a missing import) is a failure."""
+    if CI and report.skipped:
+        report.outcome = "failed"
