@@ -49,11 +49,37 @@ def main() -> None:
         label = f"{n} GPUs, {plan.pp_schedule}, {plan.ep_backend}, routing {plan.routing} (in-process, first call)"
         rows.append((label, dt, target))
         assert p.step_time_s > 0
+    scaling = _symmetric_scaling(model)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{'case':<86} {'seconds':>8} {'target':>7}")
     for label, dt, target in rows:
         print(f"{label:<86} {dt:>8.3f} {target:>7.1f} {'ok' if dt < target else 'SLOW'}")
     print(f"peak RSS {peak_mb:.0f} MB (target < 1024 MB) {'ok' if peak_mb < 1024 else 'HIGH'}")
+    print("symmetric scaling (same TP2 PP2 EP32 plan, data parallel grown; fresh caches each):")
+    base = scaling[0][1]
+    for n, dt in scaling:
+        print(f"  {n:>6} GPUs {dt:8.3f} s  ({dt / base:5.2f}x the 256-GPU time for {n // 256}x the GPUs)")
+
+
+def _symmetric_scaling(model) -> list[tuple[int, float]]:  # type: ignore[no-untyped-def]
+    """Time of the same plan shape at growing data-parallel width: must stay flat, not grow with N."""
+    from sim import comm
+    from sim.catalog import load_cluster
+    from sim.predict import predict
+    from sim.specs import ParallelPlan
+
+    out = []
+    for n in (256, 2048, 16384):
+        dp = n // 4
+        plan = ParallelPlan(tp=2, pp=2, pp_schedule="interleaved-1f1b", vpp=2, ep=32, dp_shard=dp,
+                            seq_len=8192, global_batch=dp * 16)
+        for cache in (getattr(comm, name) for name in dir(comm)):
+            if hasattr(cache, "cache_clear"):
+                cache.cache_clear()
+        t = time.perf_counter()
+        predict(model, load_cluster("hgx-b200", n_gpus=n), plan)
+        out.append((n, time.perf_counter() - t))
+    return out
 
 
 if __name__ == "__main__":

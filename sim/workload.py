@@ -10,6 +10,7 @@ Built from (model, plan) alone, TorchTitan's way of running DeepSeek-V3-style mo
   (three ``_grouped_mm`` calls: w1, w3 = ``gate_up``; w2 = ``down``) / ``moe.combine`` /
   ``moe.unpermute``; shared experts TP-split on all tokens; the standard (NCCL) path first exchanges
   per-expert counts (``a2a.count_exchange``) and blocks on a device-to-host copy (``a2a.host_sync``);
+  DeepEP normal-mode dispatch blocks the host too, until its receive counts are known (``a2a.host_sync``);
 - precision recipes add MXFP8/FP8 quantize and scale-rearrange kernels (memory bound) per GEMM pass;
 - backward mirrors forward (GEMM -> dgrad + wgrad, attention -> 2x, all-gather <-> reduce-scatter,
   dispatch <-> combine); recompute re-runs the forward per AC mode (``full``: everything, including the
@@ -227,6 +228,10 @@ class Workload:
         if p.ep > 1:
             if p.ep_backend == "nccl":
                 out.append(OpSpec(ops.A2A_COUNT_EXCHANGE, "comm", coll="a2a.counts", nbytes=8 * m.n_routed_experts))
+                out.append(OpSpec(ops.A2A_HOST_SYNC, "host_sync"))
+            elif p.ep_backend == "deepep":
+                # DeepEP v1 normal-mode dispatch (no cached handle) busy-waits on the host until the GPU
+                # has written the received-token counts, so it can size the receive buffers.
                 out.append(OpSpec(ops.A2A_HOST_SYNC, "host_sync"))
             out.append(OpSpec(ops.MOE_DISPATCH, "comm", coll="a2a.dispatch", nbytes=BF16 * rows_out * D))
         out.append(OpSpec(ops.MOE_PERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True))
