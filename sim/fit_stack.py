@@ -9,12 +9,11 @@ standard EP, 651 tok/s/GPU) and print the value to store in :data:`sim.costs.TOR
 
 from __future__ import annotations
 
-
 from sim.catalog import load_cluster, load_model
 from sim.costs import CostModel, default_costs
+from sim.loaders import derive_plan_fields, plan_from_mapping
 from sim.predict import predict
-from sim.predict_cli import DEFAULT_SCENARIO, derive_plan_fields, load_scenario
-from sim.loaders import plan_from_mapping
+from sim.scenarios import DEFAULT_SCENARIO, load_scenario
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 __all__ = ["fit_compute_scale", "seed_baseline"]
@@ -38,11 +37,12 @@ def fit_compute_scale(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan
 
 
 def seed_baseline() -> tuple[ModelSpec, ClusterSpec, ParallelPlan, float]:
-    """The seed scenario's first variant (the BF16 baseline) and its measured tokens/s per GPU."""
+    """The seed scenario's ``fitted = true`` variant (the BF16 baseline) and its measured tokens/s per GPU."""
     sc = load_scenario(DEFAULT_SCENARIO)
-    v = sc.variants[0]
-    plan = plan_from_mapping(derive_plan_fields({**sc.base, **v.get("plan", {})}, sc.gpus))
-    return load_model(sc.model), load_cluster(sc.cluster, n_gpus=sc.gpus), plan, float(v["measured_tokens_per_s_per_gpu"])
+    (v,) = [v for v in sc.variants if v.fitted]
+    assert v.measured_tokens_per_s_per_gpu is not None
+    plan = plan_from_mapping(derive_plan_fields({**sc.base, **v.plan}, sc.gpus))
+    return load_model(sc.model), load_cluster(sc.cluster, n_gpus=sc.gpus), plan, v.measured_tokens_per_s_per_gpu
 
 
 def main() -> None:

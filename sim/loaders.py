@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, PlanError
 from sim.specs import ClusterSpec, FabricSpec, GPUSpec, ModelSpec, ParallelPlan
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "plan_from_mapping",
     "load_model_file",
     "load_plan_file",
+    "derive_plan_fields",
 ]
 
 SpecT = TypeVar("SpecT")
@@ -292,3 +293,24 @@ def load_model_file(path: str | Path) -> ModelSpec:
     if len(data) == 1 and isinstance(next(iter(data.values())), dict):
         name, data = next(iter(data.items()))
     return model_from_mapping(data, name)
+
+
+def derive_plan_fields(fields: dict[str, Any], n_gpus: int) -> dict[str, Any]:
+    """Fill unset data-parallel degrees (and a default batch) from the GPU count, TorchTitan style."""
+    f = dict(fields)
+    inner = f.get("tp", 1) * f.get("pp", 1) * f.get("cp", 1)
+    if n_gpus % inner:
+        raise PlanError(f"plan: tp ({f.get('tp', 1)}) * pp ({f.get('pp', 1)}) * cp ({f.get('cp', 1)}) = {inner} "
+                        f"must divide the number of GPUs ({n_gpus})")
+    dp = n_gpus // inner
+    if "dp_shard" not in f:
+        rep = f.get("dp_replicate", 1)
+        f["dp_shard"] = max(1, dp // rep)
+    elif "dp_replicate" not in f:
+        f["dp_replicate"] = max(1, dp // f["dp_shard"])
+    if f.get("vpp", 1) > 1 and "pp_schedule" not in f:
+        f["pp_schedule"] = "interleaved-1f1b"
+    if "global_batch" not in f:
+        local = max(8, 2 * f.get("pp", 1) * f.get("vpp", 1)) * f.get("micro_batch", 1)
+        f["global_batch"] = local * f.get("dp_shard", 1) * f.get("dp_replicate", 1)
+    return f

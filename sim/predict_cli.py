@@ -23,13 +23,11 @@ from typing import Any
 
 from sim.catalog import load_cluster, load_model
 from sim.errors import ConfigError, MoesimError
-from sim.loaders import plan_from_mapping, read_toml
+from sim.loaders import derive_plan_fields, plan_from_mapping
+from sim.scenarios import DEFAULT_SCENARIO, load_scenario, run_scenario
 from sim.specs import AC_MODES, EP_BACKENDS, PP_SCHEDULES, PRECISIONS, ClusterSpec
 
-__all__ = ["add_predict_arguments", "run_predict", "load_scenario", "derive_plan_fields", "format_table", "Scenario",
-           "main", "DEFAULT_SCENARIO"]
-
-DEFAULT_SCENARIO = "dsv3-671b-b200"
+__all__ = ["add_predict_arguments", "run_predict", "format_table", "main"]
 
 _PLAN_INTS = ("tp", "pp", "vpp", "ep", "etp", "dp_shard", "dp_replicate", "cp", "seq_len", "global_batch",
               "micro_batch", "deepep_sms", "routing_seed")
@@ -58,54 +56,6 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of representative ranks")
 
 
-@dataclasses.dataclass
-class Scenario:
-    name: str
-    description: str
-    model: str
-    cluster: str
-    gpus: int
-    base: dict[str, Any]
-    variants: list[dict[str, Any]]
-
-
-def load_scenario(name_or_path: str) -> Scenario:
-    """A scenario by built-in name or TOML path (:class:`ConfigError` on unknown keys or a bad file)."""
-    from sim.scenarios import scenario_names, scenario_text
-
-    if name_or_path in scenario_names():
-        import tomllib
-
-        data = tomllib.loads(scenario_text(name_or_path))
-        where = name_or_path
-    else:
-        if not Path(name_or_path).exists() and not name_or_path.endswith(".toml"):
-            raise ConfigError(
-                f"unknown scenario {name_or_path!r}; built in: {', '.join(scenario_names())} (or give a TOML path)"
-            )
-        data = read_toml(name_or_path)
-        where = str(name_or_path)
-    unknown = set(data) - {"scenario", "base", "variant"}
-    if unknown:
-        raise ConfigError(f"scenario {where!r}: unknown table(s) {', '.join(sorted(unknown))}; allowed: scenario, base, variant")
-    head = data.get("scenario", {})
-    for key in ("model", "gpus"):
-        if key not in head:
-            raise ConfigError(f"scenario {where!r}: [scenario] needs {key!r}")
-    extra = set(head) - {"name", "description", "model", "cluster", "gpus", "gpu"}
-    if extra:
-        raise ConfigError(f"scenario {where!r}: unknown key(s) {', '.join(sorted(extra))} in [scenario]")
-    variants = data.get("variant", [{"name": "base"}])
-    for v in variants:
-        bad = set(v) - {"name", "plan", "measured_tokens_per_s_per_gpu", "source"}
-        if bad or "name" not in v:
-            raise ConfigError(f"scenario {where!r}: each [[variant]] needs a name and may only hold plan, "
-                              f"measured_tokens_per_s_per_gpu, source (got {', '.join(sorted(v))})")
-    cluster = head.get("cluster") or f"hgx-{head.get('gpu', 'b200')}"
-    return Scenario(head.get("name", where), head.get("description", ""), head["model"], cluster,
-                    int(head["gpus"]), dict(data.get("base", {})), list(variants))
-
-
 def _cluster(args: argparse.Namespace, name: str | None, gpus: int, gpu: str | None) -> ClusterSpec:
     cluster = load_cluster(name or f"hgx-{gpu or 'b200'}", n_gpus=gpus, gpu=gpu)
     if getattr(args, "nic_gbps", None):
@@ -122,29 +72,6 @@ def _plan_fields(args: argparse.Namespace) -> dict[str, Any]:
         if v is not None:
             out[name] = v
     return out
-
-
-def derive_plan_fields(fields: dict[str, Any], n_gpus: int) -> dict[str, Any]:
-    """Fill unset data-parallel degrees (and a default batch) from the GPU count, TorchTitan style."""
-    f = dict(fields)
-    inner = f.get("tp", 1) * f.get("pp", 1) * f.get("cp", 1)
-    if n_gpus % inner:
-        from sim.errors import PlanError
-
-        raise PlanError(f"plan: tp ({f.get('tp', 1)}) * pp ({f.get('pp', 1)}) * cp ({f.get('cp', 1)}) = {inner} "
-                        f"must divide the number of GPUs ({n_gpus})")
-    dp = n_gpus // inner
-    if "dp_shard" not in f:
-        rep = f.get("dp_replicate", 1)
-        f["dp_shard"] = max(1, dp // rep)
-    elif "dp_replicate" not in f:
-        f["dp_replicate"] = max(1, dp // f["dp_shard"])
-    if f.get("vpp", 1) > 1 and "pp_schedule" not in f:
-        f["pp_schedule"] = "interleaved-1f1b"
-    if "global_batch" not in f:
-        local = max(8, 2 * f.get("pp", 1) * f.get("vpp", 1)) * f.get("micro_batch", 1)
-        f["global_batch"] = local * f.get("dp_shard", 1) * f.get("dp_replicate", 1)
-    return f
 
 
 def _costs(args: argparse.Namespace, gpu: Any) -> Any:
@@ -177,18 +104,7 @@ def _run(args: argparse.Namespace) -> tuple[list[Any], str]:
     model = load_model(args.model or sc.model)
     gpus = args.gpus or sc.gpus
     cluster = _cluster(args, args.cluster or sc.cluster, gpus, args.gpu)
-    costs = _costs(args, cluster.gpu)
-    preds = []
-    for v in sc.variants:
-        fields = {**sc.base, **v.get("plan", {}), **plan_args}
-        if not isinstance(v.get("plan", {}), dict):
-            raise ConfigError(f"scenario {sc.name!r}: variant {v['name']!r}: plan must be a table")
-        plan = plan_from_mapping(derive_plan_fields(fields, gpus), f"scenario {sc.name!r} variant {v['name']!r}")
-        p = predict(model, cluster, plan, costs, name=v["name"])
-        if "measured_tokens_per_s_per_gpu" in v:
-            p.measured_tokens_per_s_per_gpu = float(v["measured_tokens_per_s_per_gpu"])
-        p.source = str(v.get("source", ""))
-        preds.append(p)
+    preds = run_scenario(sc, model=model, cluster=cluster, costs=_costs(args, cluster.gpu), overrides=plan_args)
     return preds, f"{sc.name}: {sc.description}".strip(": ")
 
 

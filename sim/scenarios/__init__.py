@@ -1,19 +1,152 @@
-"""Built-in scenario files (TOML): a base plan and named variants, with measured numbers where published.
+"""Scenarios: a model on a cluster, a base plan, and named variants, with measured numbers where published.
+
+A scenario file is TOML::
+
+    [scenario]                 # model (catalog name or file), gpus; optional name, description, cluster, gpu
+    model = "deepseek-v3-671b"
+    cluster = "hgx-b200"
+    gpus = 256
+    [base]                     # ParallelPlan fields shared by every variant
+    tp = 2
+    [[variant]]                # name; optional plan = {overrides}, measured_tokens_per_s_per_gpu, source,
+    name = "bf16"              # fitted = true when the software-stack profile was fitted to this one
+    measured_tokens_per_s_per_gpu = 651
+
+Built-in scenarios are package data (``scenario_names()``); users pass a path instead.
 
 >>> "dsv3-671b-b200" in scenario_names()
 True
+>>> sc = load_scenario("dsv3-671b-b200")
+>>> [v.fitted for v in sc.variants]
+[True, False, False, False]
 """
 
 from __future__ import annotations
 
+import tomllib
+from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["scenario_names", "scenario_text"]
+from sim.errors import ConfigError
+from sim.loaders import derive_plan_fields, plan_from_mapping, read_toml
+
+if TYPE_CHECKING:
+    from sim.costs import CostModel
+    from sim.predict import Prediction
+    from sim.specs import ClusterSpec, ModelSpec
+
+__all__ = ["Scenario", "Variant", "scenario_names", "load_scenario", "run_scenario", "DEFAULT_SCENARIO"]
+
+DEFAULT_SCENARIO = "dsv3-671b-b200"
+_HEAD_KEYS = {"name", "description", "model", "cluster", "gpus", "gpu"}
+_VARIANT_KEYS = {"name", "plan", "measured_tokens_per_s_per_gpu", "source", "fitted"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One named plan of a scenario: overrides of the base plan, and what was measured, if anything."""
+
+    name: str
+    plan: dict[str, Any] = field(default_factory=dict)
+    measured_tokens_per_s_per_gpu: float | None = None
+    source: str = ""
+    fitted: bool = False
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A model on a cluster of ``gpus`` GPUs, a base plan, and its variants."""
+
+    name: str
+    description: str
+    model: str
+    cluster: str
+    gpus: int
+    base: dict[str, Any]
+    variants: tuple[Variant, ...]
 
 
 def scenario_names() -> list[str]:
-    return sorted(p.name[:-5] for p in resources.files("sim.scenarios").iterdir() if p.name.endswith(".toml"))
+    """Names of the built-in scenarios."""
+    return sorted(p.name[:-5] for p in resources.files(__package__).iterdir() if p.name.endswith(".toml"))
 
 
-def scenario_text(name: str) -> str:
-    return resources.files("sim.scenarios").joinpath(f"{name}.toml").read_text(encoding="utf-8")
+def _variant(where: str, data: Any) -> Variant:
+    if not isinstance(data, dict) or "name" not in data or set(data) - _VARIANT_KEYS:
+        got = ", ".join(sorted(data)) if isinstance(data, dict) else repr(data)
+        raise ConfigError(f"scenario {where!r}: each [[variant]] needs a name and may only hold "
+                          f"{', '.join(sorted(_VARIANT_KEYS - {'name'}))} (got {got})")
+    plan = data.get("plan", {})
+    if not isinstance(plan, dict):
+        raise ConfigError(f"scenario {where!r}: variant {data['name']!r}: plan must be a table, got {plan!r}")
+    measured = data.get("measured_tokens_per_s_per_gpu")
+    if measured is not None and (isinstance(measured, bool) or not isinstance(measured, (int, float)) or measured <= 0):
+        raise ConfigError(f"scenario {where!r}: variant {data['name']!r}: measured_tokens_per_s_per_gpu must be "
+                          f"a positive number, got {measured!r}")
+    fitted = data.get("fitted", False)
+    if not isinstance(fitted, bool):
+        raise ConfigError(f"scenario {where!r}: variant {data['name']!r}: fitted must be true or false")
+    return Variant(str(data["name"]), dict(plan), None if measured is None else float(measured),
+                   str(data.get("source", "")), fitted)
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """A scenario by built-in name or TOML path (:class:`ConfigError` on unknown keys or a bad file)."""
+    if name_or_path in scenario_names():
+        data = tomllib.loads(resources.files(__package__).joinpath(f"{name_or_path}.toml").read_text(encoding="utf-8"))
+    elif Path(name_or_path).exists() or name_or_path.endswith(".toml"):
+        data = read_toml(name_or_path)
+    else:
+        raise ConfigError(f"unknown scenario {name_or_path!r}; built in: {', '.join(scenario_names())} "
+                          "(or give a TOML path)")
+    where = name_or_path
+    unknown = set(data) - {"scenario", "base", "variant"}
+    if unknown:
+        raise ConfigError(f"scenario {where!r}: unknown table(s) {', '.join(sorted(unknown))}; "
+                          "allowed: scenario, base, variant")
+    head = data.get("scenario", {})
+    for key in ("model", "gpus"):
+        if key not in head:
+            raise ConfigError(f"scenario {where!r}: [scenario] needs {key!r}")
+    extra = set(head) - _HEAD_KEYS
+    if extra:
+        raise ConfigError(f"scenario {where!r}: unknown key(s) {', '.join(sorted(extra))} in [scenario]")
+    gpus = head["gpus"]
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
+        raise ConfigError(f"scenario {where!r}: gpus must be a positive integer, got {gpus!r}")
+    variants = tuple(_variant(where, v) for v in data.get("variant", [{"name": "base"}]))
+    cluster = head.get("cluster") or f"hgx-{head.get('gpu', 'b200')}"
+    return Scenario(head.get("name", where), head.get("description", ""), head["model"], cluster, gpus,
+                    dict(data.get("base", {})), variants)
+
+
+def run_scenario(
+    scenario: Scenario,
+    *,
+    model: ModelSpec | None = None,
+    cluster: ClusterSpec | None = None,
+    costs: CostModel | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> list[Prediction]:
+    """Predict every variant of ``scenario`` (model and cluster from the scenario unless given).
+
+    ``overrides`` are plan fields applied on top of every variant (the command line's plan flags).
+    Each prediction carries the variant's measured number and source.
+    """
+    from sim.catalog import load_cluster, load_model
+    from sim.predict import predict
+
+    model = model or load_model(scenario.model)
+    cluster = cluster or load_cluster(scenario.cluster, n_gpus=scenario.gpus)
+    predictions = []
+    for variant in scenario.variants:
+        fields = {**scenario.base, **variant.plan, **(overrides or {})}
+        plan = plan_from_mapping(derive_plan_fields(fields, cluster.n_gpus),
+                                 f"scenario {scenario.name!r} variant {variant.name!r}")
+        prediction = predict(model, cluster, plan, costs, name=variant.name)
+        prediction.measured_tokens_per_s_per_gpu = variant.measured_tokens_per_s_per_gpu
+        prediction.source = variant.source
+        predictions.append(prediction)
+    return predictions
