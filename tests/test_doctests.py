@@ -9,12 +9,13 @@ import pkgutil
 import pytest
 
 import calibrate
+import studies
 import sim
 
 
 def torch_free_modules() -> list[str]:
     names = []
-    for package in (sim, calibrate):
+    for package in (sim, calibrate, studies):
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
             if not info.name.endswith("__main__"):
                 names.append(info.name)
