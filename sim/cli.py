@@ -126,9 +126,9 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_reference(args: argparse.Namespace) -> int:
-    command = [sys.executable, "-m", "reference.run", *args.reference_args]
-    return subprocess.call(command)
+def _run_reference(arguments: Sequence[str]) -> int:
+    """``moesim reference ...`` is ``python -m reference.run ...`` (a subprocess: sim never imports torch)."""
+    return subprocess.call([sys.executable, "-m", "reference.run", *arguments])
 
 
 def _add_predict(subparsers: Any) -> None:
@@ -170,14 +170,17 @@ def build_parser() -> argparse.ArgumentParser:
     reference = subparsers.add_parser("reference", help="run the PyTorch reference layer (python -m reference.run)",
                                       add_help=False)
     reference.add_argument("reference_args", nargs=argparse.REMAINDER)
-    reference.set_defaults(handler=_cmd_reference)
+    reference.set_defaults(handler=lambda args: _run_reference(args.reference_args))
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``moesim`` console script; returns the exit code."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["reference"]:  # everything after it belongs to the reference's own parser
+        return _run_reference(arguments[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(arguments)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)

@@ -667,8 +667,7 @@ def reduce_scatter_time(cluster: ClusterSpec, ranks: Sequence[int], bytes_per_ra
     >>> round(reduce_scatter_time(load_cluster("hgx-b200", n_gpus=8), range(8), 1e9, CommCosts.default()) * 1e3, 3)
     9.715
     """
-    n, bw, step = _ring(cluster, ranks, bytes_per_rank, costs, "reduce_scatter_time")
-    return 0.0 if n == 1 else costs.nccl_launch_s + (n - 1) * (bytes_per_rank / bw + step)
+    return allgather_time(cluster, ranks, bytes_per_rank, costs)
 
 
 def allreduce_time(cluster: ClusterSpec, ranks: Sequence[int], bytes_per_rank: float, costs: CommCosts) -> float:
