@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import shutil
@@ -363,6 +364,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TORCHAO_FORCE_SKIP_LOADING_SO_FILES", "1")
     args = parse_args(argv)
+    missing = [name for name in ("torch", "torchao") if importlib.util.find_spec(name) is None]
+    if missing:
+        print(f"moesim reference: error: the reference needs {' and '.join(missing)}, which this environment "
+              "lacks; install it with: pip install 'moesim[reference]' (on GPUs, the CUDA build of torch first)",
+              file=sys.stderr)
+        return 2
     try:
         config = validate(args)
         if (config.ep > 1 or config.dispatch != "local") and not config.under_launcher:
