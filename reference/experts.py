@@ -113,7 +113,9 @@ def _sm100_mxfp8_available() -> bool:
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 10:
         return False
     try:
-        from torchao.prototype.moe_training.mxfp8_grouped_mm import _SM100_KERNELS_AVAILABLE
+        from torchao.prototype.moe_training.mxfp8_grouped_mm import (
+            _SM100_KERNELS_AVAILABLE,
+        )
     except ImportError:
         return False
     return bool(_SM100_KERNELS_AVAILABLE)

@@ -250,7 +250,11 @@ def run_worker(config: RunConfig, argv: list[str]) -> dict[str, Any]:
 
             dispatcher = AllToAllDispatcher(spec.n_routed_experts, payload=config.a2a_payload, model_dim=spec.dim)
         else:
-            from reference.dispatch.deepep import DeepEPDispatcher, load_deepep, make_deepep_buffer
+            from reference.dispatch.deepep import (
+                DeepEPDispatcher,
+                load_deepep,
+                make_deepep_buffer,
+            )
             from reference.dispatch.fake_deepep import FakeBuffer, FakeElasticBuffer
 
             if config.deepep_buffer == "fake":

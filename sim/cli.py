@@ -14,8 +14,20 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sim.accounting import count_params, exact_flops_per_token, memory_per_gpu, torchtitan_flops_per_token
-from sim.catalog import cluster_names, gpu_names, load_cluster, load_gpu, load_model, model_names
+from sim.accounting import (
+    count_params,
+    exact_flops_per_token,
+    memory_per_gpu,
+    torchtitan_flops_per_token,
+)
+from sim.catalog import (
+    cluster_names,
+    gpu_names,
+    load_cluster,
+    load_gpu,
+    load_model,
+    model_names,
+)
 from sim.errors import MoesimError
 from sim.loaders import load_plan_file
 

@@ -543,7 +543,6 @@ def _moe_cached(
     topo = _topo(cluster, ranks)
     rk = np.asarray(ranks)
     dom = rk // cluster.nvlink_domain_gpus
-    zeros = np.zeros(n)
 
     if backend in ("nccl", "deepep-ll"):
         flat = np.tile(tokens * k * token_bytes * rank_load, (n, 1))  # [sender, receiver]

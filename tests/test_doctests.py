@@ -9,8 +9,8 @@ import pkgutil
 import pytest
 
 import calibrate
-import studies
 import sim
+import studies
 
 
 def torch_free_modules() -> list[str]:

@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import CatalogError
-from sim.loaders import cluster_from_mapping, gpu_from_mapping, load_model_file, model_from_mapping
+from sim.loaders import (
+    cluster_from_mapping,
+    gpu_from_mapping,
+    load_model_file,
+    model_from_mapping,
+)
 from sim.specs import ClusterSpec, GPUSpec, ModelSpec
 
 __all__ = ["model_names", "gpu_names", "cluster_names", "load_model", "load_gpu", "load_cluster"]

@@ -9,19 +9,18 @@ import pytest
 from sim.catalog import load_cluster, load_gpu, load_model
 from sim.costs import CostModel, default_costs
 from sim.errors import ConfigError, PlanError
+from sim.ops import ALL_OPS
 from sim.predict import predict
-from sim.predict_cli import main, run_predict
+from sim.predict_cli import main
 from sim.specs import ParallelPlan
 from sim.trace import chrome_trace_events
-from sim.ops import ALL_OPS
 
 
 @pytest.fixture(scope="module")
 def seed_preds():
-    from sim.predict_cli import _run
     import argparse
 
-    from sim.predict_cli import add_predict_arguments
+    from sim.predict_cli import _run, add_predict_arguments
 
     parser = argparse.ArgumentParser()
     add_predict_arguments(parser)
