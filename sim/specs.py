@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, PlanError
 
 __all__ = [
     "ModelSpec",
@@ -403,8 +403,6 @@ class ParallelPlan:
 
     def check_fits(self, model: ModelSpec, n_gpus: int) -> None:
         """Raise :class:`PlanError` naming every factor if this plan cannot run ``model`` on ``n_gpus``."""
-        from sim.errors import PlanError
-
         if self.world_size != n_gpus:
             raise PlanError(
                 f"plan: dp_replicate ({self.dp_replicate}) * dp_shard ({self.dp_shard}) * cp ({self.cp})"
@@ -453,9 +451,10 @@ class ParallelPlan:
                 f"plan: seq_len ({self.seq_len}) must be a multiple of cp ({self.cp}) * tp ({self.tp})"
             )
         if self.pp > 1:
-            needed = self.pp if self.pp_schedule != "dualpipe" else 2 * self.pp
-            if self.pp_schedule in ("dualpipe", "dualpipev") and self.pp % 2 and self.pp_schedule == "dualpipe":
+            if self.pp_schedule == "dualpipe" and self.pp % 2:
                 raise PlanError(f"plan: pp_schedule 'dualpipe' needs an even pp, got pp ({self.pp})")
+            # DualPipe and DualPipeV fill both directions of the V: at least two microbatches per rank.
+            needed = 2 * self.pp if self.pp_schedule in ("dualpipe", "dualpipev") else self.pp
             if self.n_microbatches < needed:
                 raise PlanError(
                     f"plan: pp_schedule {self.pp_schedule!r} with pp ({self.pp}) needs at least "
