@@ -1,4 +1,5 @@
-"""``python -m calibrate summarize TRACE [--json]``: per-op times of a profiled run, by shared op name."""
+"""``python -m calibrate``: ``summarize TRACE`` (per-op times of a profiled run, by shared op name) and
+``profile --label DEVICE --out DIR [--smoke]`` (profile the reference over precisions and sizes)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from calibrate.profile import GPU_CASES, SMOKE_CASES, profile_cases
 from calibrate.traces import load_trace, op_durations
 from sim.errors import MoesimError
 
@@ -17,8 +19,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     summarize = sub.add_parser("summarize", help="per-op statistics of a Kineto/Chrome trace")
     summarize.add_argument("trace", help="trace .json or .json.gz")
     summarize.add_argument("--json", action="store_true")
+    profile = sub.add_parser("profile", help="profile the reference (bf16, mxfp8 at two sizes) into DIR")
+    profile.add_argument("--label", required=True, help="device label recorded with the results, e.g. H200")
+    profile.add_argument("--out", required=True, help="output folder")
+    profile.add_argument("--smoke", action="store_true", help="CPU smoke run: the debug model, tiny shapes")
+    profile.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     args = parser.parse_args(argv)
     try:
+        if args.command == "profile":
+            cases = SMOKE_CASES if args.smoke else GPU_CASES
+            path = profile_cases(cases, args.out, args.label, device="cpu" if args.smoke else args.device)
+            print(f"calibrate: wrote {path}")
+            return 0
         stats = op_durations(load_trace(args.trace))
     except MoesimError as err:
         print(f"calibrate: error: {err}", file=sys.stderr)
