@@ -107,6 +107,11 @@ def validate_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) ->
             f"plan: pp_schedule 'dualpipev' with pp ({plan.pp}) needs at least {2 * plan.pp} microbatches "
             f"per step, got {plan.n_microbatches}"
         )
+    if plan.pp > 1 and plan.pp_schedule == "dualpipe" and plan.n_microbatches % 2:
+        raise PlanError(
+            f"plan: pp_schedule 'dualpipe' feeds half the microbatches from each end of the pipeline: needs an "
+            f"even microbatch count per step, got {plan.n_microbatches}"
+        )
 
 
 class _Context:
@@ -338,6 +343,14 @@ def _pair_time(ctx: _Context, f: _Chunk, b: _Chunk) -> float:
     return max(compute + overlapped * (slow - 1.0), comm_s)
 
 
+def _wgrad_time(ctx: _Context, kind: str) -> float:
+    """Seconds of one layer's weight-gradient GEMMs (the backward's ``wgrad`` passes, about half its GEMM
+    time), on the slowest symmetry class: the ``W`` that DualPipe defers to fill bubbles (zero-bubble split)."""
+    wgrad = [op for op in ctx.wl.layer_ops(kind, "bwd") if op.gemm_pass == "wgrad"]
+    classes = range(ctx.n_classes) if kind == "moe" else range(1)
+    return max(sum(ctx.op_time(op, cls)[0] for op in wgrad) for cls in classes)
+
+
 def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: CostModel | None = None,
             *, name: str = "") -> Prediction:
     """Predict one training step of ``model`` on ``cluster`` under ``plan``.
@@ -374,10 +387,13 @@ def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: C
         first_ag.append(ag)
         chunk_rs.append(rs)
     pairs: dict[tuple[int, int], float] = {}
+    w_s: list[float] = []
     if plan.pp_schedule in ("dualpipe", "dualpipev") and plan.pp > 1:
         pairs = {(i, j): _pair_time(ctx, chunks[i], chunks[j]) for i in range(len(chunks)) for j in range(len(chunks))}
+        wgrad = {k: _wgrad_time(ctx, k) for k in kinds}
+        w_s = [min(c.b_s, sum(wgrad[k] for k in c.layers)) for c in chunks]
     spec = PipelineSpec(plan.pp_schedule, plan.pp, plan.vpp, plan.n_microbatches,
-                        [c.f_s for c in chunks], [c.b_s for c in chunks], p2p, first_ag, pairs)
+                        [c.f_s for c in chunks], [c.b_s for c in chunks], p2p, first_ag, pairs, w_s)
     pipe = simulate_pipeline(spec)
     # Step tail: gradient reduce-scatter of the last chunk to finish, replica all-reduce, optimizer.
     last_rank = max(range(len(pipe.actions)), key=lambda p: pipe.actions[p][-1][4])
@@ -422,10 +438,13 @@ def _breakdown(pipe: PipelineResult, chunks: list[_Chunk], step: float, rs_tail:
     rank = max(range(len(pipe.actions)), key=pipe.busy)
     out: dict[str, float] = defaultdict(float)
     for phase, stage, _mb, s, e in pipe.actions[rank]:
+        if phase in ("FB", "W"):
+            _add_overlapped(out, chunks[stage], phase, e - s)
+            continue
         parts = []
-        if phase in ("F", "FB"):
+        if phase == "F":
             parts.append((chunks[stage].f_parts, chunks[stage].f_s))
-        if phase in ("B", "FB"):
+        if phase == "B":
             parts.append((chunks[stage].b_parts, chunks[stage].b_s))
         total = sum(t for _, t in parts) or 1.0
         scale = (e - s) / total
@@ -439,3 +458,22 @@ def _breakdown(pipe: PipelineResult, chunks: list[_Chunk], step: float, rs_tail:
     out["optimizer"] += opt
     out["pipeline_bubble"] = max(0.0, pipe.makespan - pipe.busy(rank) - fsdp_ag)
     return {k: float(v) for k, v in sorted(out.items())}
+
+
+def _add_overlapped(out: dict[str, float], ch: _Chunk, phase: str, dur: float) -> None:
+    """Attribute a DualPipe step to categories: an overlapped F&B pair (``FB``) runs both compute parts back
+    to back with the all-to-alls hidden under them, its time beyond that compute (SMs lent to the
+    all-to-all kernels, or an all-to-all longer than the compute) counts as ``comm.a2a``; a deferred weight
+    gradient (``W``) is backward compute."""
+    sources = [ch.f_parts, ch.b_parts] if phase == "FB" else [ch.b_parts]
+    compute: dict[str, float] = defaultdict(float)
+    for parts in sources:
+        for k, v in parts.items():
+            if k.startswith("compute."):
+                compute[k] += v
+    total = sum(compute.values())
+    scale = min(1.0, dur / total) if total else 0.0
+    for k, v in compute.items():
+        out[k] += v * scale
+    if dur > total * scale:
+        out["comm.a2a"] += dur - total * scale

@@ -8,10 +8,18 @@ its own ``F``.
 - ``1f1b`` and ``interleaved-1f1b`` run the fixed per-rank orders of Megatron/TorchTitan: warm-up
   forwards, one-forward-one-backward steady state, cool-down backwards. Stage ``s`` of chunk ``j`` on rank
   ``p`` is ``j * pp + p``.
-- ``dualpipe`` / ``dualpipev`` place two chunks per rank in a V (stages ``p`` and ``2*pp-1-p``; DualPipe's
-  two directions are equivalent in timing) and schedule greedily (backward first, forwards capped at
-  ``2*pp`` in flight); a ready forward and backward of different microbatches run as one overlapped pair
-  of ``pair_s[(f_chunk, b_chunk)]`` seconds (DualPipe's computation-communication overlap).
+- ``dualpipev`` runs the fixed per-rank step order of deepseek-ai/DualPipe's DualPipeV
+  (:func:`dualpipev_steps`) on a V: rank ``p`` holds stages ``p`` and ``2*pp-1-p``. In its main loop a
+  forward and a backward of different microbatches run as one overlapped pair of
+  ``pair_s[(f_stage, b_stage)]`` seconds (the all-to-all of one hides under the compute of the other). Some
+  warm-up and cool-down backwards are split zero-bubble style: the input gradient (``B - W``) runs at once,
+  the weight gradient ``W`` (``w_s``) later, in a bubble.
+- ``dualpipe`` is bidirectional: half the microbatches enter at rank 0, half at rank ``pp-1``, through two
+  copies of a ``pp``-stage model whose stage ``k`` is chunks ``2k`` and ``2k+1`` of the ``2*pp`` chunks given
+  (rank ``p`` runs stage ``p`` of one direction and ``pp-1-p`` of the other). Ranks ``p`` and ``pp-1-p`` run
+  the DualPipeV step order of rank ``min(p, pp-1-p)`` of ``pp/2``, as the reference implementation does;
+  with equal costs DualPipe on ``pp`` ranks therefore times like DualPipeV on ``pp/2`` ranks with half the
+  microbatches and doubled chunks, not like DualPipeV on ``pp`` ranks (its bubble is one chunk shorter).
 
 1F1B on 2 ranks, 2 microbatches, F=1, B=2, no transfer time: the bubble is (pp-1)(F+B).
 
@@ -20,18 +28,30 @@ its own ``F``.
 9.0
 >>> res.actions[0][:3]
 [('F', 0, 0, 0.0, 1.0), ('F', 0, 1, 1.0, 2.0), ('B', 0, 0, 4.0, 6.0)]
+
+DualPipeV on 2 ranks, 4 microbatches, F=1, B=2, W=1, no overlap: (pp-1)(F+B+B-3W) = 2 of bubble
+over the 4 * 2 * 3 = 24 of work per rank.
+
+>>> simulate_pipeline(PipelineSpec("dualpipev", 2, 1, 4, [1.0] * 4, [2.0] * 4, w_s=[1.0] * 4)).makespan
+26.0
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import simpy
 
 from sim.errors import PlanError
 
-__all__ = ["PipelineSpec", "PipelineResult", "simulate_pipeline", "stage_of", "rank_orders"]
+__all__ = ["PipelineResult", "PipelineSpec", "dualpipev_steps", "rank_orders", "simulate_pipeline", "stage_of"]
+
+DUAL = ("dualpipe", "dualpipev")
+
+#: (phase, stage, microbatch): one action of the schedule; phase "F", "B" or "W".
+Key = tuple[str, int, int]
 
 
 @dataclass(frozen=True)
@@ -49,26 +69,36 @@ class PipelineSpec:
     first_f_extra_s: Sequence[float] = ()
     #: overlapped F+B pair duration by (f_stage, b_stage), DualPipe only; missing pairs: F + B.
     pair_s: dict[tuple[int, int], float] = field(default_factory=dict)
+    #: weight-gradient part of ``b_s`` per stage, DualPipe only (zero-bubble split); empty: no split.
+    w_s: Sequence[float] = ()
 
     @property
     def n_stages(self) -> int:
-        return self.pp * (2 if self.schedule in ("dualpipe", "dualpipev") else self.vpp)
+        return self.pp * (2 if self.schedule in DUAL else self.vpp)
 
 
 @dataclass
 class PipelineResult:
     makespan: float
-    #: per pp rank: (phase "F"/"B"/"FB", stage, microbatch, start, end); FB's stage is the F stage.
+    #: per pp rank: (phase "F"/"B"/"W"/"FB", stage, microbatch, start, end); FB's stage is the F stage.
     actions: list[list[tuple[str, int, int, float, float]]]
+    #: every (phase, stage, microbatch) -> (rank, start, end) of the action that ran it (a pair runs two).
+    timeline: dict[Key, tuple[int, float, float]] = field(default_factory=dict)
 
     def busy(self, rank: int) -> float:
         return sum(e - s for _, _, _, s, e in self.actions[rank])
 
 
 def stage_of(schedule: str, pp: int, rank: int, chunk: int) -> int:
-    """Virtual stage of ``chunk`` on pipeline ``rank``."""
-    if schedule in ("dualpipe", "dualpipev"):
+    """Virtual stage of ``chunk`` on pipeline ``rank`` (DualPipe: chunks 0-1 of one direction, 2-3 of the other).
+
+    >>> [stage_of("dualpipev", 4, 1, j) for j in range(2)], [stage_of("dualpipe", 4, 1, j) for j in range(4)]
+    ([1, 6], [2, 3, 4, 5])
+    """
+    if schedule == "dualpipev":
         return rank if chunk == 0 else 2 * pp - 1 - rank
+    if schedule == "dualpipe":
+        return 2 * (rank if chunk < 2 else pp - 1 - rank) + chunk % 2
     return chunk * pp + rank
 
 
@@ -103,8 +133,8 @@ def simulate_pipeline(spec: PipelineSpec) -> PipelineResult:
     """Run the schedule; returns the makespan and every rank's action timeline."""
     if spec.pp == 1:
         return _single_rank(spec)
-    if spec.schedule in ("dualpipe", "dualpipev"):
-        return _greedy(spec)
+    if spec.schedule in DUAL:
+        return _dual(spec)
     return _fixed(spec)
 
 
@@ -123,16 +153,16 @@ def _single_rank(spec: PipelineSpec) -> PipelineResult:
         for s in reversed(range(spec.n_stages)):
             acts.append(("B", s, mb, t, t + spec.b_s[s]))
             t += spec.b_s[s]
-    return PipelineResult(t, [acts])
+    return PipelineResult(t, [acts], {(ph, s, mb): (0, a, b) for ph, s, mb, a, b in acts})
 
 
 class _Deps:
-    """Completion (arrival) events of every (phase, stage, mb)."""
+    """Completion and arrival events of every (phase, position, mb) along a pipeline of ``n_pos`` positions
+    whose position ``pos`` runs microbatch ``mb`` on rank ``rank_of(pos, mb)``."""
 
-    def __init__(self, env: simpy.Environment, spec: PipelineSpec) -> None:
-        self.env, self.spec = env, spec
+    def __init__(self, env: simpy.Environment, n_pos: int, rank_of: Callable[[int, int], int], p2p_s: float) -> None:
+        self.env, self.n_pos, self.rank_of, self.p2p_s = env, n_pos, rank_of, p2p_s
         self.events: dict[tuple[str, int, int], simpy.Event] = {}
-        self.on_arrival: Callable[[], None] | None = None
 
     def event(self, key: tuple[str, int, int]) -> simpy.Event:
         ev = self.events.get(key)
@@ -140,44 +170,45 @@ class _Deps:
             ev = self.events[key] = self.env.event()
         return ev
 
-    def needs(self, phase: str, stage: int, mb: int) -> list[tuple[str, int, int]]:
-        last = self.spec.n_stages - 1
+    def needs(self, phase: str, pos: int, mb: int) -> list[tuple[str, int, int]]:
         if phase == "F":
-            return [("Fa", stage - 1, mb)] if stage > 0 else []
-        return [("Ba", stage + 1, mb)] if stage < last else [("F", stage, mb)]
+            return [("Fa", pos - 1, mb)] if pos > 0 else []
+        return [("Ba", pos + 1, mb)] if pos < self.n_pos - 1 else [("F", pos, mb)]
 
-    def done(self, phase: str, stage: int, mb: int, stage_rank: dict[int, int]) -> None:
-        self.event((phase, stage, mb)).succeed()
-        arrival = ("Fa" if phase == "F" else "Ba", stage, mb)
-        nxt = stage + 1 if phase == "F" else stage - 1
-        same = 0 <= nxt < self.spec.n_stages and stage_rank[nxt] == stage_rank[stage]
-        delay = 0.0 if same else self.spec.p2p_s
-        if delay > 0:
-            self.env.process(self._later(arrival, delay))
-        else:
+    def wait(self, phase: str, pos: int, mb: int) -> Iterator[simpy.Event]:
+        """The events still pending before ``phase`` of ``(pos, mb)`` may start (yield each from a process)."""
+        for key in self.needs(phase, pos, mb):
+            ev = self.event(key)
+            if not ev.processed:
+                yield ev
+
+    def done(self, phase: str, pos: int, mb: int) -> None:
+        self.event((phase, pos, mb)).succeed()
+        arrival = ("Fa" if phase == "F" else "Ba", pos, mb)
+        nxt = pos + 1 if phase == "F" else pos - 1
+        same = 0 <= nxt < self.n_pos and self.rank_of(nxt, mb) == self.rank_of(pos, mb)
+        if same or self.p2p_s <= 0:
             self.event(arrival).succeed()
+        else:
+            self.env.process(self._later(arrival, self.p2p_s))
 
     def _later(self, key: tuple[str, int, int], delay: float):  # type: ignore[no-untyped-def]
         yield self.env.timeout(delay)
         self.event(key).succeed()
-        if self.on_arrival is not None:
-            self.on_arrival()
 
 
 def _fixed(spec: PipelineSpec) -> PipelineResult:
     env = simpy.Environment(initial_time=0.0)
-    deps = _Deps(env, spec)
-    orders = rank_orders(spec)
     stage_rank = {stage_of(spec.schedule, spec.pp, p, j): p for p in range(spec.pp) for j in range(spec.vpp)}
+    deps = _Deps(env, spec.n_stages, lambda s, _mb: stage_rank[s], spec.p2p_s)
+    orders = rank_orders(spec)
     acts: list[list[tuple[str, int, int, float, float]]] = [[] for _ in range(spec.pp)]
+    timeline: dict[Key, tuple[int, float, float]] = {}
     seen: set[int] = set()
 
     def rank_proc(p: int):  # type: ignore[no-untyped-def]
         for phase, stage, mb in orders[p]:
-            for key in deps.needs(phase, stage, mb):
-                ev = deps.event(key)
-                if not ev.processed:
-                    yield ev
+            yield from deps.wait(phase, stage, mb)
             if phase == "F" and stage not in seen:
                 seen.add(stage)
                 if _extra(spec, stage):
@@ -186,7 +217,8 @@ def _fixed(spec: PipelineSpec) -> PipelineResult:
             start = float(env.now)
             yield env.timeout(dur)
             acts[p].append((phase, stage, mb, float(start), float(env.now)))
-            deps.done(phase, stage, mb, stage_rank)
+            timeline[(phase, stage, mb)] = (p, start, float(env.now))
+            deps.done(phase, stage, mb)
 
     for p in range(spec.pp):
         env.process(rank_proc(p))
@@ -194,73 +226,197 @@ def _fixed(spec: PipelineSpec) -> PipelineResult:
     n_done = sum(len(a) for a in acts)
     if n_done != 2 * spec.n_micro * spec.n_stages:
         raise RuntimeError(f"pipeline deadlock: {n_done} of {2 * spec.n_micro * spec.n_stages} actions ran")
-    return PipelineResult(max(a[-1][4] for a in acts), acts)
+    return PipelineResult(max(a[-1][4] for a in acts), acts, timeline)
 
 
-def _greedy(spec: PipelineSpec) -> PipelineResult:
-    env = simpy.Environment(initial_time=0.0)
-    deps = _Deps(env, spec)
+# --- DualPipe / DualPipeV ------------------------------------------------------------------------------
+
+#: One DualPipe step, in a rank's local chunks (0: the V's first leg, 1: its second leg): ``("F", c)`` forward,
+#: ``("B", c)`` full backward, ``("I", c)`` input-gradient backward with its weight gradient deferred,
+#: ``("W", -1)`` the oldest deferred weight gradient, ``("FB", c)`` forward of ``c`` overlapped with the full
+#: backward of ``1 - c``.
+Step = tuple[str, int]
+
+
+def dualpipev_steps(pp: int, n_micro: int, rank: int) -> list[Step]:
+    """DualPipeV's fixed step order on ``rank`` of ``pp`` ranks for ``n_micro`` microbatches.
+
+    The eight steps of deepseek-ai/DualPipe, with ``warm = pp - rank - 1`` and ``late = rank + 1``:
+    1. ``2 * warm`` chunk-0 forwards; 2. ``late`` forward pairs (chunk 0, then chunk 1);
+    3. ``warm`` x (chunk-1 input-gradient backward, its W, chunk-1 forward);
+    4. ``n_micro - 2 * pp + late`` x (F0 & B1 overlapped, F1 & B0 overlapped), the tip rank running its first
+    F0 and B1 apart; 5. ``warm`` x (B1, F1 & B0); 6. ``late`` x (B1, B0), deferring W from the middle on
+    (rank-parity decides whether the middle B1 defers); 7. ``warm`` x (W, input-gradient B0); 8. ``late`` W.
+
+    >>> dualpipev_steps(2, 4, 0)  # doctest: +NORMALIZE_WHITESPACE
+    [('F', 0), ('F', 0), ('F', 0), ('F', 1), ('I', 1), ('W', -1), ('F', 1), ('FB', 0), ('FB', 1),
+     ('B', 1), ('FB', 1), ('B', 1), ('I', 0), ('W', -1), ('I', 0), ('W', -1)]
+    """
+    if n_micro < 2 * pp:
+        raise PlanError(f"dualpipev with pp ({pp}) needs at least {2 * pp} microbatches, got {n_micro}")
+    warm, late = pp - rank - 1, rank + 1
+    steps: list[Step] = [("F", 0)] * (2 * warm)
+    steps += [("F", 0), ("F", 1)] * late
+    steps += [("I", 1), ("W", -1), ("F", 1)] * warm
+    for i in range(n_micro - 2 * pp + late):
+        steps += [("F", 0), ("B", 1)] if i == 0 and rank == pp - 1 else [("FB", 0)]
+        steps.append(("FB", 1))
+    steps += [("B", 1), ("FB", 1)] * warm
+    mid = late // 2
+    for i in range(late):
+        steps.append(("I" if i > mid or (i == mid and rank % 2) else "B", 1))
+        steps.append(("I" if i >= mid else "B", 0))
+    steps += [("W", -1), ("I", 0)] * warm
+    steps += [("W", -1)] * late
+    return steps
+
+
+def _check_dual(spec: PipelineSpec) -> None:
     P, m = spec.pp, spec.n_micro
-    stage_rank = {stage_of(spec.schedule, P, p, j): p for p in range(P) for j in range(2)}
-    acts: list[list[tuple[str, int, int, float, float]]] = [[] for _ in range(P)]
-    wake = [env.event() for _ in range(P)]
-    seen: set[int] = set()
+    if spec.schedule == "dualpipe" and P % 2:
+        raise PlanError(f"dualpipe needs an even pp (two mirrored halves), got pp ({P})")
+    if spec.schedule == "dualpipe" and m % 2:
+        raise PlanError(f"dualpipe feeds half the microbatches from each end: needs an even count, got {m}")
+    if m < 2 * P:
+        raise PlanError(f"{spec.schedule} with pp ({P}) needs at least {2 * P} microbatches, got {m}")
+    assert not spec.w_s or all(0.0 <= w <= b for w, b in zip(spec.w_s, spec.b_s, strict=True)), "need 0 <= W <= B"
 
-    def ready(key: tuple[str, int, int]) -> bool:
-        return all(deps.event(k).triggered for k in deps.needs(*key))
 
-    def notify() -> None:
-        for p in range(P):
-            if not wake[p].triggered:
-                wake[p].succeed()
+@dataclass(frozen=True)
+class _Lanes:
+    """Where DualPipe(V) runs what. A lane is one pipeline through the whole model; position ``pos`` of a
+    lane runs ``chunks(pos)`` on ``rank(pos, mb)``. DualPipeV: one lane of ``2*pp`` single chunks folded into
+    a V. DualPipe: lane 0 (microbatches ``< m/2``) runs stage ``k`` on rank ``k``, lane 1 on rank ``pp-1-k``."""
+
+    spec: PipelineSpec
+
+    @property
+    def bidirectional(self) -> bool:
+        return self.spec.schedule == "dualpipe"
+
+    @property
+    def n_pos(self) -> int:
+        return self.spec.pp if self.bidirectional else 2 * self.spec.pp
+
+    def rank(self, pos: int, mb: int) -> int:
+        P = self.spec.pp
+        if self.bidirectional:
+            return pos if mb < self.spec.n_micro // 2 else P - 1 - pos
+        return pos if pos < P else 2 * P - 1 - pos
+
+    def chunks(self, pos: int) -> tuple[int, ...]:
+        return (2 * pos, 2 * pos + 1) if self.bidirectional else (pos,)
+
+    def legs(self, rank: int) -> tuple[tuple[int, range], tuple[int, range]]:
+        """(position, microbatches in order) of the rank's local chunks 0 and 1."""
+        P, m = self.spec.pp, self.spec.n_micro
+        if not self.bidirectional:
+            return (rank, range(m)), (2 * P - 1 - rank, range(m))
+        down, up = range(m // 2), range(m // 2, m)
+        return ((rank, down), (P - 1 - rank, up)) if rank < P // 2 else ((P - 1 - rank, up), (rank, down))
+
+    def steps(self, rank: int) -> list[Step]:
+        P, m = self.spec.pp, self.spec.n_micro
+        if self.bidirectional:
+            return dualpipev_steps(P // 2, m // 2, min(rank, P - 1 - rank))
+        return dualpipev_steps(P, m, rank)
+
+
+#: (lane position, microbatch) of one forward or backward.
+_At = tuple[int, int]
+#: A resolved DualPipe step: (kind, forward or None, backward or None).
+_Act = tuple[str, _At | None, _At | None]
+
+
+def _dual_order(lanes: _Lanes, rank: int) -> list[_Act]:
+    """The rank's steps with each local chunk's next microbatch filled in (W: the oldest deferred one)."""
+    legs = lanes.legs(rank)
+    n_f, n_b = [0, 0], [0, 0]
+    deferred: deque[_At] = deque()
+
+    def take(count: list[int], c: int) -> _At:
+        pos, mbs = legs[c]
+        count[c] += 1
+        return pos, mbs[count[c] - 1]
+
+    out: list[_Act] = []
+    for kind, c in lanes.steps(rank):
+        if kind == "F":
+            out.append(("F", take(n_f, c), None))
+        elif kind in ("B", "I"):
+            b = take(n_b, c)
+            out.append((kind, None, b))
+            if kind == "I":
+                deferred.append(b)
+        elif kind == "W":
+            out.append(("W", None, deferred.popleft()))
+        else:
+            out.append(("FB", take(n_f, c), take(n_b, 1 - c)))
+    assert not deferred and n_f == n_b == [len(legs[0][1]), len(legs[1][1])]
+    return out
+
+
+def _pieces(spec: PipelineSpec, lanes: _Lanes, act: _Act) -> list[tuple[str, int, int, float, tuple[Key, ...]]]:
+    """(phase, chunk, mb, seconds, timeline keys) of one step, chunk by chunk (DualPipe: two chunks a step)."""
+    kind, f, b = act
+    w = spec.w_s or [0.0] * spec.n_stages
+    if kind == "F":
+        assert f is not None
+        return [("F", c, f[1], spec.f_s[c], (("F", c, f[1]),)) for c in lanes.chunks(f[0])]
+    assert b is not None
+    b_chunks = lanes.chunks(b[0])[::-1]
+    if kind == "FB":
+        assert f is not None
+        return [("FB", cf, f[1], spec.pair_s.get((cf, cb), spec.f_s[cf] + spec.b_s[cb]),
+                 (("F", cf, f[1]), ("B", cb, b[1]))) for cf, cb in zip(lanes.chunks(f[0]), b_chunks)]
+    if kind == "W":
+        return [("W", c, b[1], w[c], (("W", c, b[1]),)) for c in b_chunks]
+    cut = w if kind == "I" else [0.0] * spec.n_stages
+    return [("B", c, b[1], spec.b_s[c] - cut[c], (("B", c, b[1]),)) for c in b_chunks]
+
+
+def _dual(spec: PipelineSpec) -> PipelineResult:
+    _check_dual(spec)
+    lanes = _Lanes(spec)
+    env = simpy.Environment(initial_time=0.0)
+    deps = _Deps(env, lanes.n_pos, lanes.rank, spec.p2p_s)
+    acts: list[list[tuple[str, int, int, float, float]]] = [[] for _ in range(spec.pp)]
+    timeline: dict[Key, tuple[int, float, float]] = {}
 
     def rank_proc(p: int):  # type: ignore[no-untyped-def]
-        stages = (p, 2 * P - 1 - p)
-        todo_f = [("F", s, mb) for mb in range(m) for s in stages]
-        todo_b = [("B", s, mb) for mb in range(m) for s in stages]
-        in_flight = 0  # microbatches entered through this rank's first chunk and not yet finished there
-        cap = 2 * P - p - 1  # DualPipeV warm-up: (P-p-1)*2 chunk-0 forwards, then p+1 F0F1 pairs
-        while todo_f or todo_b:
-            b = next((k for k in todo_b if ready(k)), None)
-            f = next((k for k in todo_f if ready(k) and (k[1] != p or in_flight < cap)), None)
-            if b is None and f is None:
-                wake[p] = env.event()
-                yield wake[p]
-                continue
+        gathered: set[int] = set()  # chunks whose weights this rank has all-gathered
+        for act in _dual_order(lanes, p):
+            kind, f, b = act
+            if f is not None:
+                yield from deps.wait("F", *f)
+            if b is not None and kind != "W":
+                yield from deps.wait("B", *b)
+            for c in lanes.chunks(f[0]) if f is not None else ():
+                if c not in gathered:
+                    gathered.add(c)
+                    if _extra(spec, c):
+                        yield env.timeout(_extra(spec, c))
             start = float(env.now)
-            if f is not None and f[1] not in seen:
-                seen.add(f[1])
-                yield env.timeout(_extra(spec, f[1]))
-                start = float(env.now)
-            if b is not None and f is not None and f[2] != b[2]:
-                dur = spec.pair_s.get((f[1], b[1]), spec.f_s[f[1]] + spec.b_s[b[1]])
-                yield env.timeout(dur)
-                acts[p].append(("FB", f[1], f[2], start, env.now))
-                todo_f.remove(f)
-                todo_b.remove(b)
-                in_flight += (f[1] == p) - (b[1] == p)
-                deps.done(*f, stage_rank)
-                deps.done(*b, stage_rank)
-            elif b is not None:
-                yield env.timeout(spec.b_s[b[1]])
-                acts[p].append(("B", b[1], b[2], start, env.now))
-                todo_b.remove(b)
-                in_flight -= b[1] == p
-                deps.done(*b, stage_rank)
-            else:
-                assert f is not None
-                yield env.timeout(spec.f_s[f[1]])
-                acts[p].append(("F", f[1], f[2], start, env.now))
-                todo_f.remove(f)
-                in_flight += f[1] == p
-                deps.done(*f, stage_rank)
-            notify()
+            pieces = _pieces(spec, lanes, act)
+            yield env.timeout(sum(piece[3] for piece in pieces))
+            t = start
+            for i, (phase, c, mb, d, keys) in enumerate(pieces):
+                end = float(env.now) if i == len(pieces) - 1 else t + d
+                if d > 0 or phase != "W":
+                    acts[p].append((phase, c, mb, t, end))
+                for key in keys:
+                    assert key not in timeline, key
+                    timeline[key] = (p, t, end)
+                t = end
+            if f is not None:
+                deps.done("F", *f)
+            if b is not None and kind != "W":
+                deps.done("B", *b)
 
-    for p in range(P):
+    for p in range(spec.pp):
         env.process(rank_proc(p))
-    deps.on_arrival = notify
     env.run()
-    total = sum(1 if a[0] != "FB" else 2 for r in acts for a in r)
-    if total != 2 * m * 2 * P:
-        raise RuntimeError(f"pipeline deadlock: {total} of {4 * m * P} actions ran")
-    return PipelineResult(max(r[-1][4] for r in acts), acts)
+    n_fb = sum(1 for key in timeline if key[0] != "W")
+    if n_fb != 2 * spec.n_micro * spec.n_stages:
+        raise RuntimeError(f"pipeline deadlock: {n_fb} of {2 * spec.n_micro * spec.n_stages} actions ran")
+    return PipelineResult(max(a[4] for r in acts for a in r), acts, timeline)
