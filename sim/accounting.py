@@ -195,19 +195,18 @@ def exact_flops_per_token(model: ModelSpec, seq_len: int) -> float:
 def stage_layers(model: ModelSpec, plan: ParallelPlan) -> list[list[int]]:
     """Layer indices of each pipeline rank, in the order of its virtual stages.
 
-    Layers split as evenly as possible over ``pp * vpp`` chunks (earlier chunks take the remainder).
-    Interleaved 1F1B gives rank r the chunks r, r + pp, ...; DualPipe / DualPipeV give rank r the
-    chunks r and 2 * pp - 1 - r (the V shape); 1F1B gives rank r chunk r.
+    Layers split as evenly as possible over the chunks (earlier chunks take the remainder).
+    1F1B: ``pp`` chunks, rank r holds chunk r. Interleaved 1F1B: ``pp * vpp`` chunks, rank r holds r,
+    r + pp, ... DualPipeV: ``2 * pp`` chunks in a V, rank r holds r and 2 * pp - 1 - r. DualPipe
+    (bidirectional) keeps two copies of the model: ``pp`` stages, rank r holds stage r of one copy and
+    stage pp - 1 - r of the other, so its layers appear on two ranks.
     """
-    dual = plan.pp_schedule in ("dualpipe", "dualpipev")
+    if plan.pp_schedule == "dualpipe":
+        stages = _split_layers(model.n_layers, plan.pp)
+        return [stages[r] + stages[plan.pp - 1 - r] for r in range(plan.pp)]
+    dual = plan.pp_schedule == "dualpipev"
     n_chunks = plan.pp * (2 if dual else plan.vpp)
-    base, extra = divmod(model.n_layers, n_chunks)
-    chunks: list[list[int]] = []
-    start = 0
-    for c in range(n_chunks):
-        size = base + (1 if c < extra else 0)
-        chunks.append(list(range(start, start + size)))
-        start += size
+    chunks = _split_layers(model.n_layers, n_chunks)
     ranks: list[list[int]] = [[] for _ in range(plan.pp)]
     for c, layers in enumerate(chunks):
         if dual:
@@ -216,6 +215,18 @@ def stage_layers(model: ModelSpec, plan: ParallelPlan) -> list[list[int]]:
             rank = c % plan.pp
         ranks[rank].extend(layers)
     return ranks
+
+
+def _split_layers(n_layers: int, n_chunks: int) -> list[list[int]]:
+    """``n_layers`` consecutive layer indices in ``n_chunks`` near-equal runs (earlier runs one longer)."""
+    base, extra = divmod(n_layers, n_chunks)
+    chunks: list[list[int]] = []
+    start = 0
+    for c in range(n_chunks):
+        size = base + (1 if c < extra else 0)
+        chunks.append(list(range(start, start + size)))
+        start += size
+    return chunks
 
 
 @dataclass(frozen=True)
@@ -318,16 +329,17 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec) -> Memory
             largest_layer = max(largest_layer, layer_params)
             activation_per_token += _layer_activation_bytes_per_token(model, moe, plan.ac)
             full_layer_per_token = max(full_layer_per_token, _layer_activation_bytes_per_token(model, moe, "none"))
-        if rank == 0:
+        holds_first, holds_last = 0 in layers, model.n_layers - 1 in layers
+        if holds_first:
             params += counts.embedding
-        if rank == plan.pp - 1 or (plan.pp_schedule in ("dualpipe", "dualpipev") and rank == 0):
+        if holds_last:
             params += counts.output + counts.final_norm
         sharded = params / shard
         in_flight = _microbatches_in_flight(plan, rank)
         activations = activation_per_token * tokens * in_flight
         if plan.ac != "none":
             activations += full_layer_per_token * tokens  # the layer being recomputed
-        if rank == plan.pp - 1:
+        if holds_last:
             activations += plan.micro_batch * plan.seq_len * model.vocab_size * (BF16 + 4) / (plan.tp * plan.cp)
         # Unsharded bf16 weights (and their bf16 gradients in backward) of the layer in use and the
         # one prefetched: the expert part is split ep * etp ways, the rest tp ways.

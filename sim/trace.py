@@ -54,22 +54,23 @@ def chrome_trace_events(pred: Prediction, *, detail_microbatches: int = 2, pid_b
             events.append({"ph": "X", "name": f"{phase} chunk {stage} mb {mb}", "cat": "pipeline", "pid": pid,
                            "tid": tid(pid, "pipeline"), "ts": start * _US, "dur": (end - start) * _US,
                            "args": {"stage": stage, "microbatch": mb}})
-            if mb >= detail_microbatches:
+            # Op detail for plain forward and backward chunks only: a deferred weight-gradient step (W) and an
+            # overlapped DualPipe pair (FB) have no single-layer timeline of their own.
+            if mb >= detail_microbatches or phase not in ("F", "B"):
                 continue
-            phases = [("fwd", stage)] if phase == "F" else [("bwd", stage)] if phase == "B" else [("fwd", stage)]
+            ph = "fwd" if phase == "F" else "bwd"
             t = start
-            for ph, st in phases:
-                kinds = chunks[st].layers if ph == "fwd" else list(reversed(chunks[st].layers))
-                for li, kind in enumerate(kinds):
-                    res = layers[(kind, ph)]
-                    events.append({"ph": "X", "name": f"layer {kind}", "cat": "layer", "pid": pid,
-                                   "tid": tid(pid, "layers"), "ts": t * _US, "dur": res.time_s * _US,
-                                   "args": {"phase": ph, "microbatch": mb, "layer": li}})
-                    for name, stream, op_phase, s, e in res.log:
-                        events.append({"ph": "X", "name": name, "cat": stream, "pid": pid,
-                                       "tid": tid(pid, stream), "ts": (t + s) * _US, "dur": (e - s) * _US,
-                                       "args": {"phase": op_phase, "microbatch": mb, "layer": li}})
-                    t += res.time_s
+            kinds = chunks[stage].layers if ph == "fwd" else list(reversed(chunks[stage].layers))
+            for li, kind in enumerate(kinds):
+                res = layers[(kind, ph)]
+                events.append({"ph": "X", "name": f"layer {kind}", "cat": "layer", "pid": pid,
+                               "tid": tid(pid, "layers"), "ts": t * _US, "dur": res.time_s * _US,
+                               "args": {"phase": ph, "microbatch": mb, "layer": li}})
+                for name, stream, op_phase, s, e in res.log:
+                    events.append({"ph": "X", "name": name, "cat": stream, "pid": pid,
+                                   "tid": tid(pid, stream), "ts": (t + s) * _US, "dur": (e - s) * _US,
+                                   "args": {"phase": op_phase, "microbatch": mb, "layer": li}})
+                t += res.time_s
     return events
 
 

@@ -93,3 +93,18 @@ def test_recompute_modes_order_activation_memory() -> None:
     by_mode = {ac: memory_per_gpu(model, dataclasses.replace(plan, ac=ac), load_gpu("h100")).activations_bytes
                for ac in ("none", "selective", "full")}
     assert by_mode["full"] < by_mode["selective"] < by_mode["none"]
+
+
+def test_dualpipe_keeps_two_model_copies_and_dualpipev_one() -> None:
+    model = load_model("deepseek-v3-671b")
+    v_plan = dataclasses.replace(HEADLINE_PLAN, pp=8, dp_shard=16, vpp=1, pp_schedule="dualpipev", global_batch=256)
+    dual_plan = dataclasses.replace(v_plan, pp_schedule="dualpipe")
+    v_layers = stage_layers(model, v_plan)
+    dual_layers = stage_layers(model, dual_plan)
+    assert sorted(layer for rank in v_layers for layer in rank) == list(range(model.n_layers))
+    assert sorted(layer for rank in dual_layers for layer in rank) == sorted(2 * list(range(model.n_layers)))
+    assert 0 in dual_layers[0] and model.n_layers - 1 in dual_layers[0]  # both ends of the model on rank 0
+    gpu = load_gpu("b200")
+    v_states = memory_per_gpu(model, v_plan, gpu).optimizer_bytes
+    dual_states = memory_per_gpu(model, dual_plan, gpu).optimizer_bytes
+    assert dual_states == pytest.approx(2 * v_states, rel=0.1)
