@@ -27,7 +27,6 @@ Shape letters: T tokens per rank, D model dim, E routed experts, K top-k, P rank
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ import networkx as nx
 import numpy as np
 
 from sim.errors import ConfigError
+from sim.routing import part_hit_probabilities
 from sim.specs import ClusterSpec, ModelSpec
 from sim.topology import EDGE_KINDS, build_topology, route_edge_ids, transfer_times_ids
 
@@ -47,8 +47,6 @@ __all__ = [
     "FP8_WITH_SCALES_BYTES_PER_ELEM",
     "alltoall_times",
     "moe_alltoall",
-    "expected_distinct_parts",
-    "part_hit_probabilities",
     "deepep_nvlink_bw",
     "allgather_time",
     "reduce_scatter_time",
@@ -325,102 +323,6 @@ def alltoall_times(
     if kind == "nccl":
         return done + costs.nccl_launch_s + costs.nccl_a2a_per_peer_s * (n - 1)
     return done + costs.deepep_overhead_s
-
-
-# ---------------------------------------------------------------------------------------------------
-# Routing statistics
-
-
-def expected_distinct_parts(
-    n_experts: int, top_k: int, n_parts: int, *, n_group: int = 1, topk_group: int = 1
-) -> float:
-    """Expected distinct parts (GPUs, nodes) a token reaches, experts split into ``n_parts`` equal parts.
-
-    Unrestricted: ``P * (1 - C(E - E/P, K) / C(E, K))`` (published.md s6). Group-limited routing (DeepSeek
-    ``n_group``/``topk_group``) picks ``topk_group`` of ``n_group`` expert groups uniformly, then K experts
-    among theirs uniformly; we average the same formula over the group choices.
-
-    >>> e = expected_distinct_parts
-    >>> round(e(256, 8, 8), 3), round(e(256, 8, 8, n_group=8, topk_group=4), 3)  # published: 5.30, 3.63
-    (5.295, 3.629)
-    """
-    part = np.arange(n_experts) // (n_experts // n_parts)
-    return float(part_hit_probabilities(n_experts, top_k, part, n_group=n_group, topk_group=topk_group).sum())
-
-
-def _miss_ratio(pool: np.ndarray, m: np.ndarray, k: int) -> np.ndarray:
-    """C(pool - m, k) / C(pool, k), elementwise."""
-    out = np.ones(np.broadcast(pool, m).shape)
-    for i in range(k):
-        out *= np.clip((pool - m - i) / (pool - i), 0.0, None)
-    return out
-
-
-def part_hit_probabilities(
-    n_experts: int,
-    top_k: int,
-    part_of_expert: np.ndarray,
-    *,
-    n_group: int = 1,
-    topk_group: int = 1,
-    expert_load: np.ndarray | None = None,
-    seed: int = 0,
-    samples: int = 4096,
-    routing: str = "random",
-) -> np.ndarray:
-    """Probability that one token's top-k reaches each part (``part_of_expert[e]`` = part of expert e).
-
-    Uniform routing is exact (enumerating group choices); a skewed ``expert_load`` is sampled with
-    ``samples`` tokens (Gumbel top-k on log load, groups by their summed load), seeded by ``seed``.
-    ``routing="round-robin"`` is TorchTitan's ``_debug_force_load_balance`` (``--debug.moe_force_load_balance``,
-    used by the published.md s1 runs): token t takes experts ``(t*K + k) % E``, k < K, so its K experts
-    are consecutive and usually on one rank (exact, by enumerating one period of tokens).
-
-    >>> part_hit_probabilities(4, 1, np.array([0, 0, 1, 1])).tolist()
-    [0.5, 0.5]
-    """
-    part = np.asarray(part_of_expert, dtype=np.int64)
-    n_parts = int(part.max()) + 1
-    if routing == "round-robin":
-        period = n_experts // math.gcd(top_k, n_experts)
-        experts = (np.arange(period * top_k).reshape(period, top_k)) % n_experts
-        hit_rr = np.zeros((period, n_parts), dtype=bool)
-        np.put_along_axis(hit_rr, part[experts], True, axis=1)
-        return hit_rr.mean(axis=0)
-    if routing != "random":
-        raise ConfigError(f"routing must be 'random' or 'round-robin', got {routing!r}")
-    per_group = n_experts // n_group
-    group = np.arange(n_experts) // per_group
-    limited = n_group > 1 and topk_group < n_group
-    if expert_load is None and (not limited or math.comb(n_group, topk_group) <= 20000):
-        cnt = np.zeros((n_group, n_parts))
-        np.add.at(cnt, (group, part), 1.0)
-        if limited:
-            combos = np.array(list(itertools.combinations(range(n_group), topk_group)))
-            sel = np.zeros((len(combos), n_group))
-            np.put_along_axis(sel, combos, 1.0, axis=1)
-        else:
-            sel = np.ones((1, n_group))
-        m = sel @ cnt  # experts of each part in the selected pool
-        pool = sel.sum(axis=1, keepdims=True) * per_group
-        return (1.0 - _miss_ratio(pool, m, top_k)).mean(axis=0)
-    rng = np.random.default_rng(seed)
-    load = np.full(n_experts, 1.0 / n_experts) if expert_load is None else np.asarray(expert_load, float)
-    with np.errstate(divide="ignore"):
-        logit = np.log(load)
-    scores = logit[None, :] + rng.gumbel(size=(samples, n_experts))
-    if limited:
-        gl = np.bincount(group, weights=load, minlength=n_group)
-        with np.errstate(divide="ignore"):
-            gs = np.log(gl)[None, :] + rng.gumbel(size=(samples, n_group))
-        top_groups = np.argpartition(-gs, topk_group - 1, axis=1)[:, :topk_group]
-        allowed = np.zeros((samples, n_group), dtype=bool)
-        np.put_along_axis(allowed, top_groups, True, axis=1)
-        scores = np.where(allowed[:, group], scores, -np.inf)
-    top = np.argpartition(-scores, top_k - 1, axis=1)[:, :top_k]
-    hit = np.zeros((samples, n_parts), dtype=bool)
-    np.put_along_axis(hit, part[top], True, axis=1)
-    return hit.mean(axis=0)
 
 
 # ---------------------------------------------------------------------------------------------------

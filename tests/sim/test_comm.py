@@ -22,12 +22,12 @@ from sim.comm import (
     allreduce_time,
     alltoall_times,
     deepep_nvlink_bw,
-    expected_distinct_parts,
     moe_alltoall,
     p2p_time,
     reduce_scatter_time,
 )
 from sim.errors import ConfigError
+from sim.routing import expected_distinct_parts
 
 COSTS = CommCosts.default()
 B200 = load_cluster("hgx-b200", n_gpus=256)
