@@ -127,3 +127,12 @@ def test_cluster_resizes_and_converts_units() -> None:
     assert cluster.nvlink_bw == 900e9
     rack = load_cluster("gb200-nvl72")
     assert rack.domain_size == 72
+
+
+def test_kimi_k2_config_uses_deepseek_field_names(tmp_path: Path) -> None:
+    config = dict(DEEPSEEK_V3_CONFIG, model_type="kimi_k2", num_attention_heads=64, n_routed_experts=384,
+                  first_k_dense_replace=1, n_group=1, topk_group=1, vocab_size=163840, routed_scaling_factor=2.827,
+                  num_nextn_predict_layers=0)
+    path = tmp_path / "kimi.json"
+    path.write_text(json.dumps(config))
+    assert count_params(load_model_file(path)).total == count_params(load_model("kimi-k2")).total
