@@ -48,7 +48,7 @@ class OpStats:
         return self.total_s / self.count
 
 
-def load_trace(path: str | Path) -> list[dict[str, Any]]:
+def load_trace(path: str | Path) -> list[Mapping[str, Any]]:
     """The events of a Chrome/Kineto trace file (``.json`` or ``.json.gz``)."""
     path = Path(path)
     try:

@@ -416,10 +416,13 @@ def moe_alltoall(
     )
 
 
-def _frozen(*arrays: np.ndarray) -> list[np.ndarray]:
-    for a in arrays:
-        a.setflags(write=False)
-    return list(arrays)
+def _result(time: np.ndarray, sent: np.ndarray, recv: np.ndarray, nvl: np.ndarray, rdma: np.ndarray,
+            nic: np.ndarray, *, sms_used: int, host_sync_s: float, backend: str, phase: str) -> AllToAllResult:
+    """An :class:`AllToAllResult` whose arrays are read-only (results are memoised and shared)."""
+    for array in (time, sent, recv, nvl, rdma, nic):
+        array.setflags(write=False)
+    return AllToAllResult(time_s=time, sent_bytes=sent, recv_bytes=recv, nvlink_bytes=nvl, rdma_bytes=rdma,
+                          nic_bytes=nic, sms_used=sms_used, host_sync_s=host_sync_s, backend=backend, phase=phase)
 
 
 @lru_cache(maxsize=4096)
@@ -476,8 +479,8 @@ def _moe_cached(
             time = np.full(n, max(float(done.max()) + costs.deepep_overhead_s, scaled))
             # DeepEP low_latency launch: ceil(E / ceil(E / SMs)) SMs (DeepEP v1 internode_ll.cu).
             sms = -(-n_exp // -(-n_exp // cluster.gpu.num_sms))
-        res = (flat.sum(1), flat.sum(0), nvl.sum(1), rdma.sum(1), _nic_bytes(topo, ranks, edge_bytes))
-        return AllToAllResult(*_frozen(time, *res), sms_used=sms, host_sync_s=host_sync, backend=backend, phase=phase)
+        return _result(time, flat.sum(1), flat.sum(0), nvl.sum(1), rdma.sum(1), _nic_bytes(topo, ranks, edge_bytes),
+                       sms_used=sms, host_sync_s=host_sync, backend=backend, phase=phase)
 
     # DeepEP / HybridEP normal kernels: dedup per destination domain, NVLink fan-out.
     part_rank = np.arange(n_exp) // (n_exp // n)
@@ -523,9 +526,9 @@ def _moe_cached(
     )
     slowest = float(np.maximum(done, sm_time).max()) if tokens else 0.0
     time = np.full(n, slowest + costs.deepep_overhead_s)
-    sent, recv = (nvl + rdma).sum(1), (nvl + rdma).sum(0)
-    res = (sent, recv, nvl.sum(1), rdma.sum(1), _nic_bytes(topo, ranks, edge_bytes))
-    return AllToAllResult(*_frozen(time, *res), sms_used=num_sms, host_sync_s=0.0, backend=backend, phase=phase)
+    moved = nvl + rdma
+    return _result(time, moved.sum(1), moved.sum(0), nvl.sum(1), rdma.sum(1), _nic_bytes(topo, ranks, edge_bytes),
+                   sms_used=num_sms, host_sync_s=0.0, backend=backend, phase=phase)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -141,7 +141,7 @@ class CostModel:
     nccl_sms: int = 0
     stack: StackProfile = field(default_factory=StackProfile)
     #: Overrides of the network model's CommCosts fields (name -> value); empty: its defaults.
-    comm: dict[str, float] = field(default_factory=dict)
+    comm: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     version: int = CALIBRATION_VERSION
     provenance: str = "moesim defaults: datasheets and published microbenchmarks"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,7 @@ import numpy as np
 from sim import comm, ops
 from sim.accounting import count_params, memory_per_gpu, torchtitan_flops_per_token
 from sim.costs import CostModel, default_costs
-from sim.engine import Engine, Task
+from sim.engine import Engine, Record, Task
 from sim.errors import PlanError
 from sim.layout import Coords, Layout
 from sim.routing import expert_load, is_balanced, rank_load_factors
@@ -261,7 +262,7 @@ def _simulate_layer(ctx: _Context, kind: str, phase: str) -> LayerResult:
             prev = eng.add(cls, task)
     makespan = eng.run()
     # Critical class: the one whose compute finishes last (all end together when a2a-bound).
-    per_cls: dict[int, list] = defaultdict(list)
+    per_cls: dict[Hashable, list[Record]] = defaultdict(list)
     for r in eng.log:
         per_cls[r.rank].append(r)
     crit = max(per_cls, key=lambda c: sum(r.end - r.start for r in per_cls[c] if r.stream == "compute"))

@@ -10,13 +10,13 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("TORCHAO_FORCE_SKIP_LOADING_SO_FILES", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-
-import pytest
 
 CI = os.environ.get("MOESIM_CI") == "1"
 HARDWARE_MARKERS = ("gpu", "multigpu", "sm100")

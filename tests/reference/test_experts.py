@@ -6,7 +6,12 @@ import pytest
 import torch
 
 from reference.errors import ConfigError
-from reference.experts import GroupedExperts, check_mxfp8_shapes, loop_experts, make_gemm
+from reference.experts import (
+    GroupedExperts,
+    check_mxfp8_shapes,
+    loop_experts,
+    make_gemm,
+)
 from reference.permute import group_layout, permute_rows, unpermute_rows
 
 # Measured relative Frobenius error of emulated MXFP8 (e4m3 values, e8m0 scale per 32, RCEIL) against
