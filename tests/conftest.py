@@ -20,7 +20,7 @@ if str(ROOT) not in sys.path:
 
 CI = os.environ.get("MOESIM_CI") == "1"
 HARDWARE_MARKERS = ("gpu", "multigpu", "sm100")
-CI_REQUIRED_MODULES = ("torch", "torchao", "hypothesis", "simpy", "networkx", "plotly")
+CI_REQUIRED_MODULES = ("torch", "torchao", "hypothesis", "simpy", "networkx", "plotly", "ruff", "mypy")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -1,0 +1,33 @@
+"""The project's lint and type checks, run as tests so CI keeps them (tools come with the `test` extra)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} is not installed (pip install -e '.[test]')")
+    return path
+
+
+def test_ruff_lint_is_clean() -> None:
+    result = subprocess.run([tool("ruff"), "check", "--select", "E,F,W,I", "--ignore", "E501",
+                             "sim", "calibrate", "studies", "reference", "tests"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_is_clean_on_the_torch_free_packages() -> None:
+    result = subprocess.run([tool("mypy"), "--ignore-missing-imports", "--cache-dir", "/tmp/moesim-mypy-cache",
+                             "sim", "calibrate", "studies"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
