@@ -103,16 +103,6 @@ def validate_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) ->
             f"plan: precision {plan.precision!r} needs block-scaled FP8 tensor cores (SM100, e.g. b200); "
             f"{gpu.name} ({gpu.arch}) would only run TorchAO's emulated path, which is slower than bf16"
         )
-    if plan.pp > 1 and plan.pp_schedule == "dualpipev" and plan.n_microbatches < 2 * plan.pp:
-        raise PlanError(
-            f"plan: pp_schedule 'dualpipev' with pp ({plan.pp}) needs at least {2 * plan.pp} microbatches "
-            f"per step, got {plan.n_microbatches}"
-        )
-    if plan.pp > 1 and plan.pp_schedule == "dualpipe" and plan.n_microbatches % 2:
-        raise PlanError(
-            f"plan: pp_schedule 'dualpipe' feeds half the microbatches from each end of the pipeline: needs an "
-            f"even microbatch count per step, got {plan.n_microbatches}"
-        )
 
 
 class _Context:

@@ -461,6 +461,11 @@ class ParallelPlan:
                     f"{needed} microbatches per step, but global_batch ({self.global_batch}) / "
                     f"(dp ({self.dp}) * micro_batch ({self.micro_batch})) = {self.n_microbatches}"
                 )
+            if self.pp_schedule == "dualpipe" and self.n_microbatches % 2:
+                raise PlanError(
+                    f"plan: pp_schedule 'dualpipe' feeds half the microbatches from each end of the pipeline: "
+                    f"needs an even microbatch count per step, got {self.n_microbatches}"
+                )
             if self.pp_schedule == "interleaved-1f1b" and self.n_microbatches % self.pp:
                 raise PlanError(
                     f"plan: interleaved-1f1b needs the microbatch count ({self.n_microbatches}) to be "
