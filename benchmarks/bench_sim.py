@@ -20,7 +20,7 @@ sys.path.insert(0, ROOT)
 def _cli_seed() -> float:
     env = dict(os.environ, PYTHONPATH=ROOT)
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "sim.cli", "predict"], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "moesim", "predict"], check=True, env=env, stdout=subprocess.DEVNULL)
     return time.perf_counter() - t
 
 

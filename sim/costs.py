@@ -214,6 +214,33 @@ class CostModel:
         return dataclasses.replace(self, stack=dataclasses.replace(self.stack, **changes))
 
     # --- op times -----------------------------------------------------------------------------
+    def op_seconds(self, op: Any, gpu: GPUSpec, stack: Any = None, load_factor: float = 1.0) -> float:
+        """Seconds of one compute op (a :class:`sim.workload.OpSpec` of kind gemm, grouped_gemm, attn, mem,
+        quant or rearrange) on ``gpu``, under ``stack`` (a :class:`sim.stacks.StackProfile`: its efficiency
+        for the op's class on the GPU's architecture divides the time). ``load_factor`` scales load-scaled
+        ops (routed experts on a skewed EP rank)."""
+        f = load_factor if op.load_scaled else 1.0
+        k = op.kind
+        if k == "gemm":
+            peak = gpu.bf16_flops if op.dtype == "bf16" else gpu.fp8_flops
+            t, cls = self.gemm_time(op.flops, peak, op.dtype), f"gemm.{op.gemm_pass}"
+        elif k == "grouped_gemm":
+            peak = gpu.bf16_flops if op.dtype == "bf16" else gpu.fp8_flops
+            key = "mxfp8_wgrad" if op.dtype == "mxfp8" and op.gemm_pass == "wgrad" else op.dtype
+            t, cls = self.grouped_gemm_time(op.flops * f, op.rows * f, peak, key), "grouped_gemm"
+        elif k == "attn":
+            t = self.attention_time(op.flops, gpu.bf16_flops, op.backward)
+            cls = "attn.bwd" if op.backward else "attn.fwd"
+        elif k == "mem":
+            t, cls = self.memory_time(op.nbytes * f, gpu.hbm_bw_bytes_per_s), "mem"
+        elif k == "quant":
+            t, cls = self.quantize_time(op.elems * f, gpu.hbm_bw_bytes_per_s), "mem"
+        elif k == "rearrange":
+            t, cls = self.rearrange_time(op.elems * f, op.layout), "mem"
+        else:
+            raise ValueError(f"op {op.name!r}: kind {k!r} is not a compute op")
+        return t / stack.eff(gpu.arch, cls) if stack is not None else t
+
     def gemm_time(self, flops: float, peak_flops: float, dtype: str = "bf16") -> float:
         """Seconds of one dense GEMM call of ``flops`` on a GPU of ``peak_flops`` for ``dtype``."""
         if flops <= 0:

@@ -154,24 +154,10 @@ class _Context:
     # --- op durations ---------------------------------------------------------------------------
     def op_time(self, op: OpSpec, cls: int) -> tuple[float, int]:
         """(seconds, SMs held) of ``op`` on symmetry class ``cls``."""
-        c, g = self.costs, self.gpu
-        f = float(self.factors[cls]) if op.load_scaled else 1.0
+        c = self.costs
         k = op.kind
-        if k == "gemm":
-            peak = g.bf16_flops if op.dtype == "bf16" else g.fp8_flops
-            return c.gemm_time(op.flops, peak, op.dtype), 0
-        if k == "grouped_gemm":
-            peak = g.bf16_flops if op.dtype == "bf16" else g.fp8_flops
-            key = "mxfp8_wgrad" if op.dtype == "mxfp8" and op.gemm_pass == "wgrad" else op.dtype
-            return c.grouped_gemm_time(op.flops * f, op.rows * f, peak, key), 0
-        if k == "attn":
-            return c.attention_time(op.flops, g.bf16_flops, op.backward), 0
-        if k == "mem":
-            return c.memory_time(op.nbytes * f, g.hbm_bw_bytes_per_s), 0
-        if k == "quant":
-            return c.quantize_time(op.elems * f, g.hbm_bw_bytes_per_s), 0
-        if k == "rearrange":
-            return c.rearrange_time(op.elems * f, op.layout), 0
+        if k not in ("comm", "host_sync"):
+            return c.op_seconds(op, self.gpu, None, float(self.factors[cls])), 0
         if k == "host_sync":
             return c.stack.host_sync_s, 0
         if op.coll == "a2a.counts":

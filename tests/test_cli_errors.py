@@ -32,7 +32,7 @@ global_batch = 8
 
 
 def moesim(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sim", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "moesim", *args], capture_output=True, text=True, timeout=60)
 
 
 def assert_user_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:

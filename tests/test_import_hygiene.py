@@ -1,16 +1,25 @@
-"""`import sim` must leave torch (and the reference) out of the process."""
+"""The layering: `import sim` (every module of it) leaves torch, the reference and the upper floors out."""
 
 import subprocess
 import sys
 
+UPPER = ("torch", "reference", "calibrate", "studies", "moesim")
 
-def test_import_sim_does_not_import_torch() -> None:
+
+def test_every_sim_module_imports_without_torch_or_upper_floors() -> None:
     code = (
-        "import sys, sim, sim.cli, sim.accounting, sim.catalog, sim.loaders;"
-        "import importlib.util as u;"
-        "[__import__(m) for m in ('sim.predict', 'sim.engine', 'sim.workload', 'sim.comm', 'sim.topology') if u.find_spec(m)];"
-        "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'reference', 'calibrate', 'studies')));"
+        "import sys, pkgutil, importlib, sim;"
+        "[importlib.import_module(m.name) for m in pkgutil.walk_packages(sim.__path__, 'sim.')"
+        " if not m.name.endswith('__main__')];"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {UPPER!r});"
         "print(','.join(bad))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_sim_holds_no_command_line() -> None:
+    import importlib.util
+
+    assert importlib.util.find_spec("sim.cli") is None
+    assert importlib.util.find_spec("sim.__main__") is None

@@ -21,13 +21,13 @@ def tool(name: str) -> str:
 
 def test_ruff_lint_is_clean() -> None:
     result = subprocess.run([tool("ruff"), "check", "--select", "E,F,W,I", "--ignore", "E501",
-                             "sim", "calibrate", "studies", "reference", "tests"],
+                             "sim", "calibrate", "studies", "reference", "moesim", "tests", "benchmarks"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_mypy_is_clean_on_the_torch_free_packages() -> None:
     result = subprocess.run([tool("mypy"), "--ignore-missing-imports", "--cache-dir", "/tmp/moesim-mypy-cache",
-                             "sim", "calibrate", "studies"],
+                             "sim", "calibrate", "studies", "moesim"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

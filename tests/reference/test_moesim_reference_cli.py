@@ -7,7 +7,7 @@ import sys
 
 
 def test_moesim_reference_passes_arguments_through() -> None:
-    result = subprocess.run([sys.executable, "-m", "sim", "reference", "--model", "debug", "--ep", "3",
+    result = subprocess.run([sys.executable, "-m", "moesim", "reference", "--model", "debug", "--ep", "3",
                              "--dispatch", "all_to_all", "--tokens", "64", "--steps", "1"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2

@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
+from moesim.predict_cmd import main
 from sim.catalog import load_cluster, load_gpu, load_model
 from sim.costs import CostModel, default_costs
 from sim.errors import ConfigError, PlanError
 from sim.ops import ALL_OPS
 from sim.predict import predict
-from sim.predict_cli import main
 from sim.specs import ParallelPlan
 from sim.trace import chrome_trace_events
 
@@ -20,7 +20,7 @@ from sim.trace import chrome_trace_events
 def seed_preds():
     import argparse
 
-    from sim.predict_cli import _run, add_predict_arguments
+    from moesim.predict_cmd import _run, add_predict_arguments
 
     parser = argparse.ArgumentParser()
     add_predict_arguments(parser)
@@ -116,7 +116,7 @@ def test_calibration_roundtrip_and_version(tmp_path):
 
 
 def test_import_sim_predict_keeps_torch_out():
-    code = "import sys, sim, sim.predict, sim.predict_cli, sim.trace; assert 'torch' not in sys.modules"
+    code = "import sys, sim, sim.predict, moesim.predict_cmd, sim.trace; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

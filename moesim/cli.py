@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from moesim import __version__
 from sim.accounting import (
     count_params,
     exact_flops_per_token,
@@ -147,7 +148,7 @@ def _add_predict(subparsers: Any) -> None:
     parser = subparsers.add_parser("predict", help="predict step time, throughput, MFU and memory",
                                    description="Predict one training step; no arguments runs the seed scenario.")
     try:
-        from sim.predict_cli import add_predict_arguments, run_predict
+        from moesim.predict_cmd import add_predict_arguments, run_predict
     except ImportError:  # the simulator's command is not built yet in this checkout
         parser.set_defaults(handler=lambda _args: _missing_predict())
         return
@@ -156,11 +157,12 @@ def _add_predict(subparsers: Any) -> None:
 
 
 def _missing_predict() -> int:
-    raise MoesimError("the simulator is not installed in this build (sim.predict_cli missing)")
+    raise MoesimError("the simulator is not installed in this build (moesim.predict_cmd missing)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="moesim", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"moesim {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     catalog = subparsers.add_parser("catalog", help="list the built-in models, GPUs and cluster templates")

@@ -9,7 +9,7 @@
   ``source``).
 
 ``--json`` prints one object with a ``predictions`` list; ``--trace FILE`` writes a Chrome trace. Errors a
-user can cause print one line and return 2. Standalone: ``python -m sim.predict_cli``.
+user can cause print one line and return 2. Standalone: ``python -m moesim.predict_cmd``.
 """
 
 from __future__ import annotations
