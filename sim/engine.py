@@ -1,18 +1,26 @@
-"""The discrete-event core (SimPy): GPU streams, dependencies, collectives, SM sharing, host syncs.
+"""The discrete-event core (SimPy): GPU streams, dependencies, collectives, SM sharing, shared links,
+host stalls.
 
-Each simulated rank has named streams (``compute``, ``comm``, ...). A :class:`Task` runs on one
-stream, in the order tasks were added to that stream, once every task it depends on has finished.
+Each simulated rank has named streams (``compute``, ``comm``, ``fsdp_ag``, ...). A :class:`Task` runs on
+one stream, in the order tasks were added to that stream, once every task it depends on has finished.
+The couplings between concurrent work are simulated, not formulas:
 
-- Compute tasks (``sms == 0`` on the ``compute`` stream) progress at the rate
+- **SM sharing**: compute tasks (``sms == 0`` on the ``compute`` stream) progress at the rate
   ``(num_sms - held) / num_sms``, where ``held`` is the number of SMs that communication kernels running
-  at the same moment on the same rank occupy (DeepEP's ``num_sms``). Rates are re-evaluated whenever a
-  communication kernel starts or ends (exact, piecewise constant).
-- A task with a ``collective`` key is one member of a collective: it starts when every member (on every
-  rank, tasks sharing the key) has arrived, and then takes its own ``duration`` (the time its data needs
-  to cross the fabric). SM-holding members hold their SMs from their own arrival (the kernel is launched
-  and spins) to their end.
-- A ``host_sync`` task stalls its stream for its duration once its dependencies are done, and nothing
-  added to the rank after it may start before it ends (the CPU cannot enqueue past a blocking copy).
+  at the same moment on the same rank occupy (DeepEP's ``num_sms``, NCCL's channels). Rates are
+  re-evaluated whenever a communication kernel starts or ends (exact, piecewise constant).
+  ``Engine(sm_sharing=False)`` switches the coupling off (for tests and what-ifs).
+- **Shared links**: a task with ``link`` set is a flow of ``nbytes`` through that link of the rank
+  (``Engine.links[link]`` = capacity in bytes/s; e.g. the rank's NIC). Concurrent flows on one link get
+  max-min fair rates, each capped by its own ``max_rate`` (its bottleneck elsewhere); rates are
+  re-evaluated whenever a flow on the link starts or ends. Alone a flow takes ``nbytes / min(max_rate,
+  capacity)``. A flow's ``duration`` is a fixed latency paid before its bytes move.
+- **Collectives**: a task with a ``collective`` key is one member of a collective: it starts when every
+  member (on every rank, tasks sharing the key) has arrived. SM-holding members hold their SMs from their
+  own arrival (the kernel is launched and spins) to their end.
+- **Host stalls**: a ``host_sync`` task stalls its stream for its duration once its dependencies are done,
+  and nothing added to the rank after it may start before it ends (the CPU cannot enqueue past a blocking
+  copy, so the GPU idles until the CPU has launched work again).
 
 Exact timelines (all times in seconds):
 
@@ -27,23 +35,25 @@ Exact timelines (all times in seconds):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import simpy
 
-__all__ = ["Task", "Record", "Engine"]
+__all__ = ["Task", "Record", "Engine", "max_min_fair"]
 
 _EPS = 1e-15
 
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """One kernel (or host stall) on one stream of one rank.
+    """One kernel (or host stall, or link flow) on one stream of one rank.
 
     ``deps`` are handles returned by :meth:`Engine.add` (any rank). ``sms``: SMs held while running
-    (communication kernels). ``collective``: a key shared by all members of one collective.
+    (communication kernels). ``collective``: a key shared by all members of one collective. ``link``,
+    ``nbytes``, ``max_rate``: a flow through a shared link of the rank (see the module docstring).
     """
 
     name: str
@@ -55,6 +65,9 @@ class Task:
     host_sync: bool = False
     phase: str = "fwd"
     args: dict[str, Any] | None = None
+    link: Hashable | None = None
+    nbytes: float = 0.0
+    max_rate: float = math.inf
 
 
 class Record(NamedTuple):
@@ -67,6 +80,28 @@ class Record(NamedTuple):
     handle: int = -1
 
 
+def max_min_fair(capacity: float, caps: Sequence[float]) -> list[float]:
+    """Max-min fair rates of flows with rate ``caps`` sharing one link of ``capacity`` (water filling).
+
+    >>> max_min_fair(10.0, [2.0, 100.0, 100.0])
+    [2.0, 4.0, 4.0]
+    """
+    rates = [0.0] * len(caps)
+    left, todo = capacity, sorted(range(len(caps)), key=lambda i: caps[i])
+    while todo:
+        share = left / len(todo)
+        i = todo[0]
+        if caps[i] <= share:
+            rates[i] = caps[i]
+            left -= caps[i]
+            todo.pop(0)
+        else:
+            for j in todo:
+                rates[j] = share
+            break
+    return rates
+
+
 @dataclass(slots=True)
 class _Rank:
     streams: dict[str, list[int]] = field(default_factory=dict)
@@ -74,6 +109,13 @@ class _Rank:
     compute_proc: Any = None
     computing: bool = False
     last_sync: int | None = None
+
+
+class _Flow:
+    __slots__ = ("proc", "cap", "rate")
+
+    def __init__(self, proc: Any, cap: float) -> None:
+        self.proc, self.cap, self.rate = proc, cap, 0.0
 
 
 class _Collective:
@@ -86,18 +128,29 @@ class _Collective:
 
 
 class Engine:
-    """A SimPy environment of ranks and streams; add tasks, :meth:`run`, then read :attr:`log`."""
+    """A SimPy environment of ranks and streams; add tasks, :meth:`run`, then read :attr:`log`.
 
-    def __init__(self, num_sms: int = 132) -> None:
+    ``links``: capacity (bytes/s) of each shared link, by the key tasks name in ``Task.link``; a link is
+    per rank (the rank's NIC), so flows of different ranks never share one.
+    """
+
+    def __init__(self, num_sms: int = 132, *, sm_sharing: bool = True,
+                 links: dict[Hashable, float] | None = None) -> None:
         if num_sms <= 0:
             raise ValueError(f"num_sms must be positive, got {num_sms}")
         self.num_sms = num_sms
+        self.sm_sharing = sm_sharing
+        self.links = dict(links or {})
+        for key, cap in self.links.items():
+            if not cap > 0:
+                raise ValueError(f"link {key!r}: capacity must be positive, got {cap}")
         self.env = simpy.Environment(initial_time=0.0)
         self._tasks: list[Task] = []
         self._owner: list[Hashable] = []
         self._done: list[simpy.Event] = []
         self._ranks: dict[Hashable, _Rank] = {}
         self._colls: dict[Hashable, _Collective] = {}
+        self._flows: dict[tuple[Hashable, Hashable], list[_Flow]] = {}
         self.log: list[Record] = []
         self._end: dict[int, float] = {}
 
@@ -106,10 +159,15 @@ class Engine:
         handle = len(self._tasks)
         state = self._ranks.setdefault(rank, _Rank())
         if state.last_sync is not None and state.last_sync not in task.deps:
-            task = _with_deps(task, task.deps + (state.last_sync,))
+            task = replace(task, deps=task.deps + (state.last_sync,))
         for d in task.deps:
             if not 0 <= d < handle:
                 raise ValueError(f"task {task.name!r}: unknown dependency handle {d}")
+        if task.link is not None:
+            if task.link not in self.links:
+                raise ValueError(f"task {task.name!r}: unknown link {task.link!r}")
+            if task.nbytes < 0 or not task.max_rate > 0:
+                raise ValueError(f"task {task.name!r}: a flow needs nbytes >= 0 and max_rate > 0")
         self._tasks.append(task)
         self._owner.append(rank)
         self._done.append(self.env.event())
@@ -156,7 +214,7 @@ class Engine:
                 yield deps[0]
             elif deps:
                 yield env.all_of(deps)
-            holds = task.sms > 0
+            holds = task.sms > 0 and self.sm_sharing
             if holds:
                 self._hold(state, task.sms)
             start = env.now
@@ -167,7 +225,11 @@ class Engine:
                     coll.event.succeed()
                 yield coll.event
                 start = env.now
-            if task.stream == "compute" and not holds and not task.host_sync:
+            if task.link is not None:
+                if task.duration > 0:
+                    yield env.timeout(task.duration)
+                yield from self._flow(rank, task)
+            elif task.stream == "compute" and task.sms == 0 and not task.host_sync:
                 remaining = task.duration
                 state.computing = True
                 while remaining > _EPS:
@@ -187,14 +249,37 @@ class Engine:
             self._end[h] = env.now
             self._done[h].succeed()
 
+    def _flow(self, rank: Hashable, task: Task):  # type: ignore[no-untyped-def]
+        env = self.env
+        key = (rank, task.link)
+        flows = self._flows.setdefault(key, [])
+        me = _Flow(env.active_process, task.max_rate)
+        flows.append(me)
+        self._rebalance(key, skip=me)
+        remaining = task.nbytes
+        while remaining > _EPS * max(1.0, task.nbytes):
+            t0, rate = env.now, me.rate
+            try:
+                yield env.timeout(remaining / rate)
+                remaining = 0.0
+            except simpy.Interrupt:
+                remaining -= (env.now - t0) * rate
+        flows.remove(me)
+        self._rebalance(key, skip=None)
+
+    def _rebalance(self, key: tuple[Hashable, Hashable], skip: _Flow | None) -> None:
+        """New max-min fair rates on one link; interrupt the flows in progress so they re-plan."""
+        flows = self._flows[key]
+        rates = max_min_fair(self.links[key[1]], [f.cap for f in flows])
+        for f, r in zip(flows, rates, strict=True):
+            changed = abs(f.rate - r) > 1e-12 * max(r, 1.0)
+            f.rate = r
+            if changed and f is not skip and f.proc is not None and f.proc.is_alive:
+                f.proc.interrupt()
+
     def _hold(self, state: _Rank, sms: int) -> None:
         state.held_sms += sms
         if state.held_sms >= self.num_sms:
             raise ValueError(f"communication kernels hold {state.held_sms} of {self.num_sms} SMs")
         if state.computing and state.compute_proc is not None and state.compute_proc.is_alive:
             state.compute_proc.interrupt()
-
-
-def _with_deps(task: Task, deps: tuple[int, ...]) -> Task:
-    return Task(task.name, task.stream, task.duration, deps, task.sms, task.collective, task.host_sync,
-                task.phase, task.args)

@@ -71,3 +71,66 @@ def test_bad_dependency_is_rejected():
     eng = Engine(num_sms=10)
     with pytest.raises(ValueError):
         eng.add(0, Task("x", "compute", 1.0, deps=(5,)))
+
+
+def test_sm_sharing_switched_off_leaves_compute_at_full_speed():
+    """The same case as above without the coupling: the GEMMs ignore the 20 held SMs."""
+    eng = Engine(num_sms=100, sm_sharing=False)
+    eng.add(0, Task("gemm", "compute", 1.0))
+    eng.add(0, Task("dispatch", "comm", 2.0, sms=20))
+    eng.add(0, Task("gemm2", "compute", 1.0))
+    assert eng.run() == 2.0
+    assert eng.timeline(0) == [("gemm", 0.0, 1.0), ("dispatch", 0.0, 2.0), ("gemm2", 1.0, 2.0)]
+
+
+@pytest.mark.parametrize("sms", [10, 20, 40])
+def test_deepep_sms_change_overlapped_compute(sms):
+    """A 3 s GEMM under a 1 s kernel holding ``sms`` of 100 SMs: 1 s at (100-s)/100, the rest at full speed."""
+    eng = Engine(num_sms=100)
+    eng.add(0, Task("gemm", "compute", 3.0))
+    eng.add(0, Task("dispatch", "comm", 1.0, sms=sms))
+    eng.run()
+    rate = (100 - sms) / 100
+    assert eng.timeline(0)[0] == ("gemm", 0.0, pytest.approx(1.0 + (3.0 - rate)))
+
+
+def test_nic_shared_between_fsdp_and_a2a_flows():
+    """NIC of 10 B/s. The a2a flow (40 B, capped at 8 B/s by its own path) starts at 0; the FSDP gather
+    (30 B, uncapped) joins at 1. Alone the a2a runs at 8 until 1 (8 B moved); then max-min fair 5 + 5
+    until the gather's 30 B are done at 7 (the a2a has moved 8 + 30 = 38 B); the a2a's last 2 B run alone at
+    8 B/s: ends at 7.25."""
+    eng = Engine(num_sms=100, links={"nic": 10.0})
+    eng.add(0, Task("moe.dispatch", "comm", 0.0, link="nic", nbytes=40.0, max_rate=8.0))
+    gate = eng.add(0, Task("gemm", "compute", 1.0))
+    eng.add(0, Task("fsdp.all_gather", "fsdp_ag", 0.0, deps=(gate,), link="nic", nbytes=30.0))
+    assert eng.run() == pytest.approx(7.25)
+    assert eng.timeline(0) == [("moe.dispatch", 0.0, pytest.approx(7.25)), ("gemm", 0.0, 1.0),
+                               ("fsdp.all_gather", 1.0, pytest.approx(7.0))]
+
+
+def test_flow_alone_runs_at_its_own_cap_plus_latency():
+    eng = Engine(num_sms=100, links={"nic": 100.0})
+    eng.add(0, Task("a2a", "comm", 0.5, link="nic", nbytes=10.0, max_rate=5.0))
+    assert eng.run() == pytest.approx(2.5)
+
+
+def test_flows_of_different_ranks_do_not_share_a_nic():
+    eng = Engine(num_sms=100, links={"nic": 10.0})
+    eng.add(0, Task("a", "comm", 0.0, link="nic", nbytes=10.0))
+    eng.add(1, Task("b", "comm", 0.0, link="nic", nbytes=10.0))
+    assert eng.run() == pytest.approx(1.0)
+
+
+def test_host_stall_idles_the_gpu_until_the_cpu_relaunches():
+    """A DeepEP normal-mode dispatch: the CPU blocks for the receive counts (0.25 s of host round trip
+    after the notify kernel); the expert GEMM, issued after the wait, cannot start before it even though
+    the compute stream is free, and the shared-expert GEMM queued before the wait runs under it."""
+    eng = Engine(num_sms=100)
+    notify = eng.add(0, Task("notify", "comm", 0.5))
+    eng.add(0, Task("shared", "compute", 0.25))
+    sync = eng.add(0, Task("a2a.host_sync", "host", 0.25, deps=(notify,), host_sync=True))
+    d = eng.add(0, Task("moe.dispatch", "comm", 1.0, deps=(sync,)))
+    eng.add(0, Task("expert", "compute", 1.0, deps=(d,)))
+    assert eng.run() == 2.75
+    assert eng.timeline(0) == [("notify", 0.0, 0.5), ("shared", 0.0, 0.25), ("a2a.host_sync", 0.5, 0.75),
+                               ("moe.dispatch", 0.75, 1.75), ("expert", 1.75, 2.75)]
