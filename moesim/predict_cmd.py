@@ -50,6 +50,8 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--ac", choices=AC_MODES)
     p.add_argument("--precision", choices=PRECISIONS)
     p.add_argument("--ep-backend", choices=EP_BACKENDS, dest="ep_backend")
+    p.add_argument("--ep-overlap", action="store_true", default=None, dest="ep_overlap",
+                   help="Megatron combined 1F1B: overlap one microbatch's all-to-alls with another's compute")
     p.add_argument("--routing", help="balanced | round-robin | zipf:<s> | dirichlet:<alpha> | tokens-per-expert file")
     o = parser.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON object with a 'predictions' list")
@@ -67,7 +69,7 @@ def _cluster(args: argparse.Namespace, name: str | None, gpus: int, gpu: str | N
 
 def _plan_fields(args: argparse.Namespace) -> dict[str, Any]:
     out = {}
-    for name in (*_PLAN_INTS, "pp_schedule", "ac", "precision", "ep_backend", "routing"):
+    for name in (*_PLAN_INTS, "pp_schedule", "ac", "precision", "ep_backend", "routing", "ep_overlap"):
         v = getattr(args, name, None)
         if v is not None:
             out[name] = v

@@ -46,7 +46,7 @@ import simpy
 
 from sim.errors import PlanError
 
-__all__ = ["PipelineResult", "PipelineSpec", "dualpipev_steps", "rank_orders", "simulate_pipeline", "stage_of"]
+__all__ = ["PipelineResult", "PipelineSpec", "combined_orders", "dualpipev_steps", "rank_orders", "simulate_pipeline", "stage_of"]
 
 DUAL = ("dualpipe", "dualpipev")
 
@@ -71,6 +71,10 @@ class PipelineSpec:
     pair_s: dict[tuple[int, int], float] = field(default_factory=dict)
     #: weight-gradient part of ``b_s`` per stage, DualPipe only (zero-bubble split); empty: no split.
     w_s: Sequence[float] = ()
+    #: Megatron's combined 1F1B (1f1b / interleaved-1f1b, and pp = 1): one more warm-up forward, then
+    #: every steady-state forward runs together with the next backward as one overlapped pair of
+    #: ``pair_s[(f_stage, b_stage)]`` seconds.
+    combined: bool = False
 
     @property
     def n_stages(self) -> int:
@@ -84,6 +88,8 @@ class PipelineResult:
     actions: list[list[tuple[str, int, int, float, float]]]
     #: every (phase, stage, microbatch) -> (rank, start, end) of the action that ran it (a pair runs two).
     timeline: dict[Key, tuple[int, float, float]] = field(default_factory=dict)
+    #: (rank, index in ``actions[rank]``) of each overlapped pair -> (forward stage, backward stage).
+    pair_stages: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
 
     def busy(self, rank: int) -> float:
         return sum(e - s for _, _, _, s, e in self.actions[rank])
@@ -129,6 +135,29 @@ def rank_orders(spec: PipelineSpec) -> list[list[tuple[str, int, int]]]:
     return orders
 
 
+def combined_orders(spec: PipelineSpec) -> list[list[tuple[Key, ...]]]:
+    """Per-rank actions of Megatron's combined 1F1B: :func:`rank_orders` with one more warm-up forward
+    (the last stage's backward of microbatch ``i`` then never waits on the forward it is paired with),
+    and each steady-state ``(F, B)`` merged into one two-key pair.
+
+    >>> combined_orders(PipelineSpec("1f1b", 2, 1, 3, [1.0] * 2, [2.0] * 2, combined=True))[1]
+    [(('F', 1, 0),), (('F', 1, 1), ('B', 1, 0)), (('F', 1, 2), ('B', 1, 1)), (('B', 1, 2),)]
+    """
+    out = []
+    for order in rank_orders(spec):
+        fwd = [a for a in order if a[0] == "F"]
+        bwd = [a for a in order if a[0] == "B"]
+        # rank_orders' steady state starts with a forward: the forwards before the first backward are its
+        # warm-up plus one, the combined schedule's warm-up.
+        warm = sum(1 for a in order[: order.index(bwd[0])] if a[0] == "F") if bwd else len(fwd)
+        acts: list[tuple[Key, ...]] = [(f,) for f in fwd[:warm]]
+        steady = len(fwd) - warm
+        acts += [(fwd[warm + i], bwd[i]) for i in range(steady)]
+        acts += [(b,) for b in bwd[steady:]]
+        out.append(acts)
+    return out
+
+
 def simulate_pipeline(spec: PipelineSpec) -> PipelineResult:
     """Run the schedule; returns the makespan and every rank's action timeline."""
     if spec.pp == 1:
@@ -146,6 +175,23 @@ def _single_rank(spec: PipelineSpec) -> PipelineResult:
     t, acts = 0.0, []
     for s in range(spec.n_stages):
         t += _extra(spec, s)
+    if spec.combined and spec.n_stages == 1 and spec.n_micro > 1:
+        # Megatron's combined 1F1B without pipelining: F0, (F(i+1) with B(i)) pairs, B(m-1).
+        timeline: dict[Key, tuple[int, float, float]] = {}
+        pairs: dict[tuple[int, int], tuple[int, int]] = {}
+        acts.append(("F", 0, 0, t, t + spec.f_s[0]))
+        timeline[("F", 0, 0)] = (0, t, t + spec.f_s[0])
+        t += spec.f_s[0]
+        for mb in range(spec.n_micro - 1):
+            d = spec.pair_s.get((0, 0), spec.f_s[0] + spec.b_s[0])
+            pairs[(0, len(acts))] = (0, 0)
+            acts.append(("FB", 0, mb + 1, t, t + d))
+            timeline[("F", 0, mb + 1)] = timeline[("B", 0, mb)] = (0, t, t + d)
+            t += d
+        acts.append(("B", 0, spec.n_micro - 1, t, t + spec.b_s[0]))
+        timeline[("B", 0, spec.n_micro - 1)] = (0, t, t + spec.b_s[0])
+        t += spec.b_s[0]
+        return PipelineResult(t, [acts], timeline, pairs)
     for mb in range(spec.n_micro):
         for s in range(spec.n_stages):
             acts.append(("F", s, mb, t, t + spec.f_s[s]))
@@ -201,32 +247,45 @@ def _fixed(spec: PipelineSpec) -> PipelineResult:
     env = simpy.Environment(initial_time=0.0)
     stage_rank = {stage_of(spec.schedule, spec.pp, p, j): p for p in range(spec.pp) for j in range(spec.vpp)}
     deps = _Deps(env, spec.n_stages, lambda s, _mb: stage_rank[s], spec.p2p_s)
-    orders = rank_orders(spec)
+    orders = combined_orders(spec) if spec.combined else [[(a,) for a in o] for o in rank_orders(spec)]
     acts: list[list[tuple[str, int, int, float, float]]] = [[] for _ in range(spec.pp)]
     timeline: dict[Key, tuple[int, float, float]] = {}
+    pairs: dict[tuple[int, int], tuple[int, int]] = {}
     seen: set[int] = set()
 
     def rank_proc(p: int):  # type: ignore[no-untyped-def]
-        for phase, stage, mb in orders[p]:
-            yield from deps.wait(phase, stage, mb)
-            if phase == "F" and stage not in seen:
-                seen.add(stage)
-                if _extra(spec, stage):
-                    yield env.timeout(_extra(spec, stage))
-            dur = spec.f_s[stage] if phase == "F" else spec.b_s[stage]
+        for keys in orders[p]:
+            for phase, stage, mb in keys:
+                yield from deps.wait(phase, stage, mb)
+            for phase, stage, _mb in keys:
+                if phase == "F" and stage not in seen:
+                    seen.add(stage)
+                    if _extra(spec, stage):
+                        yield env.timeout(_extra(spec, stage))
+            if len(keys) == 2:
+                (_, fs, fmb), (_, bs, _bmb) = keys
+                dur = spec.pair_s.get((fs, bs), spec.f_s[fs] + spec.b_s[bs])
+                pairs[(p, len(acts[p]))] = (fs, bs)
+                head = ("FB", fs, fmb)
+            else:
+                phase, stage, mb = keys[0]
+                dur = spec.f_s[stage] if phase == "F" else spec.b_s[stage]
+                head = keys[0]
             start = float(env.now)
             yield env.timeout(dur)
-            acts[p].append((phase, stage, mb, float(start), float(env.now)))
-            timeline[(phase, stage, mb)] = (p, start, float(env.now))
-            deps.done(phase, stage, mb)
+            acts[p].append((*head, float(start), float(env.now)))
+            for key in keys:
+                timeline[key] = (p, start, float(env.now))
+            for key in keys:
+                deps.done(*key)
 
     for p in range(spec.pp):
         env.process(rank_proc(p))
     env.run()
-    n_done = sum(len(a) for a in acts)
+    n_done = len(timeline)
     if n_done != 2 * spec.n_micro * spec.n_stages:
         raise RuntimeError(f"pipeline deadlock: {n_done} of {2 * spec.n_micro * spec.n_stages} actions ran")
-    return PipelineResult(max(a[-1][4] for a in acts), acts, timeline)
+    return PipelineResult(max(a[-1][4] for a in acts), acts, timeline, pairs)
 
 
 # --- DualPipe / DualPipeV ------------------------------------------------------------------------------
@@ -382,6 +441,7 @@ def _dual(spec: PipelineSpec) -> PipelineResult:
     deps = _Deps(env, lanes.n_pos, lanes.rank, spec.p2p_s)
     acts: list[list[tuple[str, int, int, float, float]]] = [[] for _ in range(spec.pp)]
     timeline: dict[Key, tuple[int, float, float]] = {}
+    pairs: dict[tuple[int, int], tuple[int, int]] = {}
 
     def rank_proc(p: int):  # type: ignore[no-untyped-def]
         gathered: set[int] = set()  # chunks whose weights this rank has all-gathered
@@ -403,6 +463,8 @@ def _dual(spec: PipelineSpec) -> PipelineResult:
             for i, (phase, c, mb, d, keys) in enumerate(pieces):
                 end = float(env.now) if i == len(pieces) - 1 else t + d
                 if d > 0 or phase != "W":
+                    if phase == "FB":
+                        pairs[(p, len(acts[p]))] = (c, keys[1][1])
                     acts[p].append((phase, c, mb, t, end))
                 for key in keys:
                     assert key not in timeline, key
@@ -419,4 +481,4 @@ def _dual(spec: PipelineSpec) -> PipelineResult:
     n_fb = sum(1 for key in timeline if key[0] != "W")
     if n_fb != 2 * spec.n_micro * spec.n_stages:
         raise RuntimeError(f"pipeline deadlock: {n_fb} of {2 * spec.n_micro * spec.n_stages} actions ran")
-    return PipelineResult(max(a[4] for r in acts for a in r), acts, timeline)
+    return PipelineResult(max(a[4] for r in acts for a in r), acts, timeline, pairs)

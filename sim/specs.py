@@ -340,6 +340,10 @@ class ParallelPlan:
     deepep_sms: int = 20
     routing: str = "balanced"
     routing_seed: int = 0
+    #: Megatron's combined 1F1B (``overlap_moe_expert_parallel_comm`` + ``delay_wgrad_compute``): after
+    #: warm-up the forward of one microbatch and the backward of another run as one interleaved pair, each
+    #: one's dispatch/combine hidden behind the other's compute. Needs ``ep > 1`` and a stack that has it.
+    ep_overlap: bool = False
 
     def __post_init__(self) -> None:
         owner = "plan"
@@ -366,6 +370,11 @@ class ParallelPlan:
             raise ConfigError(f"plan: etp ({self.etp}) must be 1 or equal to tp ({self.tp})")
         if self.pp_schedule == "1f1b" and self.vpp != 1:
             raise ConfigError(f"plan: vpp ({self.vpp}) must be 1 with pp_schedule '1f1b'")
+        if not isinstance(self.ep_overlap, bool):
+            raise ConfigError(f"plan: ep_overlap must be true or false, got {self.ep_overlap!r}")
+        if self.ep_overlap and self.ep == 1:
+            raise ConfigError("plan: ep_overlap needs expert parallelism (ep > 1): with ep (1) there is no "
+                              "all-to-all to overlap")
 
     @property
     def world_size(self) -> int:
