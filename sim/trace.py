@@ -1,7 +1,8 @@
 """Chrome trace (Perfetto / chrome://tracing) of a prediction's representative ranks.
 
 One process per pipeline rank (the symmetry class that stands for all its peers), one thread per stream
-(``compute``, ``comm``, FSDP streams) plus a ``pipeline`` thread with one slice per chunk action. Op slices
+(``compute``, ``comm``, FSDP streams; overlapped F&B pairs show both microbatches' ops on them, so what
+hides behind what is visible) plus a ``pipeline`` thread with one slice per chunk action. Op slices
 carry the shared vocabulary (:mod:`sim.ops`) as names and ``phase`` (fwd/bwd/recompute), microbatch and
 layer as arguments, so a measured trace and a simulated one line up by name. The first
 ``detail_microbatches`` microbatches are expanded to ops; the rest show as chunk and layer slices
@@ -23,6 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from sim.fileio import write_atomic
 from sim.predict import Prediction
 
 __all__ = ["chrome_trace_events", "write_chrome_trace"]
@@ -54,9 +56,15 @@ def chrome_trace_events(pred: Prediction, *, detail_microbatches: int = 2, pid_b
             events.append({"ph": "X", "name": f"{phase} chunk {stage} mb {mb}", "cat": "pipeline", "pid": pid,
                            "tid": tid(pid, "pipeline"), "ts": start * _US, "dur": (end - start) * _US,
                            "args": {"stage": stage, "microbatch": mb}})
-            # Op detail for plain forward and backward chunks only: a deferred weight-gradient step (W) and an
-            # overlapped DualPipe pair (FB) have no single-layer timeline of their own.
-            if mb >= detail_microbatches or phase not in ("F", "B"):
+            if mb >= detail_microbatches or phase not in ("F", "B", "FB"):
+                continue
+            if phase == "FB":  # an overlapped pair: both microbatches' ops on the compute and comm streams
+                idx = actions.index((phase, stage, mb, start, end))
+                res = data["pairs"][pipe.pair_stages[(rank, idx)]]
+                for name, stream, op_phase, s, e in res.log:
+                    events.append({"ph": "X", "name": name, "cat": stream, "pid": pid,
+                                   "tid": tid(pid, stream), "ts": (start + s) * _US, "dur": (e - s) * _US,
+                                   "args": {"phase": op_phase, "pair": f"F mb {mb} + B"}})
                 continue
             ph = "fwd" if phase == "F" else "bwd"
             t = start
@@ -79,4 +87,4 @@ def write_chrome_trace(preds: list[Prediction], path: str | Path, *, detail_micr
     events: list[dict[str, Any]] = []
     for i, pred in enumerate(preds):
         events += chrome_trace_events(pred, detail_microbatches=detail_microbatches, pid_base=100 * i)
-    Path(path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}), encoding="utf-8")
+    write_atomic(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))

@@ -283,8 +283,8 @@ def test_costs_are_overridable_and_validated():
     assert b.time_s.max() > 1.5 * a.time_s.max()
     with pytest.raises(ConfigError, match="deepep_combine_bw"):
         dataclasses.replace(COSTS, deepep_combine_bw=(1.0,))
-    with pytest.raises(ConfigError, match="host_sync_s"):
-        dataclasses.replace(COSTS, host_sync_s=-1.0)
+    with pytest.raises(ConfigError, match="nccl_launch_s"):
+        dataclasses.replace(COSTS, nccl_launch_s=-1.0)
 
 
 def test_round_robin_forced_balance_sends_each_token_to_one_rank():

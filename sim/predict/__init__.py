@@ -1,0 +1,147 @@
+"""Step-time prediction: workload + costs + stack + network -> engine -> pipeline schedule -> :class:`Prediction`.
+
+The package, one job per module:
+
+- :mod:`sim.predict.timing`: op timing (cost model x stack efficiency; all-to-alls of the slowest EP
+  group; collectives; NIC flows; FSDP / ZeRO shard sizes);
+- :mod:`sim.predict.layers`: one layer, or one overlapped F&B pair (DualPipe, Megatron's combined 1F1B),
+  simulated op by op on the SimPy engine (:mod:`sim.engine`) with SM sharing, shared NIC, host stalls;
+  each distinct (layer kind, phase) and pair simulated once per prediction;
+- :mod:`sim.predict.pipeline`: chunks through the schedule (:mod:`sim.schedule`), then the step tail;
+- :mod:`sim.predict.breakdown`: exposed seconds per category (sums to the step) and hidden communication.
+
+Ranks with identical work and traffic form one symmetry class and are simulated once: with balanced
+routing one rank stands for the whole step; skewed routing gives one class per EP rank, and every
+all-to-all waits for the slowest member.
+
+>>> from sim.catalog import load_model, load_cluster
+>>> from sim.specs import ParallelPlan
+>>> p = predict(load_model("debug"), load_cluster("hgx-b200", n_gpus=8),
+...             ParallelPlan(ep=4, dp_shard=8, global_batch=16, seq_len=512))
+>>> p.fits_in_memory, p.step_time_s > 0, p.stack
+(True, True, 'torchtitan')
+>>> abs(sum(p.breakdown.values()) - p.step_time_s) < 1e-9
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.accounting import memory_per_gpu, torchtitan_flops_per_token
+from sim.costs import CostModel, default_costs
+from sim.errors import PlanError
+from sim.predict.breakdown import breakdown
+from sim.predict.layers import SimResult
+from sim.predict.pipeline import assemble
+from sim.predict.timing import Context
+from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
+from sim.stacks import StackProfile
+
+__all__ = ["Prediction", "SimResult", "LayerResult", "predict", "validate_plan"]
+
+#: the former name of a simulated layer's result
+LayerResult = SimResult
+
+
+@dataclass
+class Prediction:
+    """A predicted training step. Times in seconds, memory in bytes; ``breakdown`` sums to the step and holds
+    *exposed* time per category (``breakdown["comm.a2a"]``: exposed all-to-all seconds); ``hidden_comm``:
+    communication seconds that ran under compute, by kind (not on the step's path)."""
+
+    name: str
+    model: str
+    gpu: str
+    n_gpus: int
+    plan: dict[str, Any]
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    tflops_per_gpu: float
+    mfu: float
+    breakdown: dict[str, float]
+    peak_memory_bytes: float
+    memory_capacity_bytes: float
+    fits_in_memory: bool
+    memory: dict[str, Any] = field(default_factory=dict)
+    hidden_comm: dict[str, float] = field(default_factory=dict)
+    stack: str = "torchtitan"
+    stack_provenance: str = ""
+    measured_tokens_per_s_per_gpu: float | None = None
+    source: str = ""
+    trace_data: Any = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k != "trace_data"}
+        if self.measured_tokens_per_s_per_gpu is None:
+            out.pop("measured_tokens_per_s_per_gpu")
+            out.pop("source")
+        return out
+
+
+def validate_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
+                  stack: StackProfile | None = None) -> None:
+    """Raise :class:`PlanError` if the plan cannot run (degrees, microbatches, backend, precision, overlap)."""
+    plan.check_fits(model, cluster.n_gpus)
+    gpu = cluster.gpu
+    if plan.ep_backend != "nccl" and not gpu.deepep:
+        raise PlanError(f"plan: ep_backend {plan.ep_backend!r} needs a DeepEP-capable GPU; {gpu.name} is not")
+    if plan.ep_backend in ("deepep", "hybridep") and not 0 < plan.deepep_sms < gpu.num_sms:
+        raise PlanError(f"plan: deepep_sms ({plan.deepep_sms}) must be below the GPU's {gpu.num_sms} SMs")
+    if plan.precision in ("mxfp8", "mxfp8-grouped") and not gpu.mxfp8:
+        raise PlanError(
+            f"plan: precision {plan.precision!r} needs block-scaled FP8 tensor cores (SM100, e.g. b200); "
+            f"{gpu.name} ({gpu.arch}) would only run TorchAO's emulated path, which is slower than bf16"
+        )
+    if plan.ep_overlap:
+        stack = stack or StackProfile()
+        dual = plan.pp_schedule in ("dualpipe", "dualpipev")
+        if not stack.ep_overlap_available and not dual:
+            raise PlanError(f"plan: ep_overlap (combined 1F1B) is not available in stack {stack.name!r}; "
+                            f"use a stack that has it (e.g. megatron) or a DualPipe schedule")
+        if model.n_moe_layers == 0:
+            raise PlanError(f"plan: ep_overlap needs MoE layers; {model.name} has none")
+
+
+def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: CostModel | None = None,
+            *, stack: StackProfile | None = None, name: str = "") -> Prediction:
+    """Predict one training step of ``model`` on ``cluster`` under ``plan`` with framework ``stack``
+    (None: :class:`~sim.stacks.StackProfile`'s TorchTitan defaults).
+
+    Raises :class:`~sim.errors.PlanError` for plans that cannot run.
+    """
+    stack = stack or StackProfile()
+    validate_plan(model, cluster, plan, stack)
+    costs = costs or default_costs(cluster.gpu)
+    ctx = Context(model, cluster, plan, costs, stack)
+    step = assemble(ctx)
+    parts, hidden = breakdown(step)
+    tokens = plan.tokens_per_step
+    tps = tokens / step.step_s / cluster.n_gpus
+    tflops = torchtitan_flops_per_token(model, plan.seq_len) * tps
+    mem = memory_per_gpu(model, plan, cluster.gpu)
+    trace_data = {"step": step, "layers": step.layers, "pairs": step.pairs, "chunks": step.chunks,
+                  "pipeline": step.pipe, "plan": plan, "step_s": step.step_s,
+                  "tail": (step.rs_tail, step.dp_ar, step.opt)}
+    return Prediction(
+        name=name or f"{model.name} on {cluster.n_gpus}x {cluster.gpu.name}",
+        model=model.name,
+        gpu=cluster.gpu.name,
+        n_gpus=cluster.n_gpus,
+        plan=plan.as_dict(),
+        step_time_s=step.step_s,
+        tokens_per_s_per_gpu=tps,
+        tflops_per_gpu=tflops / 1e12,
+        mfu=tflops / cluster.gpu.bf16_flops,
+        breakdown=parts,
+        peak_memory_bytes=float(mem.total_bytes),
+        memory_capacity_bytes=float(mem.capacity_bytes),
+        fits_in_memory=bool(mem.fits),
+        memory=mem.as_dict(),
+        hidden_comm=hidden,
+        stack=stack.name,
+        stack_provenance=stack.provenance,
+        trace_data=trace_data,
+    )

@@ -1,0 +1,461 @@
+"""Layer and F&B-pair simulation, op by op, on the SimPy engine.
+
+A layer's ops (:class:`sim.workload.Workload`) become engine tasks with data dependencies (not a serial
+chain): consecutive compute ops on the ``compute`` stream are one task (their parts kept for the trace
+and breakdown), TP collectives and all-to-alls run on the ``comm`` stream, host stalls block the rank,
+FSDP gathers and reductions run on their own streams and share the NIC with the all-to-alls. Where the
+stack overlaps the shared expert with the dispatch (``StackProfile.shared_expert_overlap``), the shared
+expert is a side branch issued right after the dispatch. With DeepEP's in-place data path
+(``StackProfile.deepep_in_place``) the sender-side permute and unpermute copies disappear.
+
+An overlapped F&B pair (DualPipe's, Megatron's combined 1F1B) interleaves the forward chunk of one
+microbatch with the backward chunk of another, layer by layer, in DeepSeek's issue order (its H800 trace):
+``combine(B)`` under ``attn(F)``, ``dispatch(F)`` under ``mlp(B)``, ``dispatch(B)`` under ``mlp(W)`` and
+``mlp(F)``, ``combine(F)`` under ``attn(B)`` and ``attn(W)``; weight gradients issued after the
+backward's next all-to-all (deferred W). Each layer is split into segments at its all-to-alls:
+forward ``attn | dispatch | mlp | combine | post``, backward ``post | combine | mlp | dispatch | attn``.
+
+Runs of identical layer pairs are simulated three long and extended by the steady-state increment
+(exact for a periodic steady state), so a 61-layer chunk costs a handful of layers.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+from sim import ops
+from sim.engine import Engine, Record, Task
+from sim.predict.timing import NIC, Context, is_a2a
+from sim.workload import OpSpec
+
+__all__ = ["SimResult", "Node", "layer_nodes", "simulate_layer", "simulate_pair", "summarize", "EXPOSED_KIND"]
+
+#: breakdown category of communication / stall ops when nothing computes under them.
+EXPOSED_KIND = {
+    ops.MOE_DISPATCH: "comm.a2a",
+    ops.MOE_COMBINE: "comm.a2a",
+    ops.A2A_COUNT_EXCHANGE: "comm.a2a_count_exchange",
+    ops.A2A_HOST_SYNC: "host_sync",
+    ops.TP_ALL_GATHER: "comm.tp",
+    ops.TP_REDUCE_SCATTER: "comm.tp",
+    ops.FSDP_ALL_GATHER: "comm.fsdp",
+    ops.FSDP_REDUCE_SCATTER: "comm.fsdp",
+}
+#: when several exposed things overlap, the earlier category takes the time (the sum stays the span).
+_PRIORITY = ("host_sync", "comm.a2a", "comm.a2a_count_exchange", "comm.tp", "comm.fsdp", "comm.other")
+
+
+@dataclass
+class SimResult:
+    """One simulated layer (or pair) on the critical symmetry class: its span and where the span went.
+
+    ``compute_s`` + ``exposed_s`` sum to ``time_s`` exactly; ``hidden_s``: communication seconds that ran
+    under compute, by kind; ``log``: (name, stream, phase, start, end) of every op (compute runs expanded).
+    """
+
+    time_s: float
+    compute_s: dict[str, float]
+    exposed_s: dict[str, float]
+    hidden_s: dict[str, float]
+    log: list[tuple[str, str, str, float, float]]
+    comm_s: float = 0.0
+    wgrad_s: float = 0.0
+    parts: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.parts = {**self.compute_s, **self.exposed_s}
+
+
+@dataclass(frozen=True)
+class Node:
+    """One op of a layer with its data dependencies (indices into the layer's node list; -1 = layer input)."""
+
+    op: OpSpec
+    phase: str
+    deps: tuple[int, ...]
+
+
+def _in_place_drop(seq: list[tuple[OpSpec, str]]) -> list[tuple[OpSpec, str]]:
+    """DeepEP reads tokens in place and reduces in combine: drop the permute/unpermute copies outside the
+    dispatch..combine span (the sender side), keep the receiver's."""
+    idx = [i for i, (op, _) in enumerate(seq) if is_a2a(op)]
+    if not idx:
+        return seq
+    out = []
+    for i, (op, ph) in enumerate(seq):
+        outside = i < idx[0] or i > idx[-1]
+        same_pass = [j for j in idx if seq[j][1] == ph]
+        if same_pass:
+            outside = i < same_pass[0] or i > same_pass[-1]
+        if outside and op.name in (ops.MOE_PERMUTE, ops.MOE_UNPERMUTE) and op.kind == "mem":
+            continue
+        out.append((op, ph))
+    return out
+
+
+def layer_nodes(ctx: Context, kind: str, phase: str) -> list[Node]:
+    """The nodes of one layer of ``kind`` in ``phase`` (``fwd``, or ``bwd`` = recompute + backward)."""
+    key = (kind, phase)
+    if key not in ctx.node_cache:
+        ctx.node_cache[key] = _layer_nodes(ctx, kind, phase)
+    return ctx.node_cache[key]
+
+
+def _layer_nodes(ctx: Context, kind: str, phase: str) -> list[Node]:
+    wl, p, stack = ctx.wl, ctx.plan, ctx.stack
+    seq: list[tuple[OpSpec, str]] = []
+    if phase == "bwd" and kind in ("dense", "moe"):
+        seq += [(op, "recompute") for op in wl.layer_ops(kind, "recompute")]
+    seq += [(op, phase) for op in wl.layer_ops(kind, phase)]
+    if kind == "moe" and p.ep_backend in ("deepep", "hybridep") and stack.deepep_in_place:
+        seq = _in_place_drop(seq)
+    # Data dependencies: a chain, except that a weight gradient feeds nothing (its successor depends on
+    # its predecessor) and, with shared-expert overlap, the shared expert is a side branch of the dispatch.
+    nodes: list[Node] = []
+    last = -1  # last node whose output the next op consumes
+    shared_pending: list[tuple[OpSpec, str]] = []
+    shared_from = -1
+    side_last: int | None = None
+    overlap = stack.shared_expert_overlap and kind == "moe" and p.ep > 1
+    for op, ph in seq:
+        if overlap and op.name == ops.MOE_SHARED_EXPERT:
+            if not shared_pending:
+                shared_from = last
+            shared_pending.append((op, ph))
+            continue
+        deps = (last,) if side_last is None else (last, side_last)
+        side_last = None if side_last is not None and not is_a2a(op) else side_last
+        nodes.append(Node(op, ph, deps))
+        i = len(nodes) - 1
+        if op.gemm_pass != "wgrad":
+            last = i
+        if shared_pending and is_a2a(op):
+            prev = shared_from
+            for sop, sph in shared_pending:
+                nodes.append(Node(sop, sph, (prev,)))
+                if sop.gemm_pass != "wgrad":
+                    prev = len(nodes) - 1
+            side_last = prev
+            shared_pending = []
+    if shared_pending:  # no all-to-all after them (should not happen with ep > 1): keep them in the chain
+        for sop, sph in shared_pending:
+            nodes.append(Node(sop, sph, (last,)))
+            last = len(nodes) - 1
+    return nodes
+
+
+class _Builder:
+    """Adds one layer's nodes to an engine rank, compute runs merged into one task each."""
+
+    def __init__(self, ctx: Context, eng: Engine, rank: Hashable, cls: int, key: Hashable) -> None:
+        self.ctx, self.eng, self.rank, self.cls, self.key = ctx, eng, rank, cls, key
+        self.n_cls = ctx.n_classes
+
+    def add(self, nodes: Sequence[Node], idx: Sequence[int], handles: dict[int, int], start: int | None,
+            tag: Hashable) -> None:
+        """Issue ``nodes[i]`` for ``i`` in ``idx`` (in that order); ``handles`` maps node -> engine handle;
+        ``start`` is the engine handle standing for the layer input (-1 deps)."""
+        run: list[int] = []
+
+        def dep_handles(i: int) -> tuple[int, ...]:
+            out = []
+            for d in nodes[i].deps:
+                h = start if d < 0 else handles.get(d)
+                if h is not None:
+                    out.append(h)
+            return tuple(dict.fromkeys(out))
+
+        def flush() -> None:
+            if not run:
+                return
+            parts = []
+            for i in run:
+                t = self.ctx.op_time(nodes[i].op, self.cls)
+                parts.append((nodes[i].op.name, nodes[i].phase, t.seconds))
+            deps = tuple(dict.fromkeys(h for i in run for h in dep_handles(i)))
+            h = self.eng.add(self.rank, Task(parts[0][0], "compute", sum(x[2] for x in parts), deps,
+                                             phase=parts[0][1], args={"parts": parts}))
+            for i in run:
+                handles[i] = h
+            run.clear()
+
+        for i in idx:
+            node = nodes[i]
+            op = node.op
+            if op.kind in ("comm", "host_sync"):
+                flush()
+                t = self.ctx.op_time(op, self.cls)
+                coll = (self.key, tag, i) if self.n_cls > 1 and op.coll.startswith("a2a") else None
+                stream = "comm" if op.kind == "comm" else "compute"
+                flow = t.flow if is_a2a(op) and self.ctx.fsdp_per_layer else None
+                task = Task(op.name, stream, 0.0 if flow else t.seconds, dep_handles(i), sms=t.sms if op.kind == "comm" else 0,
+                            collective=coll, host_sync=op.kind == "host_sync", phase=node.phase,
+                            link=NIC if flow else None, nbytes=flow.nbytes if flow else 0.0,
+                            max_rate=flow.max_rate if flow else float("inf"))
+                handles[i] = self.eng.add(self.rank, task)
+            else:
+                # a run continues while every dependency is inside it or was issued before it started
+                if run and any(d >= 0 and d not in handles and d not in run for d in node.deps):
+                    flush()
+                run.append(i)
+        flush()
+
+
+def _segments(nodes: Sequence[Node]) -> list[list[int]]:
+    """Node indices split at the all-to-alls: [compute, a2a-group, compute, a2a-group, compute, ...].
+    The count exchange and host stall before a dispatch belong to its a2a group."""
+    segs: list[list[int]] = [[]]
+    i = 0
+    n = len(nodes)
+    while i < n:
+        op = nodes[i].op
+        if op.kind == "host_sync" or op.coll == "a2a.counts" or is_a2a(op):
+            group = []
+            while i < n and (nodes[i].op.kind == "host_sync" or nodes[i].op.coll == "a2a.counts"):
+                group.append(i)
+                i += 1
+            if i < n and is_a2a(nodes[i].op):
+                group.append(i)
+                i += 1
+            segs.append(group)
+            segs.append([])
+            continue
+        segs[-1].append(i)
+        i += 1
+    return segs
+
+
+def _fsdp_tasks(ctx: Context, eng: Engine, rank: Hashable, kind: str, phase: str) -> None:
+    """FSDP2 per-layer prefetch (and, backward, the gradient reduce-scatter) on their own streams."""
+    if not (ctx.fsdp_per_layer and kind in ("dense", "moe")):
+        return
+    whats = ("ag", "rs") if phase == "bwd" else ("ag",)
+    for what in whats:
+        name = ops.FSDP_ALL_GATHER if what == "ag" else ops.FSDP_REDUCE_SCATTER
+        flow = ctx.fsdp_flow(kind, what)
+        t = ctx.fsdp_time(kind, what)
+        eng.add(rank, Task(name, "fsdp_" + what, 0.0 if flow else t, sms=ctx.costs.nccl_sms, phase=phase,
+                           link=NIC if flow else None, nbytes=flow.nbytes if flow else 0.0,
+                           max_rate=flow.max_rate if flow else float("inf")))
+
+
+def _engine(ctx: Context) -> Engine:
+    return Engine(ctx.gpu.num_sms, links={NIC: ctx.nic_bw})
+
+
+def simulate_layer(ctx: Context, kind: str, phase: str) -> SimResult:
+    """Simulate one layer of ``kind`` in ``phase`` on every symmetry class; the critical class's result."""
+    nodes = layer_nodes(ctx, kind, phase)
+    n_cls = ctx.n_classes if kind == "moe" else 1
+    eng = _engine(ctx)
+    for cls in range(n_cls):
+        _fsdp_tasks(ctx, eng, cls, kind, phase)
+        _Builder(ctx, eng, cls, cls, (kind, phase)).add(nodes, range(len(nodes)), {}, None, 0)
+    eng.run()
+    return summarize(eng)
+
+
+# --- F&B pairs -------------------------------------------------------------------------------------
+
+def _pair_order(n_b: int, n_f: int) -> list[tuple[str, int, str]]:
+    """Issue order of one (forward layer, backward layer) pair as (side, segment index, part) with part
+    ``main`` or ``w`` (a backward segment's weight gradients). Segments alternate compute (even indices)
+    and all-to-all groups (odd). Step ``k``: backward compute ``2k``, the forward's all-to-all ``2k-1``, the
+    backward's all-to-all ``2k+1``, the backward's deferred W of ``2k``, forward compute ``2k``. For two
+    all-to-alls a side this is DeepSeek's order: combine(B) | attn(F) | mlp(B) | dispatch(F), dispatch(B) |
+    mlp(W) | mlp(F) | attn(B) | combine(F), attn(W).
+
+    >>> _pair_order(5, 5)[:6]
+    [('B', 0, 'main'), ('B', 1, 'main'), ('B', 0, 'w'), ('F', 0, 'main'), ('B', 2, 'main'), ('F', 1, 'main')]
+    """
+    out: list[tuple[str, int, str]] = []
+    for k in range((max(n_b, n_f) + 1) // 2):
+        c = 2 * k
+        if c < n_b:
+            out.append(("B", c, "main"))
+        if 0 < c <= n_f:
+            out.append(("F", c - 1, "main"))
+        if c + 1 < n_b:
+            out.append(("B", c + 1, "main"))
+        if c < n_b:
+            out.append(("B", c, "w"))
+        if c < n_f:
+            out.append(("F", c, "main"))
+    return out
+
+
+def _split_w(nodes: Sequence[Node], seg: list[int]) -> tuple[list[int], list[int]]:
+    main = [i for i in seg if nodes[i].op.gemm_pass != "wgrad"]
+    return main, [i for i in seg if nodes[i].op.gemm_pass == "wgrad"]
+
+
+def _pair_program(ctx: Context, f_kinds: Sequence[str], b_kinds: Sequence[str], eng: Engine, cls: int,
+                  key: Hashable) -> None:
+    b = _Builder(ctx, eng, cls, cls, key)
+    f_nodes = [layer_nodes(ctx, k, "fwd") for k in f_kinds]
+    b_nodes = [layer_nodes(ctx, k, "bwd") for k in b_kinds]
+    prev: dict[str, int | None] = {"F": None, "B": None}
+    for li in range(max(len(f_nodes), len(b_nodes))):
+        sides: dict[str, tuple[list[Node], list[list[int]], dict[int, int]]] = {}
+        if li < len(f_nodes):
+            sides["F"] = (f_nodes[li], _segments(f_nodes[li]), {})
+        if li < len(b_nodes):
+            sides["B"] = (b_nodes[li], _segments(b_nodes[li]), {})
+        n_b = len(sides["B"][1]) if "B" in sides else 0
+        n_f = len(sides["F"][1]) if "F" in sides else 0
+        for side, si, part in _pair_order(n_b, n_f):
+            nodes, segs, handles = sides[side]
+            seg = segs[si]
+            if side == "B":
+                main, w = _split_w(nodes, seg)
+                seg = w if part == "w" else main
+            b.add(nodes, seg, handles, prev[side], (li, side))
+        for side, (nodes, _segs, handles) in sides.items():
+            chain = [handles[i] for i in handles if nodes[i].op.gemm_pass != "wgrad"]
+            if chain:
+                prev[side] = max(chain)
+
+
+def _compress(f_kinds: Sequence[str], b_kinds: Sequence[str], cap: int) -> tuple[list[str], list[str], int]:
+    """Shorten the longest run of identical (F kind, B kind) layer pairs to ``cap``; returns the new kind lists
+    and how many pairs were removed."""
+    n = max(len(f_kinds), len(b_kinds))
+    pairs = [(f_kinds[i] if i < len(f_kinds) else None, b_kinds[i] if i < len(b_kinds) else None) for i in range(n)]
+    best, best_len, i = 0, 0, 0
+    while i < n:
+        j = i
+        while j < n and pairs[j] == pairs[i]:
+            j += 1
+        if j - i > best_len:
+            best, best_len = i, j - i
+        i = j
+    if best_len <= cap:
+        return list(f_kinds), list(b_kinds), 0
+    keep = pairs[:best + cap] + pairs[best + best_len:]
+    return ([f for f, _ in keep if f is not None], [b for _, b in keep if b is not None], best_len - cap)
+
+
+def simulate_pair(ctx: Context, f_kinds: Sequence[str], b_kinds: Sequence[str]) -> SimResult:
+    """The overlapped pair of a forward chunk of ``f_kinds`` layers and a backward chunk of ``b_kinds``."""
+    f3, b3, removed = _compress(f_kinds, b_kinds, 3)
+    res3 = _run_pair(ctx, f3, b3)
+    if not removed:
+        return res3
+    f2, b2, _ = _compress(f_kinds, b_kinds, 2)
+    res2 = _run_pair(ctx, f2, b2)
+    return _extend(res3, res2, removed)
+
+
+def _run_pair(ctx: Context, f_kinds: Sequence[str], b_kinds: Sequence[str]) -> SimResult:
+    moe = "moe" in f_kinds or "moe" in b_kinds
+    eng = _engine(ctx)
+    for cls in range(ctx.n_classes if moe else 1):
+        _pair_program(ctx, f_kinds, b_kinds, eng, cls, ("pair", tuple(f_kinds), tuple(b_kinds)))
+    eng.run()
+    return summarize(eng)
+
+
+def _extend(r3: SimResult, r2: SimResult, extra: int) -> SimResult:
+    """r3 + extra x (r3 - r2), category by category (a periodic steady state repeats the increment)."""
+    def ext(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+        keys = set(a) | set(b)
+        return {k: max(0.0, a.get(k, 0.0) + extra * (a.get(k, 0.0) - b.get(k, 0.0))) for k in keys}
+
+    compute, exposed, hidden = ext(r3.compute_s, r2.compute_s), ext(r3.exposed_s, r2.exposed_s), ext(r3.hidden_s, r2.hidden_s)
+    time = sum(compute.values()) + sum(exposed.values())
+    return SimResult(time, compute, exposed, hidden, r3.log, r3.comm_s + extra * (r3.comm_s - r2.comm_s),
+                     r3.wgrad_s + extra * (r3.wgrad_s - r2.wgrad_s))
+
+
+# --- summaries -------------------------------------------------------------------------------------
+
+def _expand(r: Record, parts: list[tuple[str, str, float]] | None) -> list[tuple[str, str, str, float, float]]:
+    if not parts:
+        return [(r.name, r.stream, r.phase, r.start, r.end)]
+    total = sum(p[2] for p in parts) or 1.0
+    scale = (r.end - r.start) / total
+    out, t = [], r.start
+    for name, phase, d in parts:
+        out.append((name, r.stream, phase, t, t + d * scale))
+        t += d * scale
+    return out
+
+
+def summarize(eng: Engine) -> SimResult:
+    """Where the critical class's span went: compute by op class, exposed communication by kind (a sweep:
+    at each instant compute wins, then the first exposed category of :data:`_PRIORITY`; idle time with
+    nothing running is ``comm.wait``), hidden communication by kind."""
+    per_cls: dict[Hashable, list[Record]] = defaultdict(list)
+    for r in eng.log:
+        per_cls[r.rank].append(r)
+    makespan = max((r.end for r in eng.log), default=0.0)
+    args = {h: eng._tasks[h].args for h in range(len(eng._tasks))}  # noqa: SLF001 (same package)
+
+    def busy(c: Hashable) -> float:
+        return sum(r.end - r.start for r in per_cls[c] if r.stream == "compute" and r.name != ops.A2A_HOST_SYNC)
+
+    crit = max(per_cls, key=busy) if per_cls else 0
+    recs = sorted(per_cls.get(crit, []), key=lambda r: (r.start, r.handle))
+    compute: dict[str, float] = defaultdict(float)
+    wgrad = 0.0  # filled by callers that need it (W of DualPipe's zero-bubble split)
+    log: list[tuple[str, str, str, float, float]] = []
+    comp_iv: list[tuple[float, float]] = []
+    other_iv: list[tuple[float, float, str]] = []
+    comm_total = 0.0
+    for r in recs:
+        a = args.get(r.handle) or {}
+        parts = a.get("parts")
+        log += _expand(r, parts)
+        if r.stream == "compute" and r.name != ops.A2A_HOST_SYNC:
+            comp_iv.append((r.start, r.end))
+            total = sum(p[2] for p in parts) if parts else 0.0
+            for name, _ph, d in parts or [(r.name, r.phase, r.end - r.start)]:
+                share = (r.end - r.start) * (d / total if total else 1.0)
+                compute["compute." + ops.op_class(name)] += share
+        else:
+            kind = EXPOSED_KIND.get(r.name, "comm.other")
+            other_iv.append((r.start, r.end, kind))
+            if r.stream == "comm":
+                comm_total += r.end - r.start
+    exposed, hidden = _sweep(makespan, comp_iv, other_iv)
+    return SimResult(makespan, dict(compute), exposed, hidden, log, comm_total, wgrad)
+
+
+def _sweep(span: float, comp: list[tuple[float, float]], other: list[tuple[float, float, str]]
+           ) -> tuple[dict[str, float], dict[str, float]]:
+    rank = {k: i for i, k in enumerate(_PRIORITY)}
+    events: list[tuple[float, int, int]] = []  # (time, +1/-1, category index; -1 = compute)
+    kinds = list(_PRIORITY) + sorted({k for *_, k in other} - set(_PRIORITY))
+    idx = {k: i for i, k in enumerate(kinds)}
+    for s, e in comp:
+        if e > s:
+            events += [(s, 1, -1), (e, -1, -1)]
+    for s, e, k in other:
+        if e > s:
+            events += [(s, 1, idx[k]), (e, -1, idx[k])]
+    events.sort()
+    exposed: dict[str, float] = defaultdict(float)
+    hidden: dict[str, float] = defaultdict(float)
+    active = [0] * len(kinds)
+    computing = 0
+    t = 0.0
+    for time, delta, cat in events + [(span, 0, -2)]:
+        if time > t:
+            dt = time - t
+            on = [i for i, n in enumerate(active) if n > 0]
+            if computing > 0:
+                for i in on:
+                    hidden[kinds[i]] += dt
+            elif on:
+                exposed[kinds[on[0]]] += dt
+            else:
+                exposed["comm.wait"] += dt
+            t = time
+        if cat == -1:
+            computing += delta
+        elif cat >= 0:
+            active[cat] += delta
+    _ = rank
+    return dict(exposed), dict(hidden)

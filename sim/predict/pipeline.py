@@ -1,0 +1,149 @@
+"""Pipeline assembly and the step tail: chunks of simulated layers (and overlapped pairs) through the
+schedule (:mod:`sim.schedule`), then the gradient reductions, replica all-reduce and optimizer.
+
+- FSDP2 (``StackProfile.param_sharding == "fsdp"``): with pipelining each chunk's weights are gathered
+  before its first forward and its gradients reduce-scattered after its last backward (the last one to
+  finish is exposed); single-stage plans gather per layer inside the layer simulation.
+- ZeRO-1 (``"zero1"``, Megatron's distributed optimizer): no per-layer gathers; gradients are
+  reduce-scattered in buckets overlapped with the backward (``overlap_grad_reduce``: only the last
+  bucket, the last chunk's, is exposed) and parameters all-gathered once per step after the update
+  (``overlap_param_gather``: hidden under the next step's first forwards, so not on the step's path).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from sim import comm
+from sim.layout import Coords
+from sim.predict.layers import SimResult, simulate_layer, simulate_pair
+from sim.predict.timing import BF16, FP32, Context
+from sim.schedule import DUAL, PipelineResult, PipelineSpec, simulate_pipeline
+from sim.workload import chunk_layers
+
+__all__ = ["Chunk", "Step", "assemble"]
+
+
+@dataclass
+class Chunk:
+    """One model chunk (virtual stage): its layer kinds, forward/backward seconds and their parts."""
+
+    layers: list[str]
+    f_s: float = 0.0
+    b_s: float = 0.0
+    f_parts: dict[str, float] = field(default_factory=dict)
+    b_parts: dict[str, float] = field(default_factory=dict)
+    f_hidden: dict[str, float] = field(default_factory=dict)
+    b_hidden: dict[str, float] = field(default_factory=dict)
+    w_s: float = 0.0
+    #: busy seconds of the communication stream (a lower bound of f_s / b_s)
+    f_comm: float = 0.0
+    b_comm: float = 0.0
+
+
+@dataclass
+class Step:
+    """Everything the breakdown and the trace need from one simulated step."""
+
+    layers: dict[tuple[str, str], SimResult]
+    pairs: dict[tuple[int, int], SimResult]
+    chunks: list[Chunk]
+    pipe: PipelineResult
+    first_ag: list[float]
+    rs_tail: float
+    dp_ar: float
+    opt: float
+    step_s: float
+
+
+def _chunks(ctx: Context, layer_res: dict[tuple[str, str], SimResult]) -> list[Chunk]:
+    model = ctx.model
+    out = []
+    chunks = chunk_layers(model, ctx.plan)
+    for ci, layers in enumerate(chunks):
+        kinds = ["dense" if li < model.n_dense_layers else "moe" for li in layers]
+        if ci == 0:
+            kinds.insert(0, "embed")
+        if ci == len(chunks) - 1:
+            kinds.append("head")
+        ch = Chunk(kinds)
+        parts: dict[str, dict[str, float]] = {"fwd": defaultdict(float), "bwd": defaultdict(float)}
+        hidden: dict[str, dict[str, float]] = {"fwd": defaultdict(float), "bwd": defaultdict(float)}
+        for k in kinds:
+            for ph in ("fwd", "bwd"):
+                res = layer_res[(k, ph)]
+                if ph == "fwd":
+                    ch.f_s += res.time_s
+                    ch.f_comm += res.comm_s
+                else:
+                    ch.b_s += res.time_s
+                    ch.b_comm += res.comm_s
+                for key, v in res.parts.items():
+                    parts[ph][key] += v
+                for key, v in res.hidden_s.items():
+                    hidden[ph][key] += v
+        ch.f_parts, ch.b_parts = dict(parts["fwd"]), dict(parts["bwd"])
+        ch.f_hidden, ch.b_hidden = dict(hidden["fwd"]), dict(hidden["bwd"])
+        ch.w_s = min(ch.b_s, sum(_wgrad_time(ctx, k) for k in kinds))
+        out.append(ch)
+    return out
+
+
+def _wgrad_time(ctx: Context, kind: str) -> float:
+    """Seconds of one layer's weight-gradient GEMMs on the slowest symmetry class: the ``W`` that DualPipe
+    defers to fill bubbles (zero-bubble split)."""
+    wgrad = [op for op in ctx.wl.layer_ops(kind, "bwd") if op.gemm_pass == "wgrad"]
+    classes = range(ctx.n_classes) if kind == "moe" else range(1)
+    return max(sum(ctx.op_time(op, cls).seconds for op in wgrad) for cls in classes)
+
+
+def assemble(ctx: Context) -> Step:
+    """Simulate the distinct layers and pairs once each, run the schedule, add the step tail."""
+    model, plan, cluster = ctx.model, ctx.plan, ctx.cluster
+    kinds = {"embed", "head", "moe" if model.n_moe_layers else "dense"}
+    if model.n_dense_layers:
+        kinds.add("dense")
+    layer_res = {(k, ph): simulate_layer(ctx, k, ph) for k in sorted(kinds) for ph in ("fwd", "bwd")}
+    chunks = _chunks(ctx, layer_res)
+    p2p = 0.0
+    if plan.pp > 1:
+        dst = ctx.layout.rank(Coords(1, 0, 0, 0, 0))
+        p2p = comm.p2p_time(cluster, ctx.rep, dst, BF16 * ctx.wl.tokens_sp * model.dim, ctx.ccosts)
+    first_ag, chunk_rs = [], []
+    for ch in chunks:
+        ag = rs = 0.0
+        for k in ch.layers:
+            if ctx.zero1:
+                rs += ctx.fsdp_time(k, "rs")  # gradient buckets; params gathered after the update
+            elif plan.pp > 1 or k in ("embed", "head"):  # per-layer FSDP is inside the layer sims
+                ag += ctx.fsdp_time(k, "ag")
+                rs += ctx.fsdp_time(k, "rs")
+        first_ag.append(ag)
+        chunk_rs.append(rs)
+    dual = plan.pp_schedule in DUAL and plan.pp > 1
+    combined = plan.ep_overlap and not dual
+    pairs: dict[tuple[int, int], SimResult] = {}
+    if dual or combined:
+        by_sig: dict[tuple[tuple[str, ...], tuple[str, ...]], SimResult] = {}
+        for i, fc in enumerate(chunks):
+            for j, bc in enumerate(chunks):
+                sig = (tuple(fc.layers), tuple(reversed(bc.layers)))
+                if sig not in by_sig:
+                    by_sig[sig] = simulate_pair(ctx, *sig)
+                pairs[(i, j)] = by_sig[sig]
+    spec = PipelineSpec(plan.pp_schedule, plan.pp, plan.vpp, plan.n_microbatches, [c.f_s for c in chunks],
+                        [c.b_s for c in chunks], p2p, first_ag, {k: v.time_s for k, v in pairs.items()},
+                        [c.w_s for c in chunks] if dual else (), combined=combined)
+    pipe = simulate_pipeline(spec)
+    last_rank = max(range(len(pipe.actions)), key=lambda p: pipe.actions[p][-1][4])
+    last_stage = pipe.actions[last_rank][-1][1]
+    if ctx.zero1:
+        rs_tail = chunk_rs[last_stage] / max(1, len(chunks[last_stage].layers))  # the last bucket
+    else:
+        rs_tail = chunk_rs[last_stage] if plan.pp > 1 else sum(chunk_rs)
+    local_params = sum(sum(ctx.layer_shards(k)) for ch in chunks for k in ch.layers) / max(1, plan.pp)
+    dp_ar = ctx.collective("ar", local_params * FP32, "rep") if plan.dp_replicate > 1 else 0.0
+    opt = ctx.costs.memory_time(local_params * 32.0, cluster.gpu.hbm_bw_bytes_per_s, kernels=4)
+    step = pipe.makespan + rs_tail + dp_ar + opt
+    return Step(layer_res, pairs, chunks, pipe, first_ag, rs_tail, dp_ar, opt, step)

@@ -1,0 +1,214 @@
+"""Op timing for one prediction: compute ops from the cost model and the stack, communication from
+:mod:`sim.comm`, shared-link flows (NIC bytes and standalone rates), FSDP / ZeRO shard sizes.
+
+:class:`Context` holds everything one prediction shares (specs, costs, stack, the representative rank's
+groups, memoised all-to-all and collective results) and answers "how long does this op take on symmetry
+class ``cls``" (:meth:`Context.op_time`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim import comm, ops
+from sim.accounting import count_params
+from sim.costs import CostModel
+from sim.layout import Coords, Layout
+from sim.routing import expert_load, is_balanced, rank_load_factors
+from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
+from sim.stacks import StackProfile
+from sim.workload import OpSpec, Workload
+
+__all__ = ["BF16", "FP32", "NIC", "Context", "Flow", "OpTime"]
+
+BF16 = 2.0
+FP32 = 4.0
+#: The key of a rank's NIC in :attr:`sim.engine.Engine.links`.
+NIC = "nic"
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """Bytes an op pushes through the rank's NIC and the rate it reaches alone (its own bottleneck)."""
+
+    nbytes: float
+    max_rate: float
+
+
+@dataclass(frozen=True, slots=True)
+class OpTime:
+    """Seconds of one op on one symmetry class, the SMs it holds, its NIC flow (None: none)."""
+
+    seconds: float
+    sms: int = 0
+    flow: Flow | None = None
+
+
+class Context:
+    """Specs, costs and stack of one prediction, with memoised communication results."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: CostModel,
+                 stack: StackProfile) -> None:
+        self.model, self.cluster, self.plan, self.costs, self.stack = model, cluster, plan, costs, stack
+        self.gpu = cluster.gpu
+        self.ccosts = comm.CommCosts(**costs.comm) if costs.comm else comm.CommCosts.default()
+        self.layout = Layout(plan)
+        self.wl = Workload(model, plan)
+        self.rep = self.layout.rank(Coords(0, 0, 0, 0, 0))
+        # "balanced" is the framework's forced balance: TorchTitan round-robin, Megatron random logits.
+        if plan.routing == "round-robin" or (plan.routing == "balanced" and stack.force_balance == "round-robin"):
+            self.a2a_routing = "round-robin"
+        else:
+            self.a2a_routing = "random"
+        if is_balanced(plan.routing):
+            self.load = None
+            self.factors = np.ones(1)
+        else:
+            self.load = expert_load(plan.routing, model.n_routed_experts, plan.routing_seed)
+            self.factors = rank_load_factors(self.load, plan.ep)
+        self.nic_bw = cluster.nic_bw_bytes_per_s * cluster.nics_per_gpu * self.ccosts.ib_fraction
+        self._a2a: dict[str, comm.AllToAllResult] = {}
+        self._coll: dict[tuple[str, str, float], float] = {}
+        self._op_times: dict[tuple[OpSpec, int], OpTime] = {}
+        self.node_cache: dict[tuple[str, str], list] = {}  # type: ignore[type-arg]
+        self._ep_groups = self._distinct_ep_groups()
+        self.ep_internode = any(self.crosses_nic(g) for g in self._ep_groups)
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.factors)
+
+    def _distinct_ep_groups(self) -> list[list[int]]:
+        """One EP group per distinct placement on the fabric (a group straddling nodes/racks differs from
+        one inside a node): the slowest of them decides each all-to-all, not rank 0's."""
+        seen: dict[tuple[int, ...], list[int]] = {}
+        gpn, dom = self.cluster.gpus_per_node, self.cluster.nvlink_domain_gpus
+        covered = np.zeros(self.plan.world_size, dtype=bool)
+        for r in range(self.plan.world_size):
+            if covered[r]:
+                continue
+            ranks = self.layout.ep_group(r)
+            arr = np.asarray(ranks)
+            covered[arr] = True
+            key = tuple(np.unique(arr // dom, return_counts=True)[1].tolist()) + (len(set((arr // gpn).tolist())),)
+            seen.setdefault(key, list(ranks))
+        return list(seen.values())
+
+    def a2a(self, coll: str) -> comm.AllToAllResult:
+        """The dispatch or combine (``coll`` = ``a2a.dispatch`` / ``a2a.combine``) of the slowest EP group."""
+        phase = coll.split(".")[1]
+        if phase not in self._a2a:
+            p = self.plan
+            bpe = comm.FP8_WITH_SCALES_BYTES_PER_ELEM if (
+                p.precision == "fp8-blockwise" and phase == "dispatch" and p.ep_backend != "nccl") else BF16
+            results = [
+                comm.moe_alltoall(
+                    self.cluster, group, int(round(self.wl.tokens_dispatched)), self.model, p.ep_backend, phase,
+                    self.ccosts, bytes_per_elem=bpe, num_sms=p.deepep_sms, expert_load=self.load,
+                    seed=p.routing_seed, routing=self.a2a_routing if self.load is None else "random",
+                )
+                for group in self._ep_groups
+            ]
+            self._a2a[phase] = max(results, key=lambda r: float(r.time_s.max()))
+        return self._a2a[phase]
+
+    def collective(self, kind: str, nbytes: float, group: str = "tp") -> float:
+        key = (kind, group, nbytes)
+        if key not in self._coll:
+            ranks = self.group_ranks(group)
+            fn = {"ag": comm.allgather_time, "rs": comm.reduce_scatter_time, "ar": comm.allreduce_time}[kind]
+            self._coll[key] = fn(self.cluster, ranks, nbytes, self.ccosts) if len(ranks) > 1 else 0.0
+        return self._coll[key]
+
+    def group_ranks(self, group: str) -> list[int]:
+        return list({"tp": self.layout.tp_group, "dp": self.layout.dp_shard_group,
+                     "edp": self.layout.expert_fsdp_group, "rep": self.layout.dp_replicate_group}[group](self.rep))
+
+    def crosses_nic(self, ranks: list[int]) -> bool:
+        dom = self.cluster.nvlink_domain_gpus
+        return len({r // dom for r in ranks}) > 1
+
+    # --- op durations ---------------------------------------------------------------------------
+    def op_time(self, op: OpSpec, cls: int) -> OpTime:
+        """Seconds, SMs held and NIC flow of ``op`` on symmetry class ``cls`` (memoised)."""
+        key = (op, cls)
+        t = self._op_times.get(key)
+        if t is None:
+            t = self._op_times[key] = self._op_time(op, cls)
+        return t
+
+    def _op_time(self, op: OpSpec, cls: int) -> OpTime:
+        k = op.kind
+        if k == "host_sync":
+            return OpTime(self.stack.host_sync_s)
+        if k != "comm":
+            return OpTime(self.costs.op_seconds(op, self.gpu, self.stack, float(self.factors[cls])))
+        if op.coll == "a2a.counts":
+            return OpTime(self.a2a("a2a.dispatch").host_sync_s, self.ccosts.nccl_channels)
+        if op.coll.startswith("a2a."):
+            res = self.a2a(op.coll)
+            t = float(res.time_s[cls if self.n_classes > 1 else 0])
+            if res.backend in ("deepep", "hybridep"):
+                t = comm.in_training_s(res, self.ccosts, self.ep_internode)
+            nic = float(res.nic_bytes.max())
+            flow = Flow(nic, nic / t) if nic > 0 and t > 0 else None
+            return OpTime(t, res.sms_used, flow)
+        if op.coll == "tp.all_gather":
+            return OpTime(self.collective("ag", op.nbytes), self.costs.nccl_sms)
+        if op.coll == "tp.reduce_scatter":
+            return OpTime(self.collective("rs", op.nbytes), self.costs.nccl_sms)
+        raise AssertionError(op)
+
+    # --- FSDP / ZeRO sizes ------------------------------------------------------------------------
+    def layer_shards(self, kind: str) -> tuple[float, float]:
+        """(dense, expert) parameters of one layer held by this rank after TP/EP/FSDP sharding."""
+        pc, p = count_params(self.model), self.plan
+        dense = pc.attention_per_layer + pc.norms_per_layer
+        expert = 0.0
+        if kind == "moe":
+            dense += pc.shared_experts_per_layer + pc.router_per_layer
+            expert = pc.routed_experts_per_layer / p.ep / p.etp / max(1, p.expert_fsdp)
+        elif kind == "dense":
+            dense += pc.dense_ffn_per_layer
+        elif kind == "embed":
+            dense = pc.embedding
+        elif kind == "head":
+            dense = pc.output + pc.final_norm
+        return dense / p.tp / (p.dp_shard * p.cp), expert
+
+    def fsdp_time(self, kind: str, what: str) -> float:
+        """All-gather (bf16 weights) or reduce-scatter (fp32 grads) of one layer's shards."""
+        dense, expert = self.layer_shards(kind)
+        b = BF16 if what == "ag" else FP32
+        return self.collective(what, dense * b, "dp") + self.collective(what, expert * b, "edp")
+
+    def fsdp_flow(self, kind: str, what: str) -> Flow | None:
+        """The NIC bytes of one layer's FSDP gather/reduction (ring: (n-1) shards per rank) and its rate."""
+        dense, expert = self.layer_shards(kind)
+        b = BF16 if what == "ag" else FP32
+        nbytes = 0.0
+        for n_params, group in ((dense, "dp"), (expert, "edp")):
+            ranks = self.group_ranks(group)
+            if len(ranks) > 1 and self.crosses_nic(ranks):
+                nbytes += (len(ranks) - 1) * n_params * b
+        t = self.fsdp_time(kind, what)
+        return Flow(nbytes, nbytes / t) if nbytes > 0 and t > 0 else None
+
+    @property
+    def zero1(self) -> bool:
+        return self.stack.param_sharding == "zero1"
+
+    @property
+    def fsdp_per_layer(self) -> bool:
+        """FSDP2's per-layer gathers inside the layer (single stage); pipelines gather per chunk."""
+        p = self.plan
+        return not self.zero1 and p.pp == 1 and p.dp_shard * p.cp > 1
+
+
+def is_a2a(op: OpSpec) -> bool:
+    return op.kind == "comm" and op.coll in ("a2a.dispatch", "a2a.combine")
+
+
+_ = ops  # the shared vocabulary is used by the callers of this module
