@@ -93,3 +93,28 @@ def test_default_costs_are_monotone_in_size():
     costs = default_costs(load_cluster("hgx-b200", n_gpus=8).gpu)
     effs = [costs.gemm_eff["bf16"](10 ** k) for k in range(7, 14)]
     assert effs == sorted(effs)
+
+
+overlap_plans = st.builds(
+    lambda pp, sched, ep, backend, ac, overlap, routing: ParallelPlan(
+        pp=pp, pp_schedule=sched if pp > 1 else "1f1b", vpp=2 if (pp > 1 and sched == "interleaved-1f1b") else 1,
+        ep=ep, dp_shard=16 // pp, seq_len=4096, micro_batch=1, global_batch=(16 // pp) * 4,
+        ep_backend=backend, ac=ac, ep_overlap=overlap, routing=routing),
+    st.sampled_from([1, 2]), st.sampled_from(["1f1b", "interleaved-1f1b", "dualpipev"]), st.sampled_from([2, 8]),
+    st.sampled_from(["nccl", "deepep"]), st.sampled_from(["none", "selective", "full"]), st.booleans(),
+    st.sampled_from(["balanced", "zipf:0.8"]),
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=overlap_plans, sharding=st.sampled_from(["fsdp", "zero1"]), shared=st.booleans())
+def test_breakdown_sums_exactly_to_the_step(plan, sharding, shared):
+    """Every plan (single-stage FSDP, pipelines, DualPipeV, combined 1F1B, skewed routing, ZeRO-1): the exposed
+    breakdown sums to the step time, nothing is negative, hidden communication is reported apart."""
+    from sim.stacks import StackProfile
+
+    stack = StackProfile(ep_overlap_available=True, param_sharding=sharding, shared_expert_overlap=shared)
+    p = predict(MODEL, _cluster(), plan, stack=stack)
+    assert abs(sum(p.breakdown.values()) - p.step_time_s) <= 1e-9 * p.step_time_s
+    assert all(v >= -1e-12 for v in p.breakdown.values())
+    assert all(v >= 0 for v in p.hidden_comm.values())
