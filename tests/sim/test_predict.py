@@ -166,3 +166,24 @@ def test_skewed_routing_is_slower_and_deterministic():
     bal, skew = (predict(model, cluster, p) for p in plans)
     assert skew.step_time_s > bal.step_time_s
     assert predict(model, cluster, plans[1]).step_time_s == skew.step_time_s
+
+
+def test_trace_shows_overlapped_pairs_on_compute_and_comm_threads():
+    """A DualPipeV plan: pair slices carry op detail on threads named compute and comm, overlapping in time."""
+    model, cluster = load_model("deepseek-v3-16b"), load_cluster("hgx-b200", n_gpus=16)
+    plan = ParallelPlan(pp=2, pp_schedule="dualpipev", ep=8, dp_shard=8, seq_len=4096, global_batch=32,
+                        ep_backend="deepep", ac="none")
+    events = chrome_trace_events(predict(model, cluster, plan), detail_microbatches=8)
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    pair_ops = [e for e in events if e.get("ph") == "X" and "pair" in e.get("args", {})]
+    assert {"compute", "comm"} <= {names[(e["pid"], e["tid"])] for e in pair_ops}
+    comm = [e for e in pair_ops if e["name"] == "moe.dispatch"]
+    comp = [e for e in pair_ops if names[(e["pid"], e["tid"])] == "compute"]
+    assert any(c["ts"] < d["ts"] + d["dur"] and d["ts"] < c["ts"] + c["dur"] for d in comm for c in comp)
+
+
+def test_ep_overlap_flag_errors_exit_2(capsys):
+    assert main(["--model", "deepseek-v3-16b", "--gpu", "b200", "--gpus", "8", "--ep-overlap"]) == 2
+    assert "ep_overlap" in capsys.readouterr().err
+    assert main(["--model", "deepseek-v3-16b", "--gpu", "b200", "--gpus", "8", "--ep", "8", "--ep-overlap"]) == 2
+    assert "torchtitan" in capsys.readouterr().err
