@@ -134,3 +134,47 @@ def test_host_stall_idles_the_gpu_until_the_cpu_relaunches():
     assert eng.run() == 2.75
     assert eng.timeline(0) == [("notify", 0.0, 0.5), ("shared", 0.0, 0.25), ("a2a.host_sync", 0.5, 0.75),
                                ("moe.dispatch", 0.75, 1.75), ("expert", 1.75, 2.75)]
+
+
+def _fb_pair(a: float, c: float = 2.0, sms: int = 0) -> Engine:
+    """DeepSeek's F&B pair of one layer each, in its issue order: combine(B) | attn(F) | mlp(B) | dispatch(F),
+    dispatch(B) | mlp(F) | attn(B) | combine(F); compute phases ``c`` s, all-to-alls ``a`` s."""
+    eng = Engine(num_sms=100)
+    cb = eng.add(0, Task("combine(B)", "comm", a, sms=sms))
+    af = eng.add(0, Task("attn(F)", "compute", c))
+    mb = eng.add(0, Task("mlp(B)", "compute", c, deps=(cb,)))
+    df = eng.add(0, Task("dispatch(F)", "comm", a, deps=(af,), sms=sms))
+    db = eng.add(0, Task("dispatch(B)", "comm", a, deps=(mb,), sms=sms))
+    mf = eng.add(0, Task("mlp(F)", "compute", c, deps=(df,)))
+    eng.add(0, Task("attn(B)", "compute", c, deps=(db,)))
+    eng.add(0, Task("combine(F)", "comm", a, deps=(mf,), sms=sms))
+    return eng
+
+
+def test_fb_pair_hides_each_all_to_all_behind_the_other_chunks_compute():
+    """a = 1 <= c = 2: after the first combine(B) (under attn(F)) every all-to-all runs under the other
+    microbatch's compute: the span is the compute alone, 4c = 8 (closed form), nothing exposed."""
+    eng = _fb_pair(1.0)
+    assert eng.run() == 8.0
+    assert eng.timeline(0) == [("combine(B)", 0.0, 1.0), ("attn(F)", 0.0, 2.0), ("mlp(B)", 2.0, 4.0),
+                               ("dispatch(F)", 2.0, 3.0), ("dispatch(B)", 4.0, 5.0), ("mlp(F)", 4.0, 6.0),
+                               ("attn(B)", 6.0, 8.0), ("combine(F)", 6.0, 7.0)]
+
+
+def test_fb_pair_comm_bound_is_the_all_to_all_sum():
+    """a = 3 > c = 2: the comm stream never idles after its start: span = 4a = 12 (closed form)."""
+    eng = _fb_pair(3.0)
+    assert eng.run() == 12.0
+    assert ("attn(B)", 9.0, 11.0) in eng.timeline(0)
+
+
+def test_fb_pair_sm_sharing_slows_the_overlapped_compute():
+    """The same hidden pair with the all-to-alls holding 20 of 100 SMs: each compute phase runs its first second
+    (under an all-to-all) at 0.8: attn(F) [0, 2.2), mlp(B) [2.2, 4.4), mlp(F) [4.4, 6.6), attn(B) [6.6, 8.8):
+    each of the 4 all-to-alls costs 0.2 s of compute, span 8 + 4 x 0.2 = 8.8 (closed form)."""
+    eng = _fb_pair(1.0, sms=20)
+    assert eng.run() == pytest.approx(8.8)
+    assert eng.timeline(0)[-2] == ("attn(B)", pytest.approx(6.6), pytest.approx(8.8))
+    off = _fb_pair(1.0, sms=20)
+    off.sm_sharing = False
+    assert off.run() == 8.0
