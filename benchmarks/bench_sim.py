@@ -78,9 +78,7 @@ def _symmetric_scaling(model) -> list[tuple[int, float]]:  # type: ignore[no-unt
         dp = n // 4
         plan = ParallelPlan(tp=2, pp=2, pp_schedule="interleaved-1f1b", vpp=2, ep=32, dp_shard=dp,
                             seq_len=8192, global_batch=dp * 16)
-        for cache in (getattr(comm, name) for name in dir(comm)):
-            if hasattr(cache, "cache_clear"):
-                cache.cache_clear()
+        comm.clear_caches()
         t = time.perf_counter()
         predict(model, load_cluster("hgx-b200", n_gpus=n), plan)
         out.append((n, time.perf_counter() - t))

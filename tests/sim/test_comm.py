@@ -17,10 +17,10 @@ from sim.comm import (
     MOE_BACKENDS,
     AllToAllResult,
     CommCosts,
-    _moe_cached,
     allgather_time,
     allreduce_time,
     alltoall_times,
+    clear_caches,
     deepep_nvlink_bw,
     moe_alltoall,
     p2p_time,
@@ -202,7 +202,7 @@ def test_time_at_least_nic_bytes_over_nic_bandwidth(backend, phase, ep, load):
 def test_same_seed_same_result(backend, seed, spec):
     kw = dict(bytes_per_elem=2.0, expert_load=_load(*spec), seed=seed)
     a = moe_alltoall(B200, range(16), 1024, DSV3, backend, "dispatch", COSTS, **kw)
-    _moe_cached.cache_clear()
+    clear_caches()
     b = moe_alltoall(B200, range(16), 1024, DSV3, backend, "dispatch", COSTS, **kw)
     for field in ("time_s", "sent_bytes", "recv_bytes", "nvlink_bytes", "rdma_bytes", "nic_bytes"):
         assert np.array_equal(getattr(a, field), getattr(b, field))
@@ -242,7 +242,7 @@ def test_translated_rank_sets_give_identical_results():
 @pytest.mark.parametrize("backend", ["nccl", "deepep"])
 def test_ep64_dispatch_is_fast_and_memoised(backend):
     big = B200.with_gpus(16384)
-    _moe_cached.cache_clear()
+    clear_caches()
     start = time.perf_counter()
     moe_alltoall(big, range(64), 8192, DSV3, backend, "dispatch", COSTS, bytes_per_elem=2.0)
     first = time.perf_counter() - start

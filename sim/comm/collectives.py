@@ -1,0 +1,85 @@
+"""NCCL ring collectives over the group's bottleneck link (all-gather, reduce-scatter, all-reduce) and
+point-to-point sends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sim.comm.costs import CommCosts
+from sim.comm.fabric import _check_ranks, _nvlink_fraction, _prepare, _scaled_capacity
+from sim.errors import ConfigError
+from sim.specs import ClusterSpec
+from sim.topology import route_edge_ids, transfer_times_ids
+
+__all__ = ["allgather_time", "allreduce_time", "p2p_time", "reduce_scatter_time"]
+
+def _ring(cluster: ClusterSpec, ranks: Sequence[int], nbytes: float, costs: CommCosts, what: str) -> tuple[int, float, float]:
+    rk = _check_ranks(cluster, ranks, what)
+    if nbytes < 0:
+        raise ConfigError(f"{what}: bytes_per_rank must be non-negative, got {nbytes}")
+    nvl = cluster.nvlink_bw * _nvlink_fraction(cluster, costs)
+    arr = np.asarray(rk)
+    if len(set((arr // cluster.nvlink_domain_gpus).tolist())) == 1:
+        return len(rk), nvl, costs.nccl_step_nvlink_s
+    nic = cluster.nic_bw_bytes_per_s * cluster.nics_per_gpu * costs.ib_fraction
+    groups = arr // cluster.gpus_per_node // cluster.fabric.nodes_per_leaf
+    step = costs.nccl_step_ib_s + (costs.nccl_step_spine_s if len(set(groups.tolist())) > 1 else 0.0)
+    return len(rk), min(nvl, nic), step
+
+
+def allgather_time(cluster: ClusterSpec, ranks: Sequence[int], bytes_per_rank: float, costs: CommCosts) -> float:
+    """Ring all-gather time (s); ``bytes_per_rank`` is each rank's input shard.
+
+    The ring runs at the group's bottleneck: achievable NVLink inside one domain, else the rank's NICs
+    (capped by NVLink); each of the n-1 steps pays the NVLink or IB step latency (+ spine when the group
+    spans leaf groups), plus one ``nccl_launch_s``.
+
+    >>> from sim.catalog import load_cluster
+    >>> round(allgather_time(load_cluster("hgx-b200", n_gpus=16), range(16), 1e9, CommCosts.default()), 6)
+    0.309318
+    """
+    n, bw, step = _ring(cluster, ranks, bytes_per_rank, costs, "allgather_time")
+    return 0.0 if n == 1 else costs.nccl_launch_s + (n - 1) * (bytes_per_rank / bw + step)
+
+
+def reduce_scatter_time(cluster: ClusterSpec, ranks: Sequence[int], bytes_per_rank: float, costs: CommCosts) -> float:
+    """Ring reduce-scatter time (s); ``bytes_per_rank`` is each rank's output shard (same cost as all-gather).
+
+    >>> from sim.catalog import load_cluster
+    >>> round(reduce_scatter_time(load_cluster("hgx-b200", n_gpus=8), range(8), 1e9, CommCosts.default()) * 1e3, 3)
+    9.715
+    """
+    return allgather_time(cluster, ranks, bytes_per_rank, costs)
+
+
+def allreduce_time(cluster: ClusterSpec, ranks: Sequence[int], bytes_per_rank: float, costs: CommCosts) -> float:
+    """Ring all-reduce time (s) of a ``bytes_per_rank`` buffer: reduce-scatter + all-gather of 1/n shards.
+
+    >>> from sim.catalog import load_cluster
+    >>> round(allreduce_time(load_cluster("hgx-b200", n_gpus=8), range(8), 8e9, CommCosts.default()) * 1e3, 3)
+    19.42
+    """
+    n, bw, step = _ring(cluster, ranks, bytes_per_rank, costs, "allreduce_time")
+    return 0.0 if n == 1 else costs.nccl_launch_s + 2 * (n - 1) * (bytes_per_rank / n / bw + step)
+
+
+def p2p_time(cluster: ClusterSpec, src: int, dst: int, nbytes: float, costs: CommCosts) -> float:
+    """One NCCL send/recv of ``nbytes`` (s): launch + bytes over the route's achievable bottleneck + latency.
+
+    >>> from sim.catalog import load_cluster
+    >>> round(p2p_time(load_cluster("hgx-b200", n_gpus=16), 0, 8, 48.5e9, CommCosts.default()), 6)
+    1.000012
+    """
+    rk = _check_ranks(cluster, (src, dst), "p2p_time") if src != dst else (src,)
+    if nbytes < 0:
+        raise ConfigError(f"p2p_time: nbytes must be non-negative, got {nbytes}")
+    if src == dst:
+        return 0.0
+    topo, sh = _prepare(cluster, rk, "p2p_time")
+    cap = _scaled_capacity(topo, costs, "nccl")
+    paths = route_edge_ids(topo, np.array([sh[0]]), np.array([sh[1]]))
+    t = transfer_times_ids(paths, np.array([float(nbytes)]), cap, topo.graph["latency"])
+    return costs.nccl_launch_s + float(t[0])

@@ -1,0 +1,137 @@
+"""The communication cost parameters (:class:`CommCosts`, each with its source) and the result type of
+one MoE all-to-all (:class:`AllToAllResult`). One definition per constant: every backend reads them here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.errors import ConfigError
+
+__all__ = ["FP8_WITH_SCALES_BYTES_PER_ELEM", "MOE_BACKENDS", "PHASES", "AllToAllResult", "CommCosts"]
+
+MOE_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep")
+PHASES = ("dispatch", "combine")
+# DeepEP FP8 dispatch: 1 byte per element plus one fp32 scale per 128 (published.md s6: 7,392 B at D=7168).
+FP8_WITH_SCALES_BYTES_PER_ELEM = 1.0 + 4.0 / 128
+
+
+@dataclass(frozen=True)
+class CommCosts:
+    """Efficiencies, latencies and bandwidth curves of the communication backends (SI units).
+
+    Derive variants with ``dataclasses.replace(CommCosts.default(), ib_fraction=0.9)``.
+    """
+
+    # Links. NCCL's topology model: 40.1 GB/s per NVLink5 link = 721.8 of 900 GB/s per GPU; 20.6 per
+    # NVLink4 link = 370.8 of 450 (published.md s3).
+    nvlink_fraction_nvl5: float = 721.8 / 900
+    nvlink_fraction_nvl4: float = 370.8 / 450
+    # A cluster's own nvlink_bw override is an achievable rate already (H800: "~160 GB/s achievable", s3).
+    nvlink_override_is_achievable: bool = True
+    # IB NDR 400 Gb/s: 48-49 GB/s per NIC achievable (nccl-tests #267, #319; s3).
+    ib_fraction: float = 48.5 / 50
+    # NCCL software costs. ASSUMED (no published figure; for calibration): kernel launch + setup per
+    # collective, and per-peer protocol cost of a grouped send/recv all-to-all.
+    nccl_launch_s: float = 10e-6
+    nccl_a2a_per_peer_s: float = 1e-6
+    # Ring step latency: NVLink ~1 us; IB ~2 us per switch round trip, leaf-spine ~+1 us (s3).
+    nccl_step_nvlink_s: float = 1e-6
+    nccl_step_ib_s: float = 2e-6
+    nccl_step_spine_s: float = 1e-6
+    # SMs NCCL's channels hold during an all-to-all. ASSUMED: NCCL's usual 16 p2p channels, 1 SM each.
+    nccl_channels: int = 16
+    # TorchTitan standard EP (s1): all_to_all_single of int64 per-expert counts. The blocking
+    # device-to-host copy of the split sizes that follows is a host stall of the stack
+    # (``StackProfile.host_sync_s``), not a communication cost: counted once, by the engine.
+    count_bytes_per_expert: float = 8.0
+    # DeepEP v1 normal kernels on B200, 8 ranks, 4096 tokens, uniform routing: "algorithm bandwidth"
+    # (received bytes incl. the rank's own / time) by SMs given (Hybrid-EP branch README; s5).
+    deepep_sms: tuple[int, ...] = (16, 24, 32, 48)
+    deepep_dispatch_fp8_bw: tuple[float, ...] = (246e9, 349e9, 443e9, 554e9)
+    deepep_dispatch_bf16_bw: tuple[float, ...] = (348e9, 494e9, 619e9, 646e9)
+    deepep_combine_bw: tuple[float, ...] = (302e9, 420e9, 524e9, 586e9)
+    # DeepEP's share of an NVLink that NCCL reaches: H800 intranode EP8 dispatch 153 GB/s over the
+    # ~160 GB/s achievable NVLink (combine 158; s5).
+    deepep_nvlink_fraction: float = 153 / 160
+    # DeepEP RDMA. The H800 internode table (s5) counts every distinct node a token reaches, its own
+    # included (DeepEP test_internode's "logical" bytes). Physical = logical x remote/all distinct nodes:
+    # EP32 (4 nodes, 3.61 distinct, 2.71 remote) 58 -> 43.5 GB/s; EP64 (top-4 of 8 nodes, 3.63 / 3.18)
+    # 51 -> 44.7 GB/s; mean 44.1 of the 50 GB/s NIC.
+    deepep_rdma_fraction: float = 44.1 / 50
+    # SM limit on RDMA: 58 logical GB/s handled by 20 SMs ("20 of 132 SMs saturate IB", s5).
+    deepep_rdma_bw_per_sm: float = 58e9 / 20
+    # NVLink fan-out in internode mode, as a fraction of NCCL-achievable NVLink: EP16 on 2 nodes is
+    # NVLink-bound; its 43 logical GB/s (1.99 of 2 nodes per token) = 1.40 ms per 4096-token FP8 dispatch
+    # matches 0.78 x 160 GB/s in this model (s5).
+    deepep_internode_nvlink_fraction: float = 0.78
+    # Notify (count exchange on the GPU) + barrier per DeepEP kernel, as in DeepEP's benchmarks. ASSUMED.
+    deepep_overhead_s: float = 10e-6
+    # DeepEP internode kernels IN TRAINING (MEASURED, DeepSeek's H800 EP64 trace, measured-runs.md s3;
+    # recomputed from the trace by tests/sim/test_deepseek_trace.py). :func:`moe_alltoall` stays the
+    # microbenchmark model (it reproduces DeepEP's tables); the simulator's step applies these
+    # (:func:`in_training_s`). The notify_dispatch / cached_notify kernel before every internode dispatch
+    # and combine (count exchange + barrier: it waits until every peer has arrived) averages 2,036 us
+    # (16 kernels, 753-3,807 us) and takes the place of deepep_overhead_s:
+    deepep_internode_notify_s: float = 2036e-6
+    # and the kernels run slower than the model predicts for the same shapes (4096 tokens, EP64, 20 SMs):
+    # forward FP8 dispatch 4,346 us measured vs 2,192 us modelled (x1.98); BF16 combine 6,181 us vs
+    # 4,240 us (x1.46).
+    deepep_internode_dispatch_training_factor: float = 4346 / 2192
+    deepep_internode_combine_training_factor: float = 6181 / 4240
+    # DeepEP v1 low-latency kernels, H800 (~50 GB/s NIC), 128 tokens, top-8, FP8 dispatch / BF16 combine
+    # (s5): time by EP size; scaled linearly by token-copy bytes and by the NIC (NVLink for EP8) rate.
+    deepep_ll_ep: tuple[int, ...] = (8, 16, 32, 64, 128, 256)
+    deepep_ll_dispatch_s: tuple[float, ...] = (77e-6, 118e-6, 155e-6, 173e-6, 192e-6, 194e-6)
+    deepep_ll_combine_s: tuple[float, ...] = (114e-6, 195e-6, 273e-6, 314e-6, 369e-6, 360e-6)
+    deepep_ll_ref_copy_bytes: float = 128 * 8 * 7168.0  # 128 tokens x top-8 x D=7168 (bf16: x2)
+    deepep_ll_ref_nic_bw_bytes_per_s: float = 50e9  # H800's CX7 400 Gb/s (s5)
+    deepep_ll_ref_nvlink_bw_bytes_per_s: float = 160e9  # H800 achievable NVLink (s3)
+    # HybridEP (NVIDIA's TMA-based DeepEP branch): ASSUMED 1.5x DeepEP v1's per-SM throughput, same link
+    # fractions (no published per-SM table).
+    hybridep_sm_scale: float = 1.5
+
+    @classmethod
+    def default(cls) -> CommCosts:
+        """The published-figure defaults above."""
+        return cls()
+
+    def __post_init__(self) -> None:
+        for name in ("deepep_dispatch_fp8_bw", "deepep_dispatch_bf16_bw", "deepep_combine_bw"):
+            if len(getattr(self, name)) != len(self.deepep_sms):
+                raise ConfigError(f"CommCosts: {name} needs one value per deepep_sms entry {self.deepep_sms}")
+        for name in ("deepep_ll_dispatch_s", "deepep_ll_combine_s"):
+            if len(getattr(self, name)) != len(self.deepep_ll_ep):
+                raise ConfigError(f"CommCosts: {name} needs one value per deepep_ll_ep entry {self.deepep_ll_ep}")
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            vals = v if isinstance(v, tuple) else (v,)
+            if any(isinstance(x, (int, float)) and x < 0 for x in vals):
+                raise ConfigError(f"CommCosts: {f.name} must be non-negative, got {v}")
+
+
+@dataclass(frozen=True, eq=False)  # numpy fields: compare field by field
+class AllToAllResult:
+    """One MoE dispatch or combine over an EP group; per-rank arrays are indexed like ``ep_ranks``.
+
+    ``time_s``: kernel time per rank (host_sync_s excluded: the engine adds it as a blocking CPU wait).
+    ``sent_bytes``/``recv_bytes``: bytes each rank puts on / takes off links (DeepEP relays count twice,
+    as received and sent); ``nvlink_bytes``/``rdma_bytes``: the sent bytes by link type; ``nic_bytes``:
+    the larger direction through the rank's own NIC (PXN relays included). ``sms_used``: SMs the
+    kernel holds while it runs (NCCL: its channels). ``host_sync_s``: NCCL's count all-to-all that precedes
+    the dispatch (the D2H copy after it is the stack's host stall, added by the engine).
+    """
+
+    time_s: np.ndarray
+    sent_bytes: np.ndarray
+    recv_bytes: np.ndarray
+    nvlink_bytes: np.ndarray
+    rdma_bytes: np.ndarray
+    nic_bytes: np.ndarray
+    sms_used: int
+    host_sync_s: float
+    backend: str = "nccl"
+    phase: str = "dispatch"

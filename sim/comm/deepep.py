@@ -1,0 +1,114 @@
+"""The ``deepep`` backend: DeepEP v1 normal kernels (published.md s5/s6), node-limited dedup. A token crosses
+RDMA once per distinct remote NVLink domain (to the rank on the sender's rail) and is fanned out over
+NVLink to each distinct destination GPU there. Time = max(link-limited time of those flows, SM-limited
+time from the ``num_sms`` curve (NVLink) and ``deepep_rdma_bw_per_sm`` (RDMA)) + ``deepep_overhead_s``.
+:func:`in_training_s` turns the microbenchmark model into the kernel times DeepSeek's trace shows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.comm.case import Case
+from sim.comm.costs import AllToAllResult, CommCosts
+from sim.comm.fabric import (
+    _flows_from_matrix,
+    _interp,
+    _nic_bytes,
+    _result,
+    _scaled_capacity,
+)
+from sim.routing import part_hit_probabilities
+
+__all__ = ["deepep_alltoall", "deepep_nvlink_bw", "in_training_s"]
+
+def in_training_s(result: AllToAllResult, costs: CommCosts, internode: bool) -> float:
+    """Seconds of one DeepEP/HybridEP normal-mode dispatch or combine inside a training step: the
+    microbenchmark model's time, internode scaled to the kernel rates DeepSeek's trace shows and with the
+    measured notify/barrier instead of the benchmark's overhead. Other backends: the model's time.
+
+    >>> from sim.catalog import load_cluster, load_model
+    >>> from sim.comm import moe_alltoall, FP8_WITH_SCALES_BYTES_PER_ELEM
+    >>> c, m = load_cluster("h800-deepseek", n_gpus=2048), load_model("deepseek-v3-671b")
+    >>> r = moe_alltoall(c, range(64), 4096, m, "deepep", "dispatch", CommCosts.default(),
+    ...                  bytes_per_elem=FP8_WITH_SCALES_BYTES_PER_ELEM)
+    >>> round(in_training_s(r, CommCosts.default(), True) * 1e6)  # ~4,330 us kernel + 2,036 us notify
+    6362
+    """
+    t = float(result.time_s.max())
+    if result.backend not in ("deepep", "hybridep") or not internode or t <= 0:
+        return t
+    factor = (costs.deepep_internode_dispatch_training_factor if result.phase == "dispatch"
+              else costs.deepep_internode_combine_training_factor)
+    return (t - costs.deepep_overhead_s) * factor + costs.deepep_internode_notify_s
+
+
+def deepep_nvlink_bw(num_sms: int, phase: str, bytes_per_elem: float, costs: CommCosts) -> float:
+    """DeepEP v1's SM-limited NVLink "algorithm bandwidth" (bytes/s) with ``num_sms`` SMs (B200 table).
+
+    Dispatch below 1.5 bytes per element uses the FP8 column. Linear between table points, proportional
+    to SMs below the first, flat above the last.
+
+    >>> deepep_nvlink_bw(24, "dispatch", 2.0, CommCosts.default()) / 1e9
+    494.0
+    """
+    if phase == "combine":
+        ys = costs.deepep_combine_bw
+    else:
+        ys = costs.deepep_dispatch_fp8_bw if bytes_per_elem < 1.5 else costs.deepep_dispatch_bf16_bw
+    return _interp(num_sms, costs.deepep_sms, ys)
+
+
+def deepep_alltoall(c: Case, sm_scale: float = 1.0) -> AllToAllResult:
+    """One normal-mode dispatch or combine; ``sm_scale`` multiplies the per-SM throughput (HybridEP)."""
+    ranks, tokens, model, backend, phase, costs = c.ranks, c.tokens, c.model, c.backend, c.phase, c.costs
+    bytes_per_elem, num_sms, load, seed, routing, topo, rank_load, dom = (
+        c.bytes_per_elem, c.num_sms, c.load, c.seed, c.routing, c.topo, c.rank_load, c.dom)
+    n, n_exp, k, token_bytes = c.n, model.n_routed_experts, model.top_k, c.token_bytes
+    part_rank = np.arange(n_exp) // (n_exp // n)
+    domains, dom_idx = np.unique(dom, return_inverse=True)
+    p_rank = part_hit_probabilities(
+        n_exp, k, part_rank, n_group=model.n_group, topk_group=model.topk_group, expert_load=load, seed=seed,
+        routing=routing,
+    )
+    q_dom = part_hit_probabilities(
+        n_exp, k, dom_idx[part_rank], n_group=model.n_group, topk_group=model.topk_group,
+        expert_load=load, seed=seed, routing=routing,
+    )
+    if load is not None:  # dedup never exceeds the flat copies
+        p_rank = np.minimum(p_rank, k * rank_load)
+    vol = tokens * token_bytes
+    nvl = np.zeros((n, n))
+    rdma = np.zeros((n, n))
+    members = [np.flatnonzero(dom_idx == d) for d in range(len(domains))]
+    pos = np.zeros(n, dtype=np.int64)
+    for mem in members:
+        pos[mem] = np.arange(mem.size)
+    for d, mem in enumerate(members):
+        inside = dom_idx == d
+        nvl[np.ix_(mem, mem)] += vol * p_rank[mem][None, :]
+        outside = np.flatnonzero(~inside)
+        if outside.size:
+            relay = mem[pos[outside] % mem.size]
+            rdma[outside, relay] += vol * q_dom[d]
+            senders = np.bincount(np.searchsorted(mem, relay), minlength=mem.size)
+            nvl[np.ix_(mem, mem)] += vol * senders[:, None] * p_rank[mem][None, :]
+    self_bytes = vol * p_rank
+    np.fill_diagonal(nvl, 0.0)
+    if phase == "combine":
+        nvl, rdma = nvl.T.copy(), rdma.T.copy()
+    cap = _scaled_capacity(topo, costs, "deepep", internode=len(domains) > 1)
+    done, edge_bytes, _ = _flows_from_matrix(topo, ranks, nvl + rdma, cap, pxn=True)
+    scale = sm_scale
+    nvl_work = np.maximum(nvl.sum(1), nvl.sum(0)) + self_bytes
+    rdma_work = np.maximum(rdma.sum(1), rdma.sum(0))
+    sm_time = np.maximum(
+        nvl_work / (scale * deepep_nvlink_bw(num_sms, phase, bytes_per_elem, costs)),
+        rdma_work / (scale * costs.deepep_rdma_bw_per_sm * num_sms),
+    )
+    slowest = float(np.maximum(done, sm_time).max()) if tokens else 0.0
+    time = np.full(n, slowest + costs.deepep_overhead_s)
+    moved = nvl + rdma
+    return _result(time, moved.sum(1), moved.sum(0), nvl.sum(1), rdma.sum(1), _nic_bytes(topo, ranks, edge_bytes),
+                   sms_used=num_sms, host_sync_s=0.0, backend=backend, phase=phase)
+
