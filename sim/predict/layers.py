@@ -111,39 +111,64 @@ def _layer_nodes(ctx: Context, kind: str, phase: str) -> list[Node]:
     seq += [(op, phase) for op in wl.layer_ops(kind, phase)]
     if kind == "moe" and p.ep_backend in ("deepep", "hybridep") and stack.deepep_in_place:
         seq = _in_place_drop(seq)
-    # Data dependencies: a chain, except that a weight gradient feeds nothing (its successor depends on
-    # its predecessor) and, with shared-expert overlap, the shared expert is a side branch of the dispatch.
+    overlap = stack.shared_expert_overlap and kind == "moe" and p.ep > 1
+    shared: set[int] = set()  # positions (in the reordered seq) of shared-expert ops moved under an a2a
+    src: dict[int, int] = {}  # first moved op -> position whose output it reads
+    consumer: dict[int, int] = {}  # position that reads the shared branch's output -> last moved op
+    if overlap:
+        seq, shared, src, consumer = _shared_under_a2a(seq)
+    # Data dependencies: a chain, except that a weight gradient feeds nothing (its successor depends on its
+    # predecessor) and the moved shared expert is a side branch (from before the a2a to its consumer).
     nodes: list[Node] = []
     last = -1  # last node whose output the next op consumes
-    shared_pending: list[tuple[OpSpec, str]] = []
-    shared_from = -1
-    side_last: int | None = None
-    overlap = stack.shared_expert_overlap and kind == "moe" and p.ep > 1
-    for op, ph in seq:
-        if overlap and op.name == ops.MOE_SHARED_EXPERT:
-            if not shared_pending:
-                shared_from = last
-            shared_pending.append((op, ph))
+    side = -1
+    for i, (op, ph) in enumerate(seq):
+        if i in shared:
+            dep = src[i] if i in src else side
+            nodes.append(Node(op, ph, (dep,)))
+            if op.gemm_pass != "wgrad":
+                side = i
             continue
-        deps = (last,) if side_last is None else (last, side_last)
-        side_last = None if side_last is not None and not is_a2a(op) else side_last
+        deps = (last,) if i not in consumer else (last, consumer[i])
         nodes.append(Node(op, ph, deps))
-        i = len(nodes) - 1
         if op.gemm_pass != "wgrad":
             last = i
-        if shared_pending and is_a2a(op):
-            prev = shared_from
-            for sop, sph in shared_pending:
-                nodes.append(Node(sop, sph, (prev,)))
-                if sop.gemm_pass != "wgrad":
-                    prev = len(nodes) - 1
-            side_last = prev
-            shared_pending = []
-    if shared_pending:  # no all-to-all after them (should not happen with ep > 1): keep them in the chain
-        for sop, sph in shared_pending:
-            nodes.append(Node(sop, sph, (last,)))
-            last = len(nodes) - 1
     return nodes
+
+
+def _shared_under_a2a(seq: list[tuple[OpSpec, str]]
+                      ) -> tuple[list[tuple[OpSpec, str]], set[int], dict[int, int], dict[int, int]]:
+    """Megatron's ``moe_shared_expert_overlap``: in each pass, issue the shared-expert ops right after the
+    pass's first all-to-all (forward: the dispatch), reading what the op before that all-to-all's group read,
+    and make the first compute op after the pass's last all-to-all wait for them."""
+    out = list(seq)
+    shared: set[int] = set()
+    src: dict[int, int] = {}
+    consumer: dict[int, int] = {}
+    for ph in dict.fromkeys(p for _, p in seq):
+        pos = [i for i, (op, p) in enumerate(out) if p == ph]
+        moved = [i for i in pos if out[i][0].name == ops.MOE_SHARED_EXPERT]
+        a2as = [i for i in pos if is_a2a(out[i][0])]
+        if not moved or not a2as:
+            continue
+        block = [out[i] for i in moved]
+        rest = [x for i, x in enumerate(out) if i not in set(moved)]
+        first = next(j for j, (op, p) in enumerate(rest) if p == ph and is_a2a(op))
+        start = first
+        while start > 0 and (rest[start - 1][0].kind == "host_sync" or rest[start - 1][0].coll == "a2a.counts"):
+            start -= 1
+        out = rest[: first + 1] + block + rest[first + 1:]
+        # positions are now final for this pass; earlier passes' records shift by nothing (moves stay inside
+        # their pass, which is contiguous)
+        new_shared = set(range(first + 1, first + 1 + len(block)))
+        shared |= new_shared
+        src[first + 1] = start - 1
+        last_a2a = max(j for j, (op, p) in enumerate(out) if p == ph and is_a2a(op))
+        after = next((j for j in range(last_a2a + 1, len(out)) if out[j][1] == ph and out[j][0].kind != "comm"),
+                     None)
+        if after is not None:
+            consumer[after] = first + len(block)
+    return out, shared, src, consumer
 
 
 class _Builder:
@@ -196,8 +221,9 @@ class _Builder:
                             max_rate=flow.max_rate if flow else float("inf"))
                 handles[i] = self.eng.add(self.rank, task)
             else:
-                # a run continues while every dependency is inside it or was issued before it started
-                if run and any(d >= 0 and d not in handles and d not in run for d in node.deps):
+                # a run is a pure chain: a node that waits on anything outside the run starts a new one (so
+                # a merged task never waits for what only its later members need)
+                if run and any(d not in run for d in node.deps):
                     flush()
                 run.append(i)
         flush()

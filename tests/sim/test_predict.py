@@ -187,3 +187,42 @@ def test_ep_overlap_flag_errors_exit_2(capsys):
     assert "ep_overlap" in capsys.readouterr().err
     assert main(["--model", "deepseek-v3-16b", "--gpu", "b200", "--gpus", "8", "--ep", "8", "--ep-overlap"]) == 2
     assert "torchtitan" in capsys.readouterr().err
+
+
+def test_slowest_ep_group_decides_not_rank_zeros():
+    """12-GPU NVLink domains, EP8: rank 0's group sits inside a domain, ranks 8-15 straddle two; the all-to-all
+    time is the straddling group's (its flows cross the NICs), several times rank 0's."""
+    import dataclasses
+
+    from sim import comm
+    from sim.predict.timing import Context
+    from sim.stacks import StackProfile
+
+    cluster = dataclasses.replace(load_cluster("hgx-b200", n_gpus=24), gpus_per_node=4, nvlink_domain_gpus=12)
+    model = load_model("deepseek-v3-16b")
+    plan = ParallelPlan(ep=8, dp_shard=24, global_batch=24, seq_len=4096)
+    ctx = Context(model, cluster, plan, default_costs(cluster.gpu), StackProfile())
+    assert len(ctx._ep_groups) == 2
+    rank0 = comm.moe_alltoall(cluster, ctx.layout.ep_group(0), int(ctx.wl.tokens_dispatched), model, "nccl",
+                              "dispatch", ctx.ccosts, bytes_per_elem=2.0)
+    straddle = comm.moe_alltoall(cluster, ctx.layout.ep_group(8), int(ctx.wl.tokens_dispatched), model, "nccl",
+                                 "dispatch", ctx.ccosts, bytes_per_elem=2.0)
+    assert float(ctx.a2a("a2a.dispatch").time_s.max()) == float(straddle.time_s.max()) > 3 * float(rank0.time_s.max())
+
+
+def test_shared_expert_overlap_hides_dispatch_behind_shared_expert():
+    """Megatron's moe_shared_expert_overlap: the shared expert runs under the dispatch, so the layer is shorter
+    and the dispatch's hidden seconds grow."""
+    from sim.predict.layers import simulate_layer
+    from sim.predict.timing import Context
+    from sim.stacks import StackProfile
+
+    model, cluster = load_model("deepseek-v3-16b"), load_cluster("hgx-b200", n_gpus=16)
+    plan = ParallelPlan(ep=16, dp_shard=16, global_batch=16, seq_len=4096, ac="none")
+    res = {}
+    for overlap in (False, True):
+        ctx = Context(model, cluster, plan, default_costs(cluster.gpu), StackProfile(shared_expert_overlap=overlap))
+        res[overlap] = simulate_layer(ctx, "moe", "fwd")
+    assert res[True].time_s < res[False].time_s
+    assert res[True].hidden_s.get("comm.a2a", 0.0) > res[False].hidden_s.get("comm.a2a", 0.0)
+    assert sum(res[True].parts.values()) == pytest.approx(res[True].time_s)
