@@ -56,6 +56,8 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     o = parser.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON object with a 'predictions' list")
     o.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of representative ranks")
+    o.add_argument("--trace-microbatches", type=int, default=2, metavar="N", dest="trace_microbatches",
+                   help="microbatches expanded to ops (compute and comm threads) in the trace (default 2)")
 
 
 def _cluster(args: argparse.Namespace, name: str | None, gpus: int, gpu: str | None) -> ClusterSpec:
@@ -138,7 +140,10 @@ def run_predict(args: argparse.Namespace) -> int:
         if getattr(args, "trace", None):
             from sim.trace import write_chrome_trace
 
-            write_chrome_trace(preds, args.trace)
+            n_detail = getattr(args, "trace_microbatches", 2)
+            if n_detail is None or n_detail < 0:
+                raise ConfigError(f"--trace-microbatches must be zero or positive, got {n_detail}")
+            write_chrome_trace(preds, args.trace, detail_microbatches=n_detail)
     except MoesimError as err:
         print(f"moesim predict: error: {err}", file=sys.stderr)
         return 2

@@ -226,3 +226,19 @@ def test_shared_expert_overlap_hides_dispatch_behind_shared_expert():
     assert res[True].time_s < res[False].time_s
     assert res[True].hidden_s.get("comm.a2a", 0.0) > res[False].hidden_s.get("comm.a2a", 0.0)
     assert sum(res[True].parts.values()) == pytest.approx(res[True].time_s)
+
+
+def test_zero1_replaces_per_layer_gathers_with_one_bucketed_reduction():
+    """Megatron's distributed optimizer (stack.param_sharding = zero1): no FSDP streams in the layers, only the
+    last gradient bucket's reduce-scatter exposed; FSDP2 (torchtitan) gathers every layer."""
+    from sim.stacks import StackProfile
+
+    model, cluster = load_model("deepseek-v3-16b"), load_cluster("hgx-b200", n_gpus=16)
+    plan = ParallelPlan(ep=8, dp_shard=16, global_batch=32, seq_len=4096)
+    fsdp = predict(model, cluster, plan)
+    zero1 = predict(model, cluster, plan, stack=StackProfile(param_sharding="zero1"))
+    streams = {r[1] for r in fsdp.trace_data["layers"][("moe", "bwd")].log}
+    assert {"fsdp_ag", "fsdp_rs"} <= streams
+    assert not {"fsdp_ag", "fsdp_rs"} & {r[1] for r in zero1.trace_data["layers"][("moe", "bwd")].log}
+    assert zero1.breakdown.get("comm.fsdp", 0.0) < fsdp.breakdown.get("comm.fsdp", 0.0) + fsdp.hidden_comm.get(
+        "comm.fsdp", 0.0)
