@@ -200,6 +200,10 @@ class Engine:
         recs.sort(key=lambda r: (r.start, r.handle))
         return [(r.name, r.start, r.end) for r in recs]
 
+    def task_args(self) -> list[dict[str, Any] | None]:
+        """Each task's ``args``, by handle."""
+        return [t.args for t in self._tasks]
+
     def end_of(self, handle: int) -> float:
         """When the task ``handle`` finished (after :meth:`run`)."""
         return self._end[handle]

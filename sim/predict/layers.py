@@ -417,7 +417,7 @@ def summarize(eng: Engine) -> SimResult:
     for r in eng.log:
         per_cls[r.rank].append(r)
     makespan = max((r.end for r in eng.log), default=0.0)
-    args = {h: eng._tasks[h].args for h in range(len(eng._tasks))}  # noqa: SLF001 (same package)
+    args = eng.task_args()
 
     def busy(c: Hashable) -> float:
         return sum(r.end - r.start for r in per_cls[c] if r.stream == "compute" and r.name != ops.A2A_HOST_SYNC)
@@ -431,7 +431,7 @@ def summarize(eng: Engine) -> SimResult:
     other_iv: list[tuple[float, float, str]] = []
     comm_total = 0.0
     for r in recs:
-        a = args.get(r.handle) or {}
+        a = args[r.handle] or {}
         parts = a.get("parts")
         log += _expand(r, parts)
         if r.stream == "compute" and r.name != ops.A2A_HOST_SYNC:
@@ -451,7 +451,6 @@ def summarize(eng: Engine) -> SimResult:
 
 def _sweep(span: float, comp: list[tuple[float, float]], other: list[tuple[float, float, str]]
            ) -> tuple[dict[str, float], dict[str, float]]:
-    rank = {k: i for i, k in enumerate(_PRIORITY)}
     events: list[tuple[float, int, int]] = []  # (time, +1/-1, category index; -1 = compute)
     kinds = list(_PRIORITY) + sorted({k for *_, k in other} - set(_PRIORITY))
     idx = {k: i for i, k in enumerate(kinds)}
@@ -483,5 +482,4 @@ def _sweep(span: float, comp: list[tuple[float, float]], other: list[tuple[float
             computing += delta
         elif cat >= 0:
             active[cat] += delta
-    _ = rank
     return dict(exposed), dict(hidden)

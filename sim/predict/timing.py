@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim import comm, ops
+from sim import comm
 from sim.accounting import count_params
 from sim.costs import CostModel
 from sim.layout import Coords, Layout
@@ -21,7 +21,7 @@ from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 from sim.stacks import StackProfile
 from sim.workload import OpSpec, Workload
 
-__all__ = ["BF16", "FP32", "NIC", "Context", "Flow", "OpTime"]
+__all__ = ["BF16", "FP32", "NIC", "Context", "Flow", "OpTime", "is_a2a"]
 
 BF16 = 2.0
 FP32 = 4.0
@@ -210,5 +210,3 @@ class Context:
 def is_a2a(op: OpSpec) -> bool:
     return op.kind == "comm" and op.coll in ("a2a.dispatch", "a2a.combine")
 
-
-_ = ops  # the shared vocabulary is used by the callers of this module
