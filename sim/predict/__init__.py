@@ -103,6 +103,11 @@ def validate_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
                             f"use a stack that has it (e.g. megatron) or a DualPipe schedule")
         if model.n_moe_layers == 0:
             raise PlanError(f"plan: ep_overlap needs MoE layers; {model.name} has none")
+        if not dual and plan.pp > 1 and plan.pp_schedule != "interleaved-1f1b":
+            # Megatron enters combined 1F1B only without pipelining or with the interleaved schedule
+            # (schedules.py: combined_1f1b_schedule_for_no_pipelining / ..._for_interleave).
+            raise PlanError(f"plan: ep_overlap (combined 1F1B) runs with pp = 1 or pp_schedule "
+                            f"'interleaved-1f1b'; got pp ({plan.pp}) with {plan.pp_schedule!r}")
 
 
 def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: CostModel | None = None,

@@ -81,6 +81,8 @@ def test_ep_overlap_hides_most_of_the_all_to_all():
         predict(model, cluster, dataclasses.replace(plan, ep_overlap=True))
     with pytest.raises(ConfigError, match="ep_overlap"):
         dataclasses.replace(plan, ep=1, dp_shard=64, ep_overlap=True)
+    with pytest.raises(PlanError, match="interleaved"):
+        predict(model, cluster, dataclasses.replace(plan, pp_schedule="1f1b", vpp=1, ep_overlap=True), stack=stack)
 
 
 def test_json_contract(capsys):
