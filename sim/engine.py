@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import simpy
@@ -146,6 +146,7 @@ class Engine:
                 raise ValueError(f"link {key!r}: capacity must be positive, got {cap}")
         self.env = simpy.Environment(initial_time=0.0)
         self._tasks: list[Task] = []
+        self._deps: list[tuple[int, ...]] = []  # the task's deps plus the host sync it was issued after
         self._owner: list[Hashable] = []
         self._done: list[simpy.Event] = []
         self._ranks: dict[Hashable, _Rank] = {}
@@ -158,9 +159,10 @@ class Engine:
         """Queue ``task`` on ``rank``; returns its handle for later ``deps``."""
         handle = len(self._tasks)
         state = self._ranks.setdefault(rank, _Rank())
-        if state.last_sync is not None and state.last_sync not in task.deps:
-            task = replace(task, deps=task.deps + (state.last_sync,))
-        for d in task.deps:
+        deps = task.deps
+        if state.last_sync is not None and state.last_sync not in deps:
+            deps = deps + (state.last_sync,)
+        for d in deps:
             if not 0 <= d < handle:
                 raise ValueError(f"task {task.name!r}: unknown dependency handle {d}")
         if task.link is not None:
@@ -169,6 +171,7 @@ class Engine:
             if task.nbytes < 0 or not task.max_rate > 0:
                 raise ValueError(f"task {task.name!r}: a flow needs nbytes >= 0 and max_rate > 0")
         self._tasks.append(task)
+        self._deps.append(deps)
         self._owner.append(rank)
         self._done.append(self.env.event())
         state.streams.setdefault(task.stream, []).append(handle)
@@ -213,7 +216,7 @@ class Engine:
         env = self.env
         for h in handles:
             task = self._tasks[h]
-            deps = [self._done[d] for d in task.deps if not self._done[d].processed]
+            deps = [self._done[d] for d in self._deps[h] if not self._done[d].processed]
             if len(deps) == 1:
                 yield deps[0]
             elif deps:

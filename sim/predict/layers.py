@@ -183,6 +183,7 @@ class _Builder:
         """Issue ``nodes[i]`` for ``i`` in ``idx`` (in that order); ``handles`` maps node -> engine handle;
         ``start`` is the engine handle standing for the layer input (-1 deps)."""
         run: list[int] = []
+        times = self.ctx.node_times(nodes, self.cls)
 
         def dep_handles(i: int) -> tuple[int, ...]:
             out = []
@@ -195,10 +196,7 @@ class _Builder:
         def flush() -> None:
             if not run:
                 return
-            parts = []
-            for i in run:
-                t = self.ctx.op_time(nodes[i].op, self.cls)
-                parts.append((nodes[i].op.name, nodes[i].phase, t.seconds))
+            parts = [(nodes[i].op.name, nodes[i].phase, times[i].seconds) for i in run]
             deps = tuple(dict.fromkeys(h for i in run for h in dep_handles(i)))
             h = self.eng.add(self.rank, Task(parts[0][0], "compute", sum(x[2] for x in parts), deps,
                                              phase=parts[0][1], args={"parts": parts}))
@@ -211,7 +209,7 @@ class _Builder:
             op = node.op
             if op.kind in ("comm", "host_sync"):
                 flush()
-                t = self.ctx.op_time(op, self.cls)
+                t = times[i]
                 coll = (self.key, tag, i) if self.n_cls > 1 and op.coll.startswith("a2a") else None
                 stream = "comm" if op.kind == "comm" else "compute"
                 flow = t.flow if is_a2a(op) and self.ctx.fsdp_per_layer else None

@@ -8,7 +8,9 @@ class ``cls``" (:meth:`Context.op_time`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -72,6 +74,7 @@ class Context:
         self._a2a: dict[str, comm.AllToAllResult] = {}
         self._coll: dict[tuple[str, str, float], float] = {}
         self._op_times: dict[tuple[OpSpec, int], OpTime] = {}
+        self._node_times: dict[tuple[int, int], list[OpTime]] = {}
         self.node_cache: dict[tuple[str, str], list] = {}  # type: ignore[type-arg]
         self._ep_groups = self._distinct_ep_groups()
         self.ep_internode = any(self.crosses_nic(g) for g in self._ep_groups)
@@ -138,6 +141,14 @@ class Context:
         if t is None:
             t = self._op_times[key] = self._op_time(op, cls)
         return t
+
+    def node_times(self, nodes: Sequence[Any], cls: int) -> list[OpTime]:
+        """:meth:`op_time` of every node of a layer (memoised per node list and class)."""
+        key = (id(nodes), cls)
+        out = self._node_times.get(key)
+        if out is None:
+            out = self._node_times[key] = [self.op_time(n.op, cls) for n in nodes]
+        return out
 
     def _op_time(self, op: OpSpec, cls: int) -> OpTime:
         k = op.kind

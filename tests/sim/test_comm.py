@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 from math import comb
 
 import numpy as np
@@ -240,16 +239,15 @@ def test_translated_rank_sets_give_identical_results():
 
 
 @pytest.mark.parametrize("backend", ["nccl", "deepep"])
-def test_ep64_dispatch_is_fast_and_memoised(backend):
+def test_ep64_dispatch_is_memoised_across_translated_groups(backend):
+    """A translated EP group hits the cache (the same result object); speed lives in benchmarks/bench_sim.py."""
+    from sim.comm.alltoall import _moe_cached
+
     big = B200.with_gpus(16384)
     clear_caches()
-    start = time.perf_counter()
-    moe_alltoall(big, range(64), 8192, DSV3, backend, "dispatch", COSTS, bytes_per_elem=2.0)
-    first = time.perf_counter() - start
-    start = time.perf_counter()
-    moe_alltoall(big, range(64, 128), 8192, DSV3, backend, "dispatch", COSTS, bytes_per_elem=2.0)
-    again = time.perf_counter() - start
-    assert first < 0.05 and again < 0.002
+    a = moe_alltoall(big, range(64), 8192, DSV3, backend, "dispatch", COSTS, bytes_per_elem=2.0)
+    b = moe_alltoall(big, range(64, 128), 8192, DSV3, backend, "dispatch", COSTS, bytes_per_elem=2.0)
+    assert a is b and _moe_cached.cache_info().hits == 1
 
 
 # --- errors ---------------------------------------------------------------------------------------------

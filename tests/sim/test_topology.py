@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import numpy as np
 import pytest
@@ -192,16 +191,14 @@ def test_vectorised_routes_match_scalar_routes():
         assert edges == route(topo, int(src[k]), int(dst[k]))
 
 
-def test_4000_flow_alltoall_is_fast():
+def test_4000_flow_alltoall_closed_form():
     c = load_cluster("hgx-b200", n_gpus=64)
     topo = build_topology(c)
     s, d = np.meshgrid(np.arange(64), np.arange(64), indexing="ij")
     keep = s != d
     flows = [Flow(int(a), int(b), 1e6) for a, b in zip(s[keep], d[keep])]
-    start = time.perf_counter()
-    t = transfer_times(topo, flows)
-    elapsed = time.perf_counter() - start
-    assert len(flows) == 4032 and elapsed < 0.05
+    t = transfer_times(topo, flows)  # speed: benchmarks/bench_sim.py, not a timed test
+    assert len(flows) == 4032
     # each GPU pushes 56 MB through its rail (NIC) and 7 MB over NVLink: the NIC binds
     assert t.max() == pytest.approx(56e6 / NIC + 3e-6, rel=1e-9)
     paths = route_edge_ids(topo, s[keep], d[keep])
