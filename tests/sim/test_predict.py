@@ -244,3 +244,22 @@ def test_zero1_replaces_per_layer_gathers_with_one_bucketed_reduction():
     assert not {"fsdp_ag", "fsdp_rs"} & {r[1] for r in zero1.trace_data["layers"][("moe", "bwd")].log}
     assert zero1.breakdown.get("comm.fsdp", 0.0) < fsdp.breakdown.get("comm.fsdp", 0.0) + fsdp.hidden_comm.get(
         "comm.fsdp", 0.0)
+
+
+def test_fsdp_prefetch_and_all_to_all_share_the_nic():
+    """Single-stage FSDP over 4 nodes, NCCL EP16: the layer's FSDP gathers and its all-to-alls cross the same
+    NIC; with the NIC coupling the all-to-all runs slower than alone (an unbounded NIC removes the coupling)."""
+    from sim.predict.layers import simulate_layer
+    from sim.predict.timing import Context
+    from sim.stacks import StackProfile
+
+    model, cluster = load_model("deepseek-v3-16b"), load_cluster("hgx-b200", n_gpus=32)
+    plan = ParallelPlan(ep=16, dp_shard=32, global_batch=32, seq_len=4096, ac="none")
+    shared = Context(model, cluster, plan, default_costs(cluster.gpu), StackProfile())
+    apart = Context(model, cluster, plan, default_costs(cluster.gpu), StackProfile())
+    apart.nic_bw = 1e30
+    a = simulate_layer(shared, "moe", "fwd")
+    b = simulate_layer(apart, "moe", "fwd")
+    dispatch = lambda r: next(e - s for n, st, _ph, s, e in r.log if n == "moe.dispatch")  # noqa: E731
+    assert dispatch(a) > dispatch(b) * 1.01
+    assert a.time_s > b.time_s
