@@ -19,7 +19,7 @@ from sim import comm
 from sim.layout import Coords
 from sim.predict.layers import SimResult, simulate_layer, simulate_pair
 from sim.predict.timing import BF16, FP32, Context
-from sim.schedule import DUAL, PipelineResult, PipelineSpec, simulate_pipeline
+from sim.schedule import DUAL, PipelineResult, PipelineSpec, simulate_pipeline, stage_of
 from sim.workload import chunk_layers
 
 __all__ = ["Chunk", "Step", "assemble"]
@@ -126,8 +126,13 @@ def assemble(ctx: Context) -> Step:
     pairs: dict[tuple[int, int], SimResult] = {}
     if dual or combined:
         by_sig: dict[tuple[tuple[str, ...], tuple[str, ...]], SimResult] = {}
+        local = {"dualpipev": 2, "dualpipe": 4}.get(plan.pp_schedule, plan.vpp) if plan.pp > 1 else len(chunks)
+        owner = {stage_of(plan.pp_schedule, plan.pp, p, j) if plan.pp > 1 else j: p
+                 for p in range(plan.pp) for j in range(local)}
         for i, fc in enumerate(chunks):
             for j, bc in enumerate(chunks):
+                if owner[i] != owner[j]:
+                    continue  # a pair runs on one rank: only its own chunks meet
                 sig = (tuple(fc.layers), tuple(reversed(bc.layers)))
                 if sig not in by_sig:
                     by_sig[sig] = simulate_pair(ctx, *sig)
