@@ -40,6 +40,7 @@ from sim.layout import Coords, Layout
 from sim.routing import expert_load, is_balanced, rank_load_factors
 from sim.schedule import PipelineResult, PipelineSpec, simulate_pipeline
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
+from sim.stacks import StackProfile, load_stack
 from sim.workload import OpSpec, Workload, chunk_layers
 
 __all__ = ["Prediction", "LayerResult", "predict", "validate_plan"]
@@ -80,6 +81,8 @@ class Prediction:
     memory: dict[str, Any] = field(default_factory=dict)
     measured_tokens_per_s_per_gpu: float | None = None
     source: str = ""
+    #: the stack profile's name, release and provenance
+    stack: dict[str, Any] = field(default_factory=dict)
     trace_data: Any = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,12 +111,13 @@ def validate_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) ->
 class _Context:
     """Everything one prediction shares: specs, costs, groups of the representative rank, a2a results."""
 
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: CostModel) -> None:
-        self.model, self.cluster, self.plan, self.costs = model, cluster, plan, costs
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: CostModel,
+                 stack: StackProfile) -> None:
+        self.model, self.cluster, self.plan, self.costs, self.stack = model, cluster, plan, costs, stack
         self.gpu = cluster.gpu
         self.ccosts = comm.CommCosts(**costs.comm) if costs.comm else comm.CommCosts.default()
         self.layout = Layout(plan)
-        self.wl = Workload(model, plan)
+        self.wl = Workload(model, plan, stack)
         self.rep = self.layout.rank(Coords(0, 0, 0, 0, 0))
         if is_balanced(plan.routing):
             self.load = None
@@ -157,9 +161,9 @@ class _Context:
         c = self.costs
         k = op.kind
         if k not in ("comm", "host_sync"):
-            return c.op_seconds(op, self.gpu, None, float(self.factors[cls])), 0
+            return c.op_seconds(op, self.gpu, self.stack, float(self.factors[cls])), 0
         if k == "host_sync":
-            return c.stack.host_sync_s, 0
+            return self.stack.host_sync_s, 0
         if op.coll == "a2a.counts":
             return self.a2a("a2a.dispatch").host_sync_s, c.nccl_sms
         if op.coll.startswith("a2a."):
@@ -329,14 +333,16 @@ def _wgrad_time(ctx: _Context, kind: str) -> float:
 
 
 def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: CostModel | None = None,
-            *, name: str = "") -> Prediction:
-    """Predict one training step of ``model`` on ``cluster`` under ``plan``.
+            *, name: str = "", stack: StackProfile | str | None = None) -> Prediction:
+    """Predict one training step of ``model`` on ``cluster`` under ``plan`` with ``stack`` (a profile, a
+    profile name or file; ``None``: torchtitan).
 
     Raises :class:`~sim.errors.PlanError` for plans that cannot run.
     """
     validate_plan(model, cluster, plan)
     costs = costs or default_costs(cluster.gpu)
-    ctx = _Context(model, cluster, plan, costs)
+    stack = load_stack(stack)
+    ctx = _Context(model, cluster, plan, costs, stack)
     kinds = {"embed", "head", "moe" if model.n_moe_layers else "dense"}
     if model.n_dense_layers:
         kinds.add("dense")
@@ -380,14 +386,16 @@ def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: C
         sum(ctx.layer_shards(k)) for ch in chunks for k in ch.layers
     ) / max(1, plan.pp)
     dp_ar = ctx.collective("ar", local_params * FP32, "rep") if plan.dp_replicate > 1 else 0.0
-    opt = costs.memory_time(local_params * 32.0, cluster.gpu.hbm_bw_bytes_per_s, kernels=4)
+    opt = costs.memory_time(local_params * 32.0, cluster.gpu.hbm_bw_bytes_per_s, kernels=4,
+                            overhead_s=stack.kernel_overhead_s) / stack.eff(cluster.gpu.arch, "mem")
+    opt += sum(costs.op_seconds(op, cluster.gpu, stack) for op in ctx.wl.step_ops())  # per-step weight quant
     step = pipe.makespan + rs_tail + dp_ar + opt
     breakdown = _breakdown(pipe, chunks, step, rs_tail, dp_ar, opt, first_ag, plan)
     # Outputs.
     tokens = plan.tokens_per_step
     tps = tokens / step / cluster.n_gpus
     tflops = torchtitan_flops_per_token(model, plan.seq_len) * tps
-    mem = memory_per_gpu(model, plan, cluster.gpu)
+    mem = memory_per_gpu(model, plan, cluster.gpu, stack)
     trace_data = {"layers": layer_res, "chunks": chunks, "pipeline": pipe, "plan": plan, "step_s": step,
                   "tail": (rs_tail, dp_ar, opt)}
     return Prediction(
@@ -405,6 +413,7 @@ def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: C
         memory_capacity_bytes=float(mem.capacity_bytes),
         fits_in_memory=bool(mem.fits),
         memory=mem.as_dict(),
+        stack=stack.describe(),
         trace_data=trace_data,
     )
 

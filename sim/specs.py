@@ -38,7 +38,7 @@ __all__ = [
 
 PP_SCHEDULES = ("1f1b", "interleaved-1f1b", "dualpipe", "dualpipev")
 AC_MODES = ("none", "selective", "full")
-PRECISIONS = ("bf16", "mxfp8-grouped", "mxfp8", "fp8-blockwise")
+PRECISIONS = ("bf16", "mxfp8-grouped", "mxfp8", "fp8-blockwise", "fp8-current")
 EP_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep")
 ATTENTION_KINDS = ("mla", "gqa")
 SCORE_FUNCS = ("sigmoid", "softmax")
@@ -203,6 +203,8 @@ class GPUSpec:
     fp4_flops: float = 0.0
     mxfp8: bool = False
     deepep: bool = True
+    #: softmax exponentials per second on the SFUs (attention's non-tensor-core bound); 0: not modelled.
+    exp_per_s: float = 0.0
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -216,7 +218,7 @@ class GPUSpec:
             num_sms=self.num_sms,
             nvlink_bw_bytes_per_s=self.nvlink_bw_bytes_per_s,
         )
-        _require_non_negative(owner, fp4_flops=self.fp4_flops)
+        _require_non_negative(owner, fp4_flops=self.fp4_flops, exp_per_s=self.exp_per_s)
 
 
 @dataclass(frozen=True)
