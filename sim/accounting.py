@@ -331,6 +331,10 @@ def activation_ledger(model: ModelSpec, moe: bool, plan: ParallelPlan | None = N
         fd = model.dense_inter_dim
         out.update({"mlp.input": BF16 * d, "mlp.norm_out": BF16 * d, "mlp.fc1_out": BF16 * 2 * fd,
                     "mlp.act_out": lin * fd})
+    if plan is not None and plan.precision != "bf16":  # the stack's own low-precision caches
+        for component, width in stack.saved_act_bytes.items():
+            if component in out:
+                out[component] *= width / BF16
     return {k: float(v) for k, v in out.items()}
 
 
@@ -407,16 +411,18 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec,
     Activations: the saved components (:func:`activation_ledger`, :func:`saved_components`) of the layers
     of one stage times the microbatches in flight (1F1B: ``pp - rank``; interleaved: warm-up chunks;
     DualPipe: ``pp - rank`` microbatches of the rank's first-direction stage plus ``rank + 1`` of its
-    second-direction one, ``PP + 1`` in all as in the DeepSeek-V3 report's table 2), plus one layer being
-    recomputed and the last stage's logits. Transient: FSDP's unsharded BF16 weights and gradients of the
+    second-direction one, ``PP + 1`` in all as in the DeepSeek-V3 report's table 2), plus what one layer
+    being recomputed re-materialises and the last stage's logits. Transient: FSDP's unsharded BF16 weights and gradients of the
     layer in use and the prefetched one (none under ZeRO-1, whose BF16 weights are resident).
     """
     stack = stack if stack is not None else _default_stack()
     counts = count_params(model)
     tokens = plan.micro_batch * plan.seq_len / (plan.tp * plan.cp)  # sequence-parallel share
     per_layer = {moe: _layer_activation_bytes_per_token(model, moe, plan.ac, plan, stack) for moe in (False, True)}
-    full_layer = max(_layer_activation_bytes_per_token(model, moe, "none", plan, stack)
-                     for moe in ((True, False) if model.n_dense_layers else (True,)))
+    kinds = (True, False) if model.n_dense_layers else (True,)
+    # The layer being recomputed re-materialises what its recompute mode dropped.
+    rematerialised = max(_layer_activation_bytes_per_token(model, moe, "none", plan, stack)
+                         - per_layer[moe] for moe in kinds)
     stages = _split_layers(model.n_layers, plan.pp) if plan.pp_schedule == "dualpipe" else None
     best: MemoryBreakdown | None = None
     for rank, layers in enumerate(stage_layers(model, plan)):
@@ -433,8 +439,7 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec,
         holds_first, holds_last = 0 in layers, model.n_layers - 1 in layers
         weights, grads, optimizer = _state_bytes(model, plan, layers, stack, holds_first, holds_last)
         activations = activation_per_token * tokens * in_flight
-        if plan.ac != "none":
-            activations += full_layer * tokens  # the layer being recomputed
+        activations += rematerialised * tokens  # the layer being recomputed
         if holds_last:
             activations += plan.micro_batch * plan.seq_len * model.vocab_size * (BF16 + 4) / (plan.tp * plan.cp)
         transient = 0.0

@@ -339,9 +339,10 @@ def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: C
 
     Raises :class:`~sim.errors.PlanError` for plans that cannot run.
     """
+    stack = load_stack(stack)
+    cluster = stack.place(cluster)  # e.g. Megatron's 64 ranks per NVL72 rack
     validate_plan(model, cluster, plan)
     costs = costs or default_costs(cluster.gpu)
-    stack = load_stack(stack)
     ctx = _Context(model, cluster, plan, costs, stack)
     kinds = {"embed", "head", "moe" if model.n_moe_layers else "dense"}
     if model.n_dense_layers:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError
+from sim.specs import ClusterSpec
 
 __all__ = [
     "StackProfile",
@@ -96,11 +97,17 @@ class StackProfile:
     launch: str = "compiled"
     #: SMs DeepEP's kernels take when the plan does not say (DeepEP v1 ``Buffer.num_sms`` = 20).
     deepep_sms: int = 20
+    #: ranks the framework places in one NVLink domain larger than this (Megatron-Bridge: 64 HybridEP
+    #: ranks per NVL72 rack); 0: every GPU of the domain.
+    nvlink_domain_ranks: int = 0
     #: router probabilities multiplied inside the expert activation (Megatron-Core >= 0.13), so the
     #: expert outputs need not be saved for the probabilities' gradient.
     probs_in_act: bool = False
     #: inputs of FP8 linears saved for backward in FP8 (TE keeps the quantised copy; DeepSeek caches FP8).
     fp8_act_cache: bool = False
+    #: bytes per element of saved activations the stack keeps in a custom low precision, by activation
+    #: ledger component (:func:`sim.accounting.activation_ledger`), e.g. DeepSeek's FP8 SwiGLU inputs.
+    saved_act_bytes: Mapping[str, float] = field(default_factory=dict)
     # --- training state, bytes per parameter -------------------------------------------------------
     #: gradient buffer (fp32 main_grad / FSDP fp32 reduce-scatter output).
     grad_bytes: int = 4
@@ -134,10 +141,18 @@ class StackProfile:
             value = getattr(self, fname)
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"stack {self.name!r}: {fname} must be a finite number >= 0, got {value!r}")
+        if isinstance(self.nvlink_domain_ranks, bool) or not isinstance(self.nvlink_domain_ranks, int) or not (
+                0 <= self.nvlink_domain_ranks <= 1_000_000):
+            raise ConfigError(f"stack {self.name!r}: nvlink_domain_ranks must be an integer >= 0, "
+                              f"got {self.nvlink_domain_ranks!r}")
         for fname in ("deepep_sms", "grad_bytes", "master_bytes", "moment_bytes"):
             value = getattr(self, fname)
             if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 256:
                 raise ConfigError(f"stack {self.name!r}: {fname} must be an integer in 1..256, got {value!r}")
+        for component, width in self.saved_act_bytes.items():
+            if isinstance(width, bool) or not isinstance(width, int | float) or not 0 < width <= 4:
+                raise ConfigError(f"stack {self.name!r}: saved_act_bytes.{component} must be in (0, 4] bytes, "
+                                  f"got {width!r}")
         for arch, table in self.efficiency.items():
             for op_class, value in table.items():
                 if op_class != "default" and op_class not in OP_CLASSES:
@@ -163,6 +178,20 @@ class StackProfile:
         return module in self.recompute_modules or (module != "moe" and "moe" in self.recompute_modules
                                                     and module in ("moe_act", "shared_experts"))
 
+    def place(self, cluster: ClusterSpec) -> ClusterSpec:
+        """``cluster`` as this framework lays ranks on it: NVLink domains larger than
+        ``nvlink_domain_ranks`` hold only that many ranks (the rest of the rack idles).
+
+        >>> from sim.catalog import load_cluster
+        >>> rack = load_cluster("gb200-nvl72", n_gpus=256)
+        >>> StackProfile(nvlink_domain_ranks=64).place(rack).nvlink_domain_gpus, StackProfile().place(rack) is rack
+        (64, True)
+        """
+        n = self.nvlink_domain_ranks
+        if not n or cluster.nvlink_domain_gpus <= n or n % cluster.gpus_per_node:
+            return cluster
+        return replace(cluster, nvlink_domain_gpus=n)
+
     def describe(self) -> dict[str, Any]:
         """Name, release and provenance, for a prediction's output."""
         return {"name": self.name, "release": self.release, "provenance": self.provenance}
@@ -174,7 +203,8 @@ _IMPL_FIELDS = tuple(f.name for f in fields(StackProfile) if f.name not in ("eff
 _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "deepep_in_place": bool,
                            "quantize_weights": str, "fused_act_quant": bool, "param_sharding": str,
                            "recompute_modules": list, "ep_overlap_available": bool, "shared_expert_overlap": bool,
-                           "launch": str, "deepep_sms": int, "probs_in_act": bool, "fp8_act_cache": bool,
+                           "launch": str, "deepep_sms": int, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
+                           "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
                            "kernel_overhead_s": float, "host_sync_s": float, "provenance": str}
 assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file type"
@@ -205,6 +235,11 @@ def _check_value(where: str, key: str, value: Any) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{where}: {key} must be a list of module names, got {value!r}")
         return tuple(value)
+    if want is dict:
+        if not isinstance(value, dict) or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()):
+            raise ConfigError(f"{where}: {key} must be a table of component = bytes per element, got {value!r}")
+        return {k: float(v) for k, v in value.items()}
     if want is int and (isinstance(value, bool) or not isinstance(value, int)):
         raise ConfigError(f"{where}: {key} must be an integer, got {value!r}")
     if want is bool and not isinstance(value, bool):
