@@ -287,7 +287,10 @@ def _from_data(where: str, data: dict[str, Any], *, builtin: bool, depth: int = 
     if base_name is not None:
         if not isinstance(base_name, str) or depth > 4:
             raise ConfigError(f"{where}: base must be the name of a built-in stack, got {base_name!r}")
-        base = load_stack(base_name)
+        try:
+            base = load_stack(base_name)
+        except ConfigError as err:
+            raise ConfigError(f"{where}: base: {err}") from None
         merged_eff = {a: dict(t) for a, t in base.efficiency.items()}
         for arch, table in efficiency.items():
             merged_eff.setdefault(arch, {}).update(table)
