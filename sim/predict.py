@@ -223,7 +223,8 @@ def _simulate_layer(ctx: _Context, kind: str, phase: str) -> LayerResult:
     moe = kind == "moe"
     n_cls = ctx.n_classes if moe else 1
     eng = Engine(ctx.gpu.num_sms)
-    fsdp_per_layer = ctx.plan.pp == 1 and ctx.plan.dp_shard * ctx.plan.cp > 1
+    # ZeRO-1 (distributed optimizer) keeps the weights resident: no per-layer gathers.
+    fsdp_per_layer = ctx.plan.pp == 1 and ctx.plan.dp_shard * ctx.plan.cp > 1 and ctx.stack.param_sharding == "fsdp"
     for cls in range(n_cls):
         if fsdp_per_layer and kind in ("dense", "moe"):
             # Prefetch of the next layer's weights (and, backward, the previous layer's gradients).
@@ -359,7 +360,7 @@ def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: C
     chunk_rs = []
     for ch in chunks:
         ag = rs = 0.0
-        if plan.pp > 1:
+        if plan.pp > 1 or stack.param_sharding == "zero1":  # once per step per chunk
             for k in ch.layers:
                 ag += ctx.fsdp_time(k, "ag")
                 rs += ctx.fsdp_time(k, "rs")
