@@ -148,7 +148,6 @@ def run_scenario(
     """
     from sim.catalog import load_cluster, load_model
     from sim.predict import predict
-
     from sim.stacks import load_stack
 
     profile = load_stack(stack if stack is not None else (scenario.stack or None))
