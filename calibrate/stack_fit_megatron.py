@@ -26,7 +26,7 @@ from sim.fit_stack import fit_arch_efficiency, with_arch_efficiency
 from sim.loaders import derive_plan_fields, plan_from_mapping
 from sim.predict import predict
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
-from sim.stacks import StackProfile, load_stack
+from sim.stacks import StackProfile, load_stack, profile_for
 
 __all__ = ["PROTOCOL", "RunRow", "profile_for_release", "megatron_runs", "run_specs", "fit_megatron",
            "megatron_table", "format_markdown", "main"]
@@ -64,10 +64,10 @@ class RunRow:
 
 def profile_for_release(release: str) -> str:
     """The stack profile of a Megatron-Bridge release string (26.04.01 is a point release of 26.04)."""
-    for key, name in (("26.02", "megatron-26.02"), ("26.04", "megatron-26.04")):
-        if key in release:
-            return name
-    raise ValueError(f"no Megatron profile for release {release!r}")
+    name = profile_for("megatron", release)
+    if name == "megatron":
+        raise ValueError(f"no Megatron profile for release {release!r}")
+    return name
 
 
 def megatron_runs(path: str | None = None) -> list[dict[str, Any]]:

@@ -52,6 +52,7 @@ __all__ = [
     "stack_names",
     "load_stack",
     "default_stack",
+    "profile_for",
 ]
 
 OP_CLASSES = ("gemm.fwd", "gemm.dgrad", "gemm.wgrad", "grouped_gemm", "attn.fwd", "attn.bwd", "mem")
@@ -346,6 +347,23 @@ def load_stack(name_or_path: str | StackProfile | None) -> StackProfile:
     from sim.loaders import read_toml
 
     return _from_data(f"stack file {name}", read_toml(name), builtin=False)
+
+
+#: Framework -> (release marker, profile) in the order tried; a release matching none keeps the name.
+_RELEASE_PROFILES = {"megatron": (("26.02", "megatron-26.02"), ("26.04", "megatron-26.04"))}
+
+
+def profile_for(stack: str, release: str = "") -> str:
+    """The profile name for a measured run's ``stack`` and ``release`` (a dataset row): Megatron-Bridge
+    releases map to their profile (26.04.01 is a point release of 26.04); other stacks keep their name.
+
+    >>> profile_for("megatron", "megatron-bridge 26.04.01"), profile_for("torchtitan", "1a36996b")
+    ('megatron-26.04', 'torchtitan')
+    """
+    for marker, name in _RELEASE_PROFILES.get(stack, ()):
+        if marker in release:
+            return name
+    return stack
 
 
 def default_stack() -> StackProfile:

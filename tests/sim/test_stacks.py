@@ -168,3 +168,40 @@ def test_cli_bad_stack_file_exits_2(tmp_path) -> None:
 
 def test_op_classes_cover_every_compute_kind() -> None:
     assert len(OP_CLASSES) == 7 and not math.isnan(load_stack("deepseek").eff("sm90", "mem"))
+
+
+def test_scenario_stack_key_and_override(tmp_path) -> None:
+    from sim.scenarios import load_scenario, run_scenario
+
+    assert load_scenario("dsv3-671b-b200").stack == "torchtitan"
+    f = tmp_path / "sc.toml"
+    f.write_text('[scenario]\nmodel = "debug"\ngpus = 8\nstack = "megatron"\n[base]\nep = 4\nseq_len = 256\n')
+    sc = load_scenario(str(f))
+    (pred,) = run_scenario(sc)
+    assert pred.stack["name"] == "megatron-26.04"
+    (pred,) = run_scenario(sc, stack="deepseek")
+    assert pred.stack["name"] == "deepseek"
+    f.write_text('[scenario]\nmodel = "debug"\ngpus = 8\nstack = 3\n')
+    with pytest.raises(ConfigError, match="stack must be a stack profile name or file, got 3"):
+        load_scenario(str(f))
+
+
+def test_gpu_flag_picks_the_gpus_template(capsys) -> None:
+    import json
+
+    from moesim.predict_cmd import main
+
+    assert main(["--model", "debug", "--gpu", "gb200", "--gpus", "8", "--ep", "4", "--json"]) == 0
+    pred = json.loads(capsys.readouterr().out)["predictions"][0]
+    assert pred["gpu"] == "gb200" and pred["stack"]["name"] == "torchtitan"
+    from sim.catalog import default_cluster
+
+    assert default_cluster("gb200") == "gb200-nvl72" and default_cluster("gb300") == "gb300-nvl72"
+    assert load_cluster(default_cluster("gb300")).nic_bw_bytes_per_s == 800e9 / 8
+
+
+def test_blackwell_ultra_is_its_own_architecture() -> None:
+    b200, b300 = load_gpu("b200"), load_gpu("b300")
+    assert (b300.arch, b300.num_sms, b300.hbm_bw_bytes_per_s) == ("sm103", 160, 8e12)
+    assert b300.hbm_bytes > 1.5 * b200.hbm_bytes and b300.exp_per_s > 2 * b200.exp_per_s
+    assert load_gpu("gb300").arch == "sm103"
