@@ -141,7 +141,13 @@ class CostModel:
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> CostModel:
+        if not isinstance(data, dict):
+            raise ConfigError(f"calibration: expected a JSON object, got {type(data).__name__}")
         version = data.get("version")
+        if "stack" in data:
+            raise ConfigError("calibration: field 'stack' is no longer part of a calibration (it held the legacy "
+                              "compute_scale); framework efficiencies and host costs live in stack profiles "
+                              "(--stack NAME|FILE, docs/stack-protocol.md)")
         if version != CALIBRATION_VERSION:
             raise ConfigError(
                 f"calibration: version {version!r} is not supported (this moesim reads {CALIBRATION_VERSION})"

@@ -205,3 +205,15 @@ def test_blackwell_ultra_is_its_own_architecture() -> None:
     assert (b300.arch, b300.num_sms, b300.hbm_bw_bytes_per_s) == ("sm103", 160, 8e12)
     assert b300.hbm_bytes > 1.5 * b200.hbm_bytes and b300.exp_per_s > 2 * b200.exp_per_s
     assert load_gpu("gb300").arch == "sm103"
+
+
+def test_a_legacy_calibration_with_a_stack_is_refused() -> None:
+    import json
+
+    from sim.costs import CostModel
+
+    data = json.loads(default_costs(load_gpu("b200")).to_json())
+    assert "stack" not in data
+    data["stack"] = {"compute_scale": 0.5}
+    with pytest.raises(ConfigError, match="field 'stack' is no longer part of a calibration"):
+        CostModel.from_dict(data)
