@@ -53,6 +53,9 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--" + name.replace("_", "-"), type=int, dest=name)
     p.add_argument("--pp-schedule", choices=PP_SCHEDULES, dest="pp_schedule")
     p.add_argument("--ac", choices=AC_MODES)
+    p.add_argument("--recompute-modules", dest="recompute_modules",
+                   help="with --ac selective: comma-separated Megatron modules to recompute (e.g. mla_up_proj,moe_act); "
+                        "default: the stack's")
     p.add_argument("--precision", choices=PRECISIONS)
     p.add_argument("--ep-backend", choices=EP_BACKENDS, dest="ep_backend")
     p.add_argument("--routing", help="balanced | round-robin | zipf:<s> | dirichlet:<alpha> | tokens-per-expert file")
@@ -72,7 +75,7 @@ def _cluster(args: argparse.Namespace, name: str | None, gpus: int, gpu: str | N
 
 def _plan_fields(args: argparse.Namespace) -> dict[str, Any]:
     out = {}
-    for name in (*_PLAN_INTS, "pp_schedule", "ac", "precision", "ep_backend", "routing"):
+    for name in (*_PLAN_INTS, "pp_schedule", "ac", "recompute_modules", "precision", "ep_backend", "routing"):
         v = getattr(args, name, None)
         if v is not None:
             out[name] = v

@@ -415,7 +415,7 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec,
     being recomputed re-materialises and the last stage's logits. Transient: FSDP's unsharded BF16 weights and gradients of the
     layer in use and the prefetched one (none under ZeRO-1, whose BF16 weights are resident).
     """
-    stack = stack if stack is not None else _default_stack()
+    stack = (stack if stack is not None else _default_stack()).for_plan(plan)
     counts = count_params(model)
     tokens = plan.micro_batch * plan.seq_len / (plan.tp * plan.cp)  # sequence-parallel share
     per_layer = {moe: _layer_activation_bytes_per_token(model, moe, plan.ac, plan, stack) for moe in (False, True)}

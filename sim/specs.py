@@ -34,11 +34,15 @@ __all__ = [
     "EP_BACKENDS",
     "ATTENTION_KINDS",
     "SCORE_FUNCS",
+    "RECOMPUTE_MODULES",
 ]
 
 PP_SCHEDULES = ("1f1b", "interleaved-1f1b", "dualpipe", "dualpipev")
 AC_MODES = ("none", "selective", "full")
+#: ``fp8-current``: Transformer Engine FP8 with current (per-tensor) scaling on every linear (Hopper).
 PRECISIONS = ("bf16", "mxfp8-grouped", "mxfp8", "fp8-blockwise", "fp8-current")
+#: Megatron-Core ``--recompute-modules`` names (``ac = "selective"``).
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "moe", "shared_experts")
 EP_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep")
 ATTENTION_KINDS = ("mla", "gqa")
 SCORE_FUNCS = ("sigmoid", "softmax")
@@ -337,6 +341,9 @@ class ParallelPlan:
     micro_batch: int = 1
     global_batch: int = 1
     ac: str = "full"
+    #: with ``ac = "selective"``: comma-separated Megatron recompute modules overriding the stack's
+    #: (e.g. ``"mla_up_proj,moe_act"``); "" = the stack's own list.
+    recompute_modules: str = ""
     precision: str = "bf16"
     ep_backend: str = "nccl"
     deepep_sms: int = 20
@@ -362,12 +369,22 @@ class ParallelPlan:
         )
         _require_choice(owner, "pp_schedule", self.pp_schedule, PP_SCHEDULES)
         _require_choice(owner, "ac", self.ac, AC_MODES)
+        for module in self.recompute_module_list:
+            _require_choice(owner, "recompute_modules", module, RECOMPUTE_MODULES)
+        if self.recompute_modules and self.ac != "selective":
+            raise ConfigError(f"plan: recompute_modules ({self.recompute_modules!r}) needs ac 'selective', "
+                              f"got ac {self.ac!r}")
         _require_choice(owner, "precision", self.precision, PRECISIONS)
         _require_choice(owner, "ep_backend", self.ep_backend, EP_BACKENDS)
         if self.etp not in (1, self.tp):
             raise ConfigError(f"plan: etp ({self.etp}) must be 1 or equal to tp ({self.tp})")
         if self.pp_schedule == "1f1b" and self.vpp != 1:
             raise ConfigError(f"plan: vpp ({self.vpp}) must be 1 with pp_schedule '1f1b'")
+
+    @property
+    def recompute_module_list(self) -> tuple[str, ...]:
+        """``recompute_modules`` as a tuple of names (empty: the stack's)."""
+        return tuple(m.strip() for m in self.recompute_modules.split(",") if m.strip())
 
     @property
     def world_size(self) -> int:

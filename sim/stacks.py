@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError
-from sim.specs import ClusterSpec
+from sim.specs import RECOMPUTE_MODULES, ClusterSpec, ParallelPlan
 
 __all__ = [
     "StackProfile",
@@ -60,8 +60,6 @@ FORCE_BALANCE = ("round-robin", "random")
 PARAM_SHARDING = ("fsdp", "zero1")
 QUANTIZE_WEIGHTS = ("per_call", "per_step")
 LAUNCH = ("eager", "compiled", "cuda_graphs")
-#: Megatron-Core ``--recompute-modules`` (with ``--recompute-granularity selective``).
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "moe", "shared_experts")
 #: Short names of the built-in profiles: ``megatron`` is the newest Megatron-Bridge release profile.
 STACK_ALIASES = {"megatron": "megatron-26.04"}
 DEFAULT_STACK = "torchtitan"
@@ -192,6 +190,11 @@ class StackProfile:
         if not n or cluster.nvlink_domain_gpus <= n or n % cluster.gpus_per_node:
             return cluster
         return replace(cluster, nvlink_domain_gpus=n)
+
+    def for_plan(self, plan: ParallelPlan) -> StackProfile:
+        """This stack with the plan's own recompute module list, if it gives one."""
+        modules = plan.recompute_module_list
+        return replace(self, recompute_modules=modules) if modules and modules != self.recompute_modules else self
 
     def describe(self) -> dict[str, Any]:
         """Name, release and provenance, for a prediction's output."""

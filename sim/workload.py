@@ -109,7 +109,7 @@ class Workload:
     def __init__(self, model: ModelSpec, plan: ParallelPlan, stack: StackProfile | None = None) -> None:
         self.model = model
         self.plan = plan
-        self.stack = stack if stack is not None else default_stack()
+        self.stack = (stack if stack is not None else default_stack()).for_plan(plan)
         self._cache: dict[tuple[str, str], list[OpSpec]] = {}
 
     # --- sizes ----------------------------------------------------------------------------------

@@ -213,3 +213,10 @@ def test_deepseek_v3_on_2048_h800_fits_in_80_gb_with_its_stack() -> None:
     assert ds.activations_bytes < 45 * 2**30  # was ~272 GiB before memory followed the stack
     # TorchTitan's choices (FSDP, op-level SAC, BF16 caches, expert outputs saved) do not fit this plan.
     assert not memory_per_gpu(model, DSV3_H800_PLAN, gpu, load_stack("torchtitan")).fits
+
+
+def test_plan_recompute_modules_change_memory() -> None:
+    model, gpu, stack = load_model("deepseek-v3-671b"), load_gpu("h800"), load_stack("megatron")
+    fewer = dataclasses.replace(DSV3_H800_PLAN, recompute_modules="moe_act")
+    assert (memory_per_gpu(model, fewer, gpu, stack).activations_bytes
+            > memory_per_gpu(model, DSV3_H800_PLAN, gpu, stack).activations_bytes)

@@ -142,3 +142,14 @@ def test_fp8_current_runs_every_linear_in_fp8():
     wl = Workload(load_model("debug"), ParallelPlan(**_EP_PLAN, precision="fp8-current"), load_stack("megatron"))
     assert wl.linear_dtype == wl.expert_dtype == "fp8"
     assert {op.dtype for op in wl.layer_ops("moe", "fwd") if op.kind in ("gemm", "grouped_gemm")} == {"fp8", "bf16"}
+
+
+def test_plan_recompute_modules_override_the_stack():
+    model = load_model("deepseek-v3-16b")
+    base = dict(ep=8, dp_shard=8, global_batch=8, seq_len=1024, ac="selective")
+    own = Workload(model, ParallelPlan(**base), load_stack("megatron"))
+    only_act = Workload(model, ParallelPlan(**base, recompute_modules="moe_act"), load_stack("megatron"))
+    assert {op.module for op in only_act.layer_ops("moe", "recompute")} == {"moe_act"}
+    assert len(only_act.layer_ops("moe", "recompute")) < len(own.layer_ops("moe", "recompute"))
+    with pytest.raises(Exception, match="recompute_modules must be one of"):
+        ParallelPlan(**base, recompute_modules="attn")
