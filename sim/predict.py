@@ -37,6 +37,7 @@ from sim.costs import CostModel, default_costs
 from sim.engine import Engine, Record, Task
 from sim.errors import PlanError
 from sim.layout import Coords, Layout
+from sim.placement import distinct_ep_groups
 from sim.routing import expert_load, is_balanced, rank_load_factors
 from sim.schedule import PipelineResult, PipelineSpec, simulate_pipeline
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
@@ -126,6 +127,7 @@ class _Context:
             self.load = expert_load(plan.routing, model.n_routed_experts, plan.routing_seed)
             self.factors = rank_load_factors(self.load, plan.ep)
         self._a2a: dict[str, comm.AllToAllResult] = {}
+        self.ep_groups = distinct_ep_groups(self.layout, cluster) if plan.ep > 1 else [self.layout.ep_group(self.rep)]
         self._coll: dict[tuple[str, float], float] = {}
 
     @property
@@ -138,12 +140,15 @@ class _Context:
             p = self.plan
             bpe = comm.FP8_WITH_SCALES_BYTES_PER_ELEM if (
                 p.precision == "fp8-blockwise" and phase == "dispatch" and p.ep_backend != "nccl") else BF16
-            self._a2a[phase] = comm.moe_alltoall(
-                self.cluster, self.layout.ep_group(self.rep), int(round(self.wl.tokens_dispatched)), self.model,
+            # Every distinct placement of an EP group (e.g. one straddling two NVLink domains) is simulated;
+            # the slowest decides, as every rank waits for it at the pipeline's and the step's end.
+            results = [comm.moe_alltoall(
+                self.cluster, group, int(round(self.wl.tokens_dispatched)), self.model,
                 p.ep_backend, phase, self.ccosts, bytes_per_elem=bpe, num_sms=p.deepep_sms,
                 expert_load=self.load, seed=p.routing_seed,
                 routing="round-robin" if p.routing == "round-robin" else "random",
-            )
+            ) for group in self.ep_groups]
+            self._a2a[phase] = max(results, key=lambda res: float(res.time_s.max()))
         return self._a2a[phase]
 
     def collective(self, kind: str, nbytes: float, group: str = "tp") -> float:

@@ -217,3 +217,19 @@ def test_a_legacy_calibration_with_a_stack_is_refused() -> None:
     data["stack"] = {"compute_scale": 0.5}
     with pytest.raises(ConfigError, match="field 'stack' is no longer part of a calibration"):
         CostModel.from_dict(data)
+
+
+def test_the_slowest_ep_group_decides_and_64_per_rack_avoids_straddling() -> None:
+    from sim.layout import Layout
+    from sim.placement import distinct_ep_groups
+
+    model = load_model("deepseek-v3-16b")
+    rack = load_cluster("gb200-nvl72", n_gpus=256)
+    plan = ParallelPlan(pp=4, ep=64, dp_shard=64, global_batch=256, seq_len=4096, ep_backend="deepep")
+    groups = distinct_ep_groups(Layout(plan), rack)
+    assert groups[0] == list(range(64)) and len(groups) > 1  # ranks 64..127 straddle racks 0 and 1
+    mc = load_stack("megatron")
+    placed = predict(model, rack, plan, stack=mc)
+    straddling = predict(model, rack, plan, stack=dataclasses.replace(mc, nvlink_domain_ranks=0))
+    assert placed.tokens_per_s_per_gpu > 1.2 * straddling.tokens_per_s_per_gpu
+    assert straddling.breakdown["comm.a2a"] > placed.breakdown["comm.a2a"]
