@@ -233,3 +233,17 @@ def test_the_slowest_ep_group_decides_and_64_per_rack_avoids_straddling() -> Non
     straddling = predict(model, rack, plan, stack=dataclasses.replace(mc, nvlink_domain_ranks=0))
     assert placed.tokens_per_s_per_gpu > 1.2 * straddling.tokens_per_s_per_gpu
     assert straddling.breakdown["comm.a2a"] > placed.breakdown["comm.a2a"]
+
+
+def test_per_step_weight_quantisation_lands_in_the_step_tail() -> None:
+    from sim.workload import Workload
+
+    model, cluster = load_model("debug"), load_cluster("hgx-b200", n_gpus=8)
+    plan = ParallelPlan(ep=4, dp_shard=8, global_batch=16, seq_len=512, precision="mxfp8")
+    te = load_stack("megatron")
+    per_call = dataclasses.replace(te, quantize_weights="per_call")
+    a, b = predict(model, cluster, plan, stack=te), predict(model, cluster, plan, stack=per_call)
+    costs, gpu = default_costs(cluster.gpu), cluster.gpu
+    step = sum(costs.op_seconds(op, gpu, te) for op in Workload(model, plan, te).step_ops())
+    assert step > 0
+    assert a.breakdown["optimizer"] - b.breakdown["optimizer"] == pytest.approx(step, rel=1e-9)
