@@ -1,13 +1,12 @@
-"""Fit a stack profile's kernel efficiency to one measured run (the seed protocol's only fitted number).
+"""Fit a stack profile's kernel efficiency on one architecture to one measured run.
 
-:func:`fit_stack_efficiency` finds the efficiency ``x`` (``StackProfile.efficiency = {"*": {"default":
-x}}``, every op class on every architecture) at which :func:`sim.predict.predict` reproduces a measured
-tokens/s per GPU, by bisection (step time falls monotonically as ``x`` grows). Everything else stays at
-its datasheet / microbenchmark / trace value. The cost model's legacy ``compute_scale`` is set to 1 while
-fitting, so ``x`` is the whole framework factor. The ``moesim calibrate fit-stack`` command (the lead's)
-calls it on the seed baseline (:func:`seed_baseline`: BF16, standard EP, 651 tok/s/GPU).
-
-Torch-free, like :mod:`sim` (it only drives the simulator).
+:func:`fit_arch_efficiency` finds the value of ``efficiency[arch]["default"]`` (the fraction of the
+calibration's kernel rates the framework reaches on that architecture, every op class alike) at which
+:func:`sim.predict.predict` reproduces a measured tokens/s per GPU, by bisection (step time falls
+monotonically as the efficiency grows). Everything else stays at its datasheet / microbenchmark / trace
+value. :func:`fit_seed` is the seed protocol's fit (docs/seed-protocol.md): TorchTitan's sm100 number from
+the BF16 baseline (651 tok/s/GPU), stored in ``sim/stack_profiles/torchtitan.toml``; ``moesim calibrate
+fit-stack`` prints it. Torch-free, like :mod:`sim` (it only drives the simulator).
 """
 
 from __future__ import annotations
@@ -20,36 +19,33 @@ from sim.loaders import derive_plan_fields, plan_from_mapping
 from sim.predict import predict
 from sim.scenarios import DEFAULT_SCENARIO, load_scenario
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
-from sim.stacks import StackProfile
+from sim.stacks import StackProfile, load_stack
 
-__all__ = ["fit_stack_efficiency", "seed_baseline", "with_efficiency"]
-
-
-def with_efficiency(stack: StackProfile, value: float) -> StackProfile:
-    """``stack`` with one efficiency for every op class and architecture."""
-    return dataclasses.replace(stack, efficiency={"*": {"default": value}})
+__all__ = ["fit_arch_efficiency", "fit_seed", "with_arch_efficiency", "seed_baseline"]
 
 
-def _neutral(costs: CostModel) -> CostModel:
-    stack = costs.stack
-    if hasattr(stack, "compute_scale"):  # the legacy per-cost-model factor, replaced by the stack's
-        return costs.with_stack(compute_scale=1.0)
-    return costs
+def with_arch_efficiency(stack: StackProfile, arch: str, value: float) -> StackProfile:
+    """``stack`` with ``efficiency[arch]`` replaced by one ``default`` of ``value`` (every op class)."""
+    return dataclasses.replace(stack, efficiency={**stack.efficiency, arch: {"default": value}})
 
 
-def fit_stack_efficiency(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, measured_tps: float,
-                         costs: CostModel | None = None, stack: StackProfile | None = None, *,
-                         tol: float = 1e-5) -> float:
-    """The efficiency at which ``predict`` gives ``measured_tps`` tokens/s per GPU for ``stack``."""
-    costs = _neutral(costs or default_costs(cluster.gpu))
-    stack = stack or StackProfile()
-    lo, hi = 0.05, 1.5
+def fit_arch_efficiency(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, measured_tps: float,
+                        stack: StackProfile, costs: CostModel | None = None, *, tol: float = 1e-5,
+                        lo: float = 0.05, hi: float = 1.5) -> float:
+    """The ``efficiency[cluster.gpu.arch]["default"]`` of ``stack`` at which ``predict`` gives ``measured_tps``.
 
-    def tps(x: float) -> float:
-        return predict(model, cluster, plan, costs, stack=with_efficiency(stack, x)).tokens_per_s_per_gpu
+    Raises ``ValueError`` when no value in ``[lo, hi]`` reaches the measured number (the gap is then
+    outside what kernel efficiency can explain)."""
+    costs = costs or default_costs(cluster.gpu)
+    arch = cluster.gpu.arch
 
-    if not tps(lo) <= measured_tps <= tps(hi):
-        raise ValueError(f"measured {measured_tps} tok/s/GPU is outside what efficiency in [{lo}, {hi}] reaches")
+    def tps(value: float) -> float:
+        return predict(model, cluster, plan, costs, stack=with_arch_efficiency(stack, arch, value)).tokens_per_s_per_gpu
+
+    t_lo, t_hi = tps(lo), tps(hi)
+    if not t_lo <= measured_tps <= t_hi:
+        raise ValueError(f"measured {measured_tps} tok/s/GPU is outside what efficiency in [{lo}, {hi}] reaches "
+                         f"on {arch} ({t_lo:.0f}..{t_hi:.0f})")
     while hi - lo > tol:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if tps(mid) < measured_tps else (lo, mid)
@@ -63,3 +59,9 @@ def seed_baseline() -> tuple[ModelSpec, ClusterSpec, ParallelPlan, float]:
     assert v.measured_tokens_per_s_per_gpu is not None
     plan = plan_from_mapping(derive_plan_fields({**sc.base, **v.plan}, sc.gpus))
     return load_model(sc.model), load_cluster(sc.cluster, n_gpus=sc.gpus), plan, v.measured_tokens_per_s_per_gpu
+
+
+def fit_seed(tol: float = 1e-5) -> float:
+    """TorchTitan's sm100 efficiency at which the seed's BF16 baseline predicts its measured 651 tok/s/GPU."""
+    model, cluster, plan, measured = seed_baseline()
+    return fit_arch_efficiency(model, cluster, plan, measured, load_stack("torchtitan"), tol=tol)

@@ -8,7 +8,9 @@
   ``[[variant]]`` tables with ``name``, optional ``plan`` overrides, ``measured_tokens_per_s_per_gpu``,
   ``source``).
 
-``--json`` prints one object with a ``predictions`` list; ``--trace FILE`` writes a Chrome trace. Errors a
+``--stack NAME|FILE`` picks the framework stack profile (named in the table's title and in each JSON
+prediction's ``stack``). ``--json`` prints one object with a ``predictions`` list; ``--trace FILE`` writes a
+Chrome trace. Errors a
 user can cause print one line and return 2. Standalone: ``python -m moesim.predict_cmd``.
 """
 
@@ -21,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sim.catalog import load_cluster, load_model
+from sim.catalog import default_cluster, load_cluster, load_model
 from sim.errors import ConfigError, MoesimError
 from sim.loaders import derive_plan_fields, plan_from_mapping
 from sim.scenarios import DEFAULT_SCENARIO, load_scenario, run_scenario
@@ -40,14 +42,20 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--model", help="catalog model name or model file (config.json / TOML)")
     g.add_argument("--gpu", help="catalog GPU name (default: the cluster template's)")
     g.add_argument("--gpus", type=int, help="number of GPUs")
-    g.add_argument("--cluster", default=None, help="cluster template or TOML (default: hgx-<gpu>)")
+    g.add_argument("--cluster", default=None, help="cluster template or TOML (default: the GPU's first template, "
+                   "e.g. hgx-b200, gb200-nvl72)")
     g.add_argument("--nic-gbps", type=float, help="per-NIC line rate in Gb/s (overrides the cluster's)")
     g.add_argument("--calibration", help="calibration.json (a serialised CostModel) instead of the defaults")
+    g.add_argument("--stack", help="framework stack profile: torchtitan | megatron | megatron-26.02 | deepseek | "
+                   "a stack TOML (default: the scenario's, else torchtitan)")
     p = parser.add_argument_group("parallel plan (ParallelPlan fields)")
     for name in _PLAN_INTS:
         p.add_argument("--" + name.replace("_", "-"), type=int, dest=name)
     p.add_argument("--pp-schedule", choices=PP_SCHEDULES, dest="pp_schedule")
     p.add_argument("--ac", choices=AC_MODES)
+    p.add_argument("--recompute-modules", dest="recompute_modules",
+                   help="with --ac selective: comma-separated Megatron modules to recompute (e.g. mla_up_proj,moe_act); "
+                        "default: the stack's")
     p.add_argument("--precision", choices=PRECISIONS)
     p.add_argument("--ep-backend", choices=EP_BACKENDS, dest="ep_backend")
     p.add_argument("--ep-overlap", action="store_true", default=None, dest="ep_overlap",
@@ -61,7 +69,7 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cluster(args: argparse.Namespace, name: str | None, gpus: int, gpu: str | None) -> ClusterSpec:
-    cluster = load_cluster(name or f"hgx-{gpu or 'b200'}", n_gpus=gpus, gpu=gpu)
+    cluster = load_cluster(name or default_cluster(gpu or "b200"), n_gpus=gpus, gpu=gpu)
     if getattr(args, "nic_gbps", None):
         if args.nic_gbps <= 0:
             raise ConfigError(f"--nic-gbps must be positive, got {args.nic_gbps}")
@@ -71,7 +79,8 @@ def _cluster(args: argparse.Namespace, name: str | None, gpus: int, gpu: str | N
 
 def _plan_fields(args: argparse.Namespace) -> dict[str, Any]:
     out = {}
-    for name in (*_PLAN_INTS, "pp_schedule", "ac", "precision", "ep_backend", "routing", "ep_overlap"):
+    for name in (*_PLAN_INTS, "pp_schedule", "ac", "recompute_modules", "precision", "ep_backend", "routing",
+                 "ep_overlap"):
         v = getattr(args, name, None)
         if v is not None:
             out[name] = v
@@ -90,6 +99,16 @@ def _costs(args: argparse.Namespace, gpu: Any) -> Any:
     return None
 
 
+def _stack(args: argparse.Namespace, scenario_stack: str = "") -> Any:
+    from sim.stacks import load_stack
+
+    return load_stack(getattr(args, "stack", None) or scenario_stack or None)
+
+
+def _stack_title(stack: Any) -> str:
+    return f"stack: {stack.name} ({stack.release})" if stack.release else f"stack: {stack.name}"
+
+
 def _run(args: argparse.Namespace) -> tuple[list[Any], str]:
     from sim.predict import predict
 
@@ -101,15 +120,18 @@ def _run(args: argparse.Namespace) -> tuple[list[Any], str]:
         model = load_model(args.model)
         cluster = _cluster(args, args.cluster, args.gpus, args.gpu)
         plan = plan_from_mapping(derive_plan_fields(plan_args, args.gpus), "plan (command line)")
-        return [predict(model, cluster, plan, _costs(args, cluster.gpu))], ""
+        stack = _stack(args)
+        return [predict(model, cluster, plan, _costs(args, cluster.gpu), stack=stack)], _stack_title(stack)
     if args.model is None and args.scenario is None and (plan_args or args.gpus or args.gpu):
         raise ConfigError("--model is required when plan options are given (or use --scenario)")
     sc = load_scenario(args.scenario or DEFAULT_SCENARIO)
     model = load_model(args.model or sc.model)
     gpus = args.gpus or sc.gpus
     cluster = _cluster(args, args.cluster or sc.cluster, gpus, args.gpu)
-    preds = run_scenario(sc, model=model, cluster=cluster, costs=_costs(args, cluster.gpu), overrides=plan_args)
-    return preds, f"{sc.name}: {sc.description}".strip(": ")
+    stack = _stack(args, sc.stack)
+    preds = run_scenario(sc, model=model, cluster=cluster, costs=_costs(args, cluster.gpu), overrides=plan_args,
+                         stack=stack)
+    return preds, "\n".join([f"{sc.name}: {sc.description}".strip(": "), _stack_title(stack)])
 
 
 def format_table(preds: list[Any], title: str = "") -> str:

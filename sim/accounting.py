@@ -9,10 +9,12 @@ Pure functions of the specs; no simulation. Two FLOP counts, each named for what
   input-gradient and weight-gradient, the output head, and causal attention over ``(S + 1) / 2`` keys
   on average). Recompute is not included: it is a property of the plan, not of the model.
 
-Memory (:func:`memory_per_gpu`) follows TorchTitan's FSDP2 mixed precision: fp32 master weights, fp32
-gradients and two fp32 Adam moments, all sharded over ``tp * dp_shard * cp`` (experts over
-``ep * etp * expert_fsdp``, the same product), bf16 unsharded copies of the layers in flight, and
-activations by recompute mode and pipeline schedule.
+Memory (:func:`memory_per_gpu`) follows the stack (:class:`~sim.stacks.StackProfile`): TorchTitan's
+FSDP2 mixed precision (fp32 master weights, gradients and moments sharded over ``tp * dp_shard * cp``,
+bf16 unsharded copies of the layers in flight) or a ZeRO-1 distributed optimizer (Megatron, DeepSeek:
+bf16 weights and the gradient buffer whole per data-parallel rank, master weights and moments sharded),
+the stack's state byte widths, and activations by component (:func:`activation_ledger`), recompute
+mode and module list, and pipeline schedule (DualPipe's two model copies in weights and optimizer).
 
 >>> from sim.catalog import load_model
 >>> counts = count_params(load_model("deepseek-v3-671b"))
@@ -25,9 +27,12 @@ activations by recompute mode and pipeline schedule.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sim.specs import GPUSpec, ModelSpec, ParallelPlan
+
+if TYPE_CHECKING:
+    from sim.stacks import StackProfile
 
 __all__ = [
     "ParamCounts",
@@ -38,13 +43,12 @@ __all__ = [
     "forward_matmul_flops_per_token",
     "stage_layers",
     "memory_per_gpu",
-    "BYTES_PER_PARAM_STATE",
+    "activation_ledger",
+    "saved_components",
     "RUNTIME_RESERVE_BYTES",
     "DEEPEP_BUFFER_BYTES",
 ]
 
-# fp32 master weight + fp32 gradient + Adam exp_avg + exp_avg_sq (TorchTitan FSDP2 defaults).
-BYTES_PER_PARAM_STATE = {"weights": 4, "grads": 4, "optimizer": 8}
 # CUDA context, NCCL communicators and allocator fragmentation: a planning allowance, not a measurement.
 RUNTIME_RESERVE_BYTES = 5e9
 # DeepEP v1 normal-mode NVLink + RDMA buffers (1 GB each is DeepEP's test default).
@@ -264,37 +268,94 @@ class MemoryBreakdown:
         return out
 
 
-def _layer_activation_bytes_per_token(model: ModelSpec, moe: bool, ac: str) -> float:
-    """Bytes one layer keeps per token for backward (before TP sharding), by recompute mode.
+#: Activation-ledger components: name -> the recompute module that drops it under selective recompute
+#: ("" = kept unless full AC). Megatron ``recompute_modules`` names; ``moe`` drops the whole MoE block.
+_COMPONENT_MODULE = {
+    "attn.input": "", "attn.norm_out": "layernorm", "attn.latent": "", "attn.latent_norm": "layernorm",
+    "attn.qkv": "mla_up_proj", "attn.out": "", "attn.softmax_stats": "core_attn",
+    "moe.input": "", "moe.norm_out": "layernorm", "moe.router": "moe", "moe.expert_in": "moe",
+    "moe.fc1_out": "moe", "moe.act_out": "moe_act", "moe.expert_out": "moe",
+    "moe.shared_fc1_out": "shared_experts", "moe.shared_act_out": "moe_act",
+    "mlp.input": "", "mlp.norm_out": "layernorm", "mlp.fc1_out": "mlp", "mlp.act_out": "mlp",
+}
+#: TorchTitan's op-level SAC (a stack without a module list): keeps matmul and attention outputs,
+#: recomputes norms and activation functions.
+_SAC_DROPS = ("attn.norm_out", "attn.latent_norm", "moe.norm_out", "moe.act_out", "moe.shared_act_out",
+              "mlp.norm_out", "mlp.act_out")
+FP8 = 1 + 1 / 32  # an FP8 element with its MX / 1x128 block scale
 
-    ``none`` keeps every saved tensor; ``selective`` keeps matmul and attention outputs but recomputes
-    norms and activation functions; ``full`` keeps only the layer input.
+
+def activation_ledger(model: ModelSpec, moe: bool, plan: ParallelPlan | None = None,
+                      stack: StackProfile | None = None) -> dict[str, float]:
+    """Bytes per token one layer (MoE or dense) saves for backward, by component, before TP/CP sharding.
+
+    Components are BF16 unless noted: the layer and block inputs; the norm outputs; MLA's latents (down-
+    projection outputs) and their normed copies; the up-projected q/k/v; the attention output (kept in
+    BF16: FlashAttention's backward reads it) and its fp32 softmax statistics; the router's fp32 logits and
+    probabilities; per token copy (K of them): the expert input, the gate/up output, the SwiGLU output and
+    the expert output (only if the router probabilities are applied after the experts, ``probs_in_act``
+    off); the shared experts' gate/up and SwiGLU outputs. With an FP8 recipe and a stack that saves
+    linear inputs in FP8 (``fp8_act_cache``), inputs consumed only by FP8 linears take 1 + 1/32 bytes.
+
+    >>> from sim.catalog import load_model
+    >>> m = load_model("deepseek-v3-671b")
+    >>> led = activation_ledger(m, True)
+    >>> led["moe.expert_in"] == 2 * m.top_k * m.dim and led["attn.input"] == 2 * m.dim
+    True
     """
+    stack = stack if stack is not None else _default_stack()
     d, h = model.dim, model.n_heads
-    if ac == "full":
-        return BF16 * d
-    qk, v = model.qk_head_dim, model.attn_v_head_dim
-    norm_outputs = 2 * d
+    fp8_experts = plan is not None and plan.precision not in ("bf16",) and stack.fp8_act_cache
+    fp8_linears = plan is not None and plan.precision not in ("bf16", "mxfp8-grouped") and stack.fp8_act_cache
+    lin = FP8 if fp8_linears else BF16
+    exp = FP8 if fp8_experts else BF16
+    out: dict[str, float] = {"attn.input": BF16 * d, "attn.norm_out": BF16 * d}
     if model.attention == "mla":
-        latent = (model.q_lora_rank * 2 if model.q_lora_rank else 0) + (model.kv_lora_rank + model.qk_rope_head_dim) + model.kv_lora_rank
-        attn = latent + h * qk + h * (qk + v) + h * v
+        out["attn.latent"] = BF16 * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
+        out["attn.latent_norm"] = lin * (model.q_lora_rank + model.kv_lora_rank)
+        out["attn.qkv"] = BF16 * (h * model.qk_head_dim + h * (model.qk_head_dim + model.v_head_dim))
+        out["attn.out"] = BF16 * h * model.v_head_dim
     else:
-        kv_h = model.n_kv_heads
-        attn = h * model.head_dim + 2 * kv_h * model.head_dim + h * model.head_dim
-    attn_bytes = BF16 * (d + attn) + 4 * h  # layer input, projections, output; fp32 softmax stats
+        out["attn.qkv"] = BF16 * (h + 2 * model.n_kv_heads) * model.head_dim
+        out["attn.out"] = BF16 * h * model.head_dim
+    out["attn.softmax_stats"] = 4.0 * h
     if moe:
-        f, k = model.moe_inter_dim, model.top_k
-        ffn_matmul = k * d + 2 * k * f + k * d + model.n_shared_experts * 2 * f + 2 * d
-        ffn_elementwise = k * f + model.n_shared_experts * f
-        ffn_bytes = BF16 * (ffn_matmul) + 4 * 2 * model.n_routed_experts
+        f, k, fs = model.moe_inter_dim, model.top_k, model.n_shared_experts * model.moe_inter_dim
+        out.update({
+            "moe.input": BF16 * d, "moe.norm_out": BF16 * d, "moe.router": 4.0 * 2 * model.n_routed_experts,
+            "moe.expert_in": exp * k * d, "moe.fc1_out": BF16 * 2 * k * f, "moe.act_out": exp * k * f,
+            "moe.expert_out": 0.0 if stack.probs_in_act else BF16 * k * d,
+            "moe.shared_fc1_out": BF16 * 2 * fs, "moe.shared_act_out": lin * fs,
+        })
     else:
-        ffn_matmul = 2 * model.dense_inter_dim + d
-        ffn_elementwise = model.dense_inter_dim
-        ffn_bytes = BF16 * ffn_matmul
-    keep = attn_bytes + ffn_bytes
+        fd = model.dense_inter_dim
+        out.update({"mlp.input": BF16 * d, "mlp.norm_out": BF16 * d, "mlp.fc1_out": BF16 * 2 * fd,
+                    "mlp.act_out": lin * fd})
+    if plan is not None and plan.precision != "bf16":  # the stack's own low-precision caches
+        for component, width in stack.saved_act_bytes.items():
+            if component in out:
+                out[component] *= width / BF16
+    return {k: float(v) for k, v in out.items()}
+
+
+def saved_components(ledger: dict[str, float], ac: str, stack: StackProfile | None = None) -> dict[str, float]:
+    """The part of ``ledger`` kept under recompute mode ``ac``: ``none`` all, ``full`` the layer input,
+    ``selective`` all but what the stack's ``recompute_modules`` (or TorchTitan's op-level SAC) re-runs."""
+    stack = stack if stack is not None else _default_stack()
     if ac == "none":
-        keep += BF16 * (ffn_elementwise + norm_outputs)
-    return float(keep)
+        return dict(ledger)
+    if ac == "full":
+        return {"attn.input": ledger["attn.input"]}
+    if stack.recompute_modules:
+        return {k: v for k, v in ledger.items()
+                if not (_COMPONENT_MODULE[k] and stack.recomputes(_COMPONENT_MODULE[k]))}
+    return {k: v for k, v in ledger.items() if k not in _SAC_DROPS}
+
+
+def _layer_activation_bytes_per_token(model: ModelSpec, moe: bool, ac: str, plan: ParallelPlan | None = None,
+                                      stack: StackProfile | None = None) -> float:
+    """Bytes one layer keeps per token for backward (before TP sharding), by recompute mode."""
+    return float(sum(saved_components(activation_ledger(model, moe, plan, stack), ac, stack).values()))
 
 
 def _microbatches_in_flight(plan: ParallelPlan, rank: int) -> float:
@@ -308,49 +369,92 @@ def _microbatches_in_flight(plan: ParallelPlan, rank: int) -> float:
         warmup = (plan.vpp - 1) * pp + 2 * (pp - 1 - rank)
         chunks = min(n_mb * plan.vpp, warmup + 1)
         return chunks / plan.vpp
-    return float(min(n_mb, pp + 1))  # DualPipe / DualPipeV: PP + 1 (DeepSeek-V3 report, table 2)
+    return float(min(n_mb, pp + 1))  # DualPipeV: PP + 1 (DeepSeek-V3 report, table 2)
 
 
-def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec) -> MemoryBreakdown:
-    """Peak memory of the busiest GPU of ``plan`` (the pipeline rank with the most bytes)."""
+def _state_bytes(model: ModelSpec, plan: ParallelPlan, layers: list[int], stack: StackProfile,
+                 holds_first: bool, holds_last: bool) -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes of one pipeline rank holding ``layers``.
+
+    FSDP (TorchTitan): the master weights, gradients and moments all sharded over ``tp * dp_shard * cp``
+    (experts over ``ep * etp * expert_fsdp``, the same product). ZeRO-1 (Megatron distributed optimizer,
+    DeepSeek): BF16 weights and the gradient buffer whole on every data-parallel rank (split only by TP/EP),
+    master weights and moments sharded over the data-parallel ranks (experts: the expert-data-parallel ones).
+    """
     counts = count_params(model)
-    shard = plan.tp * plan.dp_shard * plan.cp
+    dense = expert = 0.0
+    for layer in layers:
+        if layer >= model.n_dense_layers:
+            dense += counts.moe_layer_non_expert
+            expert += counts.routed_experts_per_layer
+        else:
+            dense += counts.dense_layer
+    if holds_first:
+        dense += counts.embedding
+    if holds_last:
+        dense += counts.output + counts.final_norm
+    if stack.param_sharding == "fsdp":
+        sharded = (dense + expert) / (plan.tp * plan.dp_shard * plan.cp)
+        return (sharded * stack.master_bytes, sharded * stack.grad_bytes, sharded * stack.moment_bytes)
+    local_dense, local_expert = dense / plan.tp, expert / (plan.ep * plan.etp)
+    dp = plan.dp_shard * plan.cp * plan.dp_replicate
+    edp = max(1, plan.expert_fsdp) * plan.dp_replicate
+    states = stack.master_bytes + stack.moment_bytes
+    return (BF16 * (local_dense + local_expert), stack.grad_bytes * (local_dense + local_expert),
+            states * (local_dense / dp + local_expert / edp))
+
+
+def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec,
+                   stack: StackProfile | None = None) -> MemoryBreakdown:
+    """Peak memory of the busiest GPU of ``plan`` under ``stack`` (default: torchtitan), bytes.
+
+    Activations: the saved components (:func:`activation_ledger`, :func:`saved_components`) of the layers
+    of one stage times the microbatches in flight (1F1B: ``pp - rank``; interleaved: warm-up chunks;
+    DualPipe: ``pp - rank`` microbatches of the rank's first-direction stage plus ``rank + 1`` of its
+    second-direction one, ``PP + 1`` in all as in the DeepSeek-V3 report's table 2), plus what one layer
+    being recomputed re-materialises and the last stage's logits. Transient: FSDP's unsharded BF16 weights and gradients of the
+    layer in use and the prefetched one (none under ZeRO-1, whose BF16 weights are resident).
+    """
+    stack = (stack if stack is not None else _default_stack()).for_plan(plan)
+    counts = count_params(model)
     tokens = plan.micro_batch * plan.seq_len / (plan.tp * plan.cp)  # sequence-parallel share
+    per_layer = {moe: _layer_activation_bytes_per_token(model, moe, plan.ac, plan, stack) for moe in (False, True)}
+    kinds = (True, False) if model.n_dense_layers else (True,)
+    # The layer being recomputed re-materialises what its recompute mode dropped.
+    rematerialised = max(_layer_activation_bytes_per_token(model, moe, "none", plan, stack)
+                         - per_layer[moe] for moe in kinds)
+    stages = _split_layers(model.n_layers, plan.pp) if plan.pp_schedule == "dualpipe" else None
     best: MemoryBreakdown | None = None
     for rank, layers in enumerate(stage_layers(model, plan)):
-        params = 0
-        largest_layer = 0
-        activation_per_token = 0.0
-        full_layer_per_token = 0.0
-        for layer in layers:
-            moe = layer >= model.n_dense_layers
-            layer_params = counts.moe_layer if moe else counts.dense_layer
-            params += layer_params
-            largest_layer = max(largest_layer, layer_params)
-            activation_per_token += _layer_activation_bytes_per_token(model, moe, plan.ac)
-            full_layer_per_token = max(full_layer_per_token, _layer_activation_bytes_per_token(model, moe, "none"))
+        largest_layer = max((counts.moe_layer if li >= model.n_dense_layers else counts.dense_layer) for li in layers)
+        act = lambda ls: sum(per_layer[li >= model.n_dense_layers] for li in ls)  # noqa: E731
+        if stages is not None:  # DualPipe: two directions, each a 1F1B-like pipeline over half the microbatches
+            half = max(1, plan.n_microbatches // 2)
+            first, second = stages[rank], stages[plan.pp - 1 - rank]
+            activation_per_token = (min(half, plan.pp - rank) * act(first) + min(half, rank + 1) * act(second))
+            in_flight = 1.0
+        else:
+            activation_per_token = act(layers)
+            in_flight = _microbatches_in_flight(plan, rank)
         holds_first, holds_last = 0 in layers, model.n_layers - 1 in layers
-        if holds_first:
-            params += counts.embedding
-        if holds_last:
-            params += counts.output + counts.final_norm
-        sharded = params / shard
-        in_flight = _microbatches_in_flight(plan, rank)
+        weights, grads, optimizer = _state_bytes(model, plan, layers, stack, holds_first, holds_last)
         activations = activation_per_token * tokens * in_flight
-        if plan.ac != "none":
-            activations += full_layer_per_token * tokens  # the layer being recomputed
+        activations += rematerialised * tokens  # the layer being recomputed
         if holds_last:
             activations += plan.micro_batch * plan.seq_len * model.vocab_size * (BF16 + 4) / (plan.tp * plan.cp)
-        # Unsharded bf16 weights (and their bf16 gradients in backward) of the layer in use and the
-        # one prefetched: the expert part is split ep * etp ways, the rest tp ways.
-        expert_share = counts.routed_experts_per_layer / (plan.ep * plan.etp)
-        dense_share = (largest_layer - counts.routed_experts_per_layer) / plan.tp if largest_layer == counts.moe_layer else largest_layer / plan.tp
-        transient = 2 * 2 * BF16 * (dense_share + (expert_share if largest_layer == counts.moe_layer else 0))
+        transient = 0.0
+        if stack.param_sharding == "fsdp":
+            # Unsharded bf16 weights (and their bf16 gradients in backward) of the layer in use and the
+            # one prefetched: the expert part is split ep * etp ways, the rest tp ways.
+            moe = largest_layer == counts.moe_layer
+            expert_share = counts.routed_experts_per_layer / (plan.ep * plan.etp) if moe else 0.0
+            dense_share = (largest_layer - (counts.routed_experts_per_layer if moe else 0)) / plan.tp
+            transient = 2 * 2 * BF16 * (dense_share + expert_share)
         reserve = RUNTIME_RESERVE_BYTES + (DEEPEP_BUFFER_BYTES if plan.ep_backend != "nccl" else 0)
         candidate = MemoryBreakdown(
-            weights_bytes=sharded * BYTES_PER_PARAM_STATE["weights"],
-            grads_bytes=sharded * BYTES_PER_PARAM_STATE["grads"],
-            optimizer_bytes=sharded * BYTES_PER_PARAM_STATE["optimizer"],
+            weights_bytes=weights,
+            grads_bytes=grads,
+            optimizer_bytes=optimizer,
             activations_bytes=activations,
             transient_bytes=transient,
             reserve_bytes=reserve,
@@ -361,3 +465,9 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec) -> Memory
             best = candidate
     assert best is not None
     return best
+
+
+def _default_stack() -> StackProfile:
+    from sim.stacks import default_stack
+
+    return default_stack()

@@ -1,12 +1,13 @@
-"""Kernel cost model: how long a compute op takes on one GPU, and the software stack's overheads.
+"""Kernel cost model: how long a compute op takes on one GPU, at the hardware's measured kernel rates.
 
 A :class:`CostModel` turns an op's work (FLOPs, bytes moved) into seconds: GEMMs at the datasheet peak
-times an efficiency curve indexed by problem size (Calculon style), attention at a kernel efficiency,
-memory-bound ops at a fraction of HBM bandwidth, MXFP8 quantize/scale-rearrange kernels as measured by
-TorchAO, plus per-kernel launch overhead and the host stall of a blocking device-to-host copy. A
-:class:`StackProfile` holds what belongs to the framework (TorchTitan here) rather than the hardware:
-its achieved fraction of the microbenchmark kernel rates (fitted once, to the BF16 baseline) and its
-host overheads. Every default number carries its source in :attr:`CostModel.sources`.
+times an efficiency curve indexed by problem size (Calculon style), attention at a kernel efficiency
+(or its softmax exponentials on the SFUs, when longer), memory-bound ops at a fraction of HBM
+bandwidth, MXFP8 quantize/scale-rearrange kernels as measured by TorchAO. What belongs to the
+framework rather than the hardware lives in its :class:`~sim.stacks.StackProfile`: the fraction of
+these rates its kernels reach per op class and architecture, its per-kernel launch overhead and its
+host-sync stall; :meth:`CostModel.op_seconds` combines the two. Every default number carries its
+source in :attr:`CostModel.sources`.
 
 The model serialises to a versioned ``calibration.json`` (:meth:`CostModel.to_json`,
 :meth:`CostModel.from_json`) so the calibration step can replace any number with a fitted one.
@@ -21,7 +22,6 @@ True
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -29,21 +29,16 @@ from typing import Any
 
 from sim.errors import ConfigError
 from sim.specs import GPUSpec
+from sim.stacks import StackProfile, default_stack
 
 __all__ = [
     "Curve",
-    "StackProfile",
     "CostModel",
     "default_costs",
     "CALIBRATION_VERSION",
-    "TORCHTITAN_COMPUTE_SCALE",
 ]
 
 CALIBRATION_VERSION = 1
-
-#: Fitted by ``python -m sim.fit_stack`` (docs/seed-protocol.md): the fraction of microbenchmark
-#: kernel rates TorchTitan (torch.compile, 671B, 256 B200) achieves, from the BF16 baseline's 651 tok/s.
-TORCHTITAN_COMPUTE_SCALE = 0.4683
 
 
 @dataclass(frozen=True)
@@ -90,34 +85,6 @@ class Curve:
 
 
 @dataclass(frozen=True)
-class StackProfile:
-    """What the training framework adds on top of the kernels' microbenchmark rates.
-
-    ``compute_scale`` multiplies every compute kernel's rate (GEMMs, attention, memory-bound ops): the
-    fraction of microbenchmark speed the framework's kernels reach in a real step (fused/compiled
-    small ops, allocator, launch gaps). ``kernel_overhead_s`` is added to every compute op, and
-    ``host_sync_s`` is the stream stall of one blocking device-to-host copy (the GPU drains its queue,
-    the CPU reads the sizes and launches the next kernels).
-    """
-
-    name: str = "torchtitan"
-    compute_scale: float = TORCHTITAN_COMPUTE_SCALE
-    kernel_overhead_s: float = 4e-6
-    host_sync_s: float = 100e-6
-    provenance: str = (
-        "compute_scale fitted to the BF16 baseline (651 tok/s/GPU, DeepSeek-V3 671B, 256 B200, "
-        "pytorch.org blog 2026-03-25) by `python -m sim.fit_stack`; kernel_overhead_s and host_sync_s: "
-        "typical CUDA launch gap and D2H round trip plus relaunch (assumed, not fitted)"
-    )
-
-    def __post_init__(self) -> None:
-        if not 0 < self.compute_scale <= 1.5:
-            raise ConfigError(f"stack profile: compute_scale must be in (0, 1.5], got {self.compute_scale}")
-        if self.kernel_overhead_s < 0 or self.host_sync_s < 0:
-            raise ConfigError("stack profile: overheads must be zero or positive")
-
-
-@dataclass(frozen=True)
 class CostModel:
     """Peak-rate-times-efficiency costs of compute ops on one GPU type.
 
@@ -139,7 +106,6 @@ class CostModel:
     rearrange_s_per_elem: dict[str, float]
     #: NCCL collectives occupy SMs too; 0 leaves concurrent compute at full speed.
     nccl_sms: int = 0
-    stack: StackProfile = field(default_factory=StackProfile)
     #: Overrides of the network model's CommCosts fields (name -> value); empty: its defaults.
     comm: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
@@ -166,7 +132,6 @@ class CostModel:
             "quantize_bw_eff": self.quantize_bw_eff,
             "rearrange_s_per_elem": dict(self.rearrange_s_per_elem),
             "nccl_sms": self.nccl_sms,
-            "stack": dataclasses.asdict(self.stack),
             "comm": dict(self.comm),
             "sources": dict(self.sources),
         }
@@ -176,7 +141,13 @@ class CostModel:
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> CostModel:
+        if not isinstance(data, dict):
+            raise ConfigError(f"calibration: expected a JSON object, got {type(data).__name__}")
         version = data.get("version")
+        if "stack" in data:
+            raise ConfigError("calibration: field 'stack' is no longer part of a calibration (it held the legacy "
+                              "compute_scale); framework efficiencies and host costs live in stack profiles "
+                              "(--stack NAME|FILE, docs/stack-protocol.md)")
         if version != CALIBRATION_VERSION:
             raise ConfigError(
                 f"calibration: version {version!r} is not supported (this moesim reads {CALIBRATION_VERSION})"
@@ -192,7 +163,6 @@ class CostModel:
                 quantize_bw_eff=float(data["quantize_bw_eff"]),
                 rearrange_s_per_elem={k: float(v) for k, v in data["rearrange_s_per_elem"].items()},
                 nccl_sms=int(data.get("nccl_sms", 0)),
-                stack=StackProfile(**data.get("stack", {})),
                 comm={k: float(v) for k, v in data.get("comm", {}).items()},
                 sources=dict(data.get("sources", {})),
                 version=int(version),
@@ -209,16 +179,25 @@ class CostModel:
             raise ConfigError(f"calibration: malformed JSON: {err}") from None
         return CostModel.from_dict(data)
 
-    def with_stack(self, **changes: Any) -> CostModel:
-        """A copy with stack-profile fields replaced (``costs.with_stack(compute_scale=0.5)``)."""
-        return dataclasses.replace(self, stack=dataclasses.replace(self.stack, **changes))
-
     # --- op times -----------------------------------------------------------------------------
-    def op_seconds(self, op: Any, gpu: GPUSpec, stack: Any = None, load_factor: float = 1.0) -> float:
+    def op_seconds(self, op: Any, gpu: GPUSpec, stack: StackProfile | None = None, load_factor: float = 1.0) -> float:
         """Seconds of one compute op (a :class:`sim.workload.OpSpec` of kind gemm, grouped_gemm, attn, mem,
-        quant or rearrange) on ``gpu``, under ``stack`` (a :class:`sim.stacks.StackProfile`: its efficiency
-        for the op's class on the GPU's architecture divides the time). ``load_factor`` scales load-scaled
-        ops (routed experts on a skewed EP rank)."""
+        quant or rearrange) on ``gpu``, under ``stack`` (a :class:`sim.stacks.StackProfile`; ``None``: the
+        torchtitan profile): the kernel time at this calibration's rates divided by the stack's efficiency
+        for the op's class on the GPU's architecture, plus the stack's per-kernel launch overhead.
+        ``load_factor`` scales load-scaled ops (routed experts on a skewed EP rank).
+
+        >>> from sim.catalog import load_gpu
+        >>> from sim.stacks import StackProfile
+        >>> from sim.workload import OpSpec
+        >>> gpu, costs = load_gpu("b200"), default_costs(load_gpu("b200"))
+        >>> op = OpSpec("x", "mem", nbytes=1e9)
+        >>> s = StackProfile(efficiency={"*": {"mem": 0.5}}, kernel_overhead_s=1e-6)
+        >>> round(costs.op_seconds(op, gpu, s) * 1e6, 3) == round(1e9 / (gpu.hbm_bw_bytes_per_s * 0.7 * 0.5) * 1e6 + 1, 3)
+        True
+        """
+        if stack is None:
+            stack = default_stack()
         f = load_factor if op.load_scaled else 1.0
         k = op.kind
         if k == "gemm":
@@ -227,9 +206,12 @@ class CostModel:
         elif k == "grouped_gemm":
             peak = gpu.bf16_flops if op.dtype == "bf16" else gpu.fp8_flops
             key = "mxfp8_wgrad" if op.dtype == "mxfp8" and op.gemm_pass == "wgrad" else op.dtype
+            key = key if key in self.grouped_gemm_eff else "fp8"
             t, cls = self.grouped_gemm_time(op.flops * f, op.rows * f, peak, key), "grouped_gemm"
+            # An empty grouped GEMM still launches (every EP rank runs its experts' kernel).
+            return t / stack.eff(gpu.arch, cls) + stack.kernel_overhead_s
         elif k == "attn":
-            t = self.attention_time(op.flops, gpu.bf16_flops, op.backward)
+            t = self.attention_time(op.flops, gpu.bf16_flops, op.backward, exps=op.elems, exp_per_s=gpu.exp_per_s)
             cls = "attn.bwd" if op.backward else "attn.fwd"
         elif k == "mem":
             t, cls = self.memory_time(op.nbytes * f, gpu.hbm_bw_bytes_per_s), "mem"
@@ -239,44 +221,52 @@ class CostModel:
             t, cls = self.rearrange_time(op.elems * f, op.layout), "mem"
         else:
             raise ValueError(f"op {op.name!r}: kind {k!r} is not a compute op")
-        return t / stack.eff(gpu.arch, cls) if stack is not None else t
+        if t <= 0:
+            return 0.0
+        return t / stack.eff(gpu.arch, cls) + stack.kernel_overhead_s
 
     def gemm_time(self, flops: float, peak_flops: float, dtype: str = "bf16") -> float:
-        """Seconds of one dense GEMM call of ``flops`` on a GPU of ``peak_flops`` for ``dtype``."""
+        """Kernel seconds of one dense GEMM call of ``flops`` on a GPU of ``peak_flops`` for ``dtype``
+        (dtypes without their own curve, e.g. ``fp8-current``, run at the FP8 curve)."""
         if flops <= 0:
             return 0.0
-        eff = self.gemm_eff[dtype](flops) * self.stack.compute_scale
-        return flops / (peak_flops * eff) + self.stack.kernel_overhead_s
+        curve = self.gemm_eff.get(dtype) or self.gemm_eff["fp8"]
+        return flops / (peak_flops * curve(flops))
 
     def grouped_gemm_time(self, flops: float, rows: float, peak_flops: float, dtype: str = "bf16") -> float:
-        """Seconds of one grouped GEMM call over ``rows`` token copies (all local experts)."""
-        if flops <= 0:
-            return self.stack.kernel_overhead_s
-        eff = self.grouped_gemm_eff[dtype](max(rows, 1.0)) * self.stack.compute_scale
-        return flops / (peak_flops * eff) + self.stack.kernel_overhead_s
-
-    def attention_time(self, flops: float, peak_flops: float, backward: bool) -> float:
+        """Kernel seconds of one grouped GEMM call over ``rows`` token copies (all local experts)."""
         if flops <= 0:
             return 0.0
-        eff = (self.attn_bwd_eff if backward else self.attn_fwd_eff) * self.stack.compute_scale
-        return flops / (peak_flops * eff) + self.stack.kernel_overhead_s
+        eff = self.grouped_gemm_eff[dtype](max(rows, 1.0))
+        return flops / (peak_flops * eff)
 
-    def memory_time(self, nbytes: float, hbm_bw: float, kernels: int = 1) -> float:
-        """Seconds of memory-bound kernels moving ``nbytes`` through HBM."""
+    def attention_time(self, flops: float, peak_flops: float, backward: bool, *, exps: float = 0.0,
+                       exp_per_s: float = 0.0) -> float:
+        """Kernel seconds of causal attention: tensor-core time at the kernel efficiency, or the softmax's
+        exponentials on the SFUs (``exps`` at ``exp_per_s``, when the GPU's rate is known), whichever is longer."""
+        if flops <= 0:
+            return 0.0
+        mma = flops / (peak_flops * (self.attn_bwd_eff if backward else self.attn_fwd_eff))
+        return max(mma, exps / exp_per_s) if exps > 0 and exp_per_s > 0 else mma
+
+    def memory_time(self, nbytes: float, hbm_bw: float, kernels: int = 1, overhead_s: float = 0.0) -> float:
+        """Seconds of memory-bound kernels moving ``nbytes`` through HBM (plus ``kernels * overhead_s``)."""
         if nbytes <= 0:
             return 0.0
-        return nbytes / (hbm_bw * self.mem_bw_eff * self.stack.compute_scale) + kernels * self.stack.kernel_overhead_s
+        return nbytes / (hbm_bw * self.mem_bw_eff) + kernels * overhead_s
 
     def quantize_time(self, elems: float, hbm_bw: float) -> float:
         """One MXFP8 quantize kernel of ``elems`` BF16 elements: read 2 B, write 1 B + 1/32 B of scales."""
         if elems <= 0:
             return 0.0
         nbytes = elems * (2 + 1 + 1 / 32)
-        return nbytes / (hbm_bw * self.quantize_bw_eff * self.stack.compute_scale) + self.stack.kernel_overhead_s
+        return nbytes / (hbm_bw * self.quantize_bw_eff)
 
     def rearrange_time(self, elems: float, kind: str) -> float:
         """One scale-rearrange kernel for a tensor of ``elems`` elements (measured rate, ``kind``)."""
-        return elems * self.rearrange_s_per_elem[kind] / self.stack.compute_scale + self.stack.kernel_overhead_s
+        if elems <= 0:
+            return 0.0
+        return elems * self.rearrange_s_per_elem[kind]
 
 
 # --- defaults ------------------------------------------------------------------------------------
@@ -333,8 +323,8 @@ def _derive_mxfp8_curve(bf16_peak: float, fp8_peak: float, hbm_bw: float) -> Cur
 _B200_BF16, _B200_FP8, _B200_HBM = 2250e12, 4500e12, 7.7e12
 
 
-def default_costs(gpu: GPUSpec, stack: StackProfile | None = None) -> CostModel:
-    """Datasheet-and-microbenchmark costs for ``gpu``, with TorchTitan's fitted stack profile.
+def default_costs(gpu: GPUSpec) -> CostModel:
+    """Datasheet-and-microbenchmark kernel costs for ``gpu`` (the framework's share lives in its stack profile).
 
     Hopper (sm90) takes its measured cuBLAS BF16 asymptote (0.80); Blackwell (sm100) 0.607. MXFP8
     curves are derived on B200 numbers and reused as fractions of peak on other SM100 parts.
@@ -364,7 +354,6 @@ def default_costs(gpu: GPUSpec, stack: StackProfile | None = None) -> CostModel:
                       "at the same 0.70",
         "quantize_bw_eff": "published.md s4: quantize kernels 70-82% of HBM bandwidth (0.76)",
         "rearrange_s_per_elem": "published.md s4 per-kernel breakdown (29.7/19.4/13.3/12.9/199.8/207.9 us)",
-        "stack": StackProfile().provenance,
     }
     return CostModel(
         gpu=gpu.name,
@@ -380,6 +369,5 @@ def default_costs(gpu: GPUSpec, stack: StackProfile | None = None) -> CostModel:
         mem_bw_eff=0.70,
         quantize_bw_eff=_QUANT_BW_EFF,
         rearrange_s_per_elem=dict(_REARRANGE),
-        stack=stack or StackProfile(),
         sources=sources,
     )

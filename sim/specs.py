@@ -34,11 +34,15 @@ __all__ = [
     "EP_BACKENDS",
     "ATTENTION_KINDS",
     "SCORE_FUNCS",
+    "RECOMPUTE_MODULES",
 ]
 
 PP_SCHEDULES = ("1f1b", "interleaved-1f1b", "dualpipe", "dualpipev")
 AC_MODES = ("none", "selective", "full")
-PRECISIONS = ("bf16", "mxfp8-grouped", "mxfp8", "fp8-blockwise")
+#: ``fp8-current``: Transformer Engine FP8 with current (per-tensor) scaling on every linear (Hopper).
+PRECISIONS = ("bf16", "mxfp8-grouped", "mxfp8", "fp8-blockwise", "fp8-current")
+#: Megatron-Core ``--recompute-modules`` names (``ac = "selective"``).
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "moe", "shared_experts")
 EP_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep")
 ATTENTION_KINDS = ("mla", "gqa")
 SCORE_FUNCS = ("sigmoid", "softmax")
@@ -203,6 +207,8 @@ class GPUSpec:
     fp4_flops: float = 0.0
     mxfp8: bool = False
     deepep: bool = True
+    #: softmax exponentials per second on the SFUs (attention's non-tensor-core bound); 0: not modelled.
+    exp_per_s: float = 0.0
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -216,7 +222,7 @@ class GPUSpec:
             num_sms=self.num_sms,
             nvlink_bw_bytes_per_s=self.nvlink_bw_bytes_per_s,
         )
-        _require_non_negative(owner, fp4_flops=self.fp4_flops)
+        _require_non_negative(owner, fp4_flops=self.fp4_flops, exp_per_s=self.exp_per_s)
 
 
 @dataclass(frozen=True)
@@ -335,6 +341,9 @@ class ParallelPlan:
     micro_batch: int = 1
     global_batch: int = 1
     ac: str = "full"
+    #: with ``ac = "selective"``: comma-separated Megatron recompute modules overriding the stack's
+    #: (e.g. ``"mla_up_proj,moe_act"``); "" = the stack's own list.
+    recompute_modules: str = ""
     precision: str = "bf16"
     ep_backend: str = "nccl"
     deepep_sms: int = 20
@@ -364,6 +373,11 @@ class ParallelPlan:
         )
         _require_choice(owner, "pp_schedule", self.pp_schedule, PP_SCHEDULES)
         _require_choice(owner, "ac", self.ac, AC_MODES)
+        for module in self.recompute_module_list:
+            _require_choice(owner, "recompute_modules", module, RECOMPUTE_MODULES)
+        if self.recompute_modules and self.ac != "selective":
+            raise ConfigError(f"plan: recompute_modules ({self.recompute_modules!r}) needs ac 'selective', "
+                              f"got ac {self.ac!r}")
         _require_choice(owner, "precision", self.precision, PRECISIONS)
         _require_choice(owner, "ep_backend", self.ep_backend, EP_BACKENDS)
         if self.etp not in (1, self.tp):
@@ -375,6 +389,11 @@ class ParallelPlan:
         if self.ep_overlap and self.ep == 1:
             raise ConfigError("plan: ep_overlap needs expert parallelism (ep > 1): with ep (1) there is no "
                               "all-to-all to overlap")
+
+    @property
+    def recompute_module_list(self) -> tuple[str, ...]:
+        """``recompute_modules`` as a tuple of names (empty: the stack's)."""
+        return tuple(m.strip() for m in self.recompute_modules.split(",") if m.strip())
 
     @property
     def world_size(self) -> int:

@@ -3,8 +3,9 @@
 A :class:`StackProfile` is the third input beside the hardware costs (:class:`~sim.costs.CostModel`,
 per GPU architecture, from a calibration) and the specs: it names the framework release, its
 implementation choices (how forced balance routes, DeepEP's data path, quantisation, parameter
-sharding, recompute by module, which overlaps it can run, CUDA graphs, DeepEP's default SMs) and its
-kernel efficiency per op class and GPU architecture, relative to the calibration's kernel rates.
+sharding, recompute by module, which overlaps it can run, CUDA graphs, DeepEP's default SMs), its
+host overheads (per-kernel launch gap, blocking device-to-host sync), its training-state byte widths,
+and its kernel efficiency per op class and GPU architecture, relative to the calibration's kernel rates.
 
 Op classes (keys of :attr:`StackProfile.efficiency` per architecture): ``gemm.fwd``, ``gemm.dgrad``,
 ``gemm.wgrad``, ``grouped_gemm``, ``attn.fwd``, ``attn.bwd``, ``mem``. A missing key reads as the
@@ -13,22 +14,55 @@ architecture's ``default`` entry, then the profile-wide ``"*"`` architecture, th
 >>> s = StackProfile(efficiency={"*": {"default": 0.5}, "sm100": {"grouped_gemm": 0.8}})
 >>> s.eff("sm100", "grouped_gemm"), s.eff("sm100", "attn.fwd"), s.eff("sm90", "mem")
 (0.8, 0.5, 0.5)
+
+Named profiles are data files (``sim/stack_profiles/<name>.toml``, every value with its source);
+:func:`load_stack` reads a name, an alias (``megatron`` = the newest Megatron release profile) or a
+user file, strictly:
+
+>>> load_stack("megatron").name
+'megatron-26.04'
+>>> load_stack("torchtitan").force_balance, load_stack("deepseek").param_sharding
+('round-robin', 'zero1')
 """
 
 from __future__ import annotations
 
+import math
+import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
 
 from sim.errors import ConfigError
+from sim.specs import RECOMPUTE_MODULES, ClusterSpec, ParallelPlan
 
-__all__ = ["StackProfile", "OP_CLASSES", "FORCE_BALANCE", "PARAM_SHARDING", "QUANTIZE_WEIGHTS", "LAUNCH"]
+__all__ = [
+    "StackProfile",
+    "OP_CLASSES",
+    "FORCE_BALANCE",
+    "PARAM_SHARDING",
+    "QUANTIZE_WEIGHTS",
+    "LAUNCH",
+    "RECOMPUTE_MODULES",
+    "STACK_ALIASES",
+    "DEFAULT_STACK",
+    "stack_names",
+    "load_stack",
+    "default_stack",
+    "profile_for",
+]
 
 OP_CLASSES = ("gemm.fwd", "gemm.dgrad", "gemm.wgrad", "grouped_gemm", "attn.fwd", "attn.bwd", "mem")
 FORCE_BALANCE = ("round-robin", "random")
 PARAM_SHARDING = ("fsdp", "zero1")
 QUANTIZE_WEIGHTS = ("per_call", "per_step")
 LAUNCH = ("eager", "compiled", "cuda_graphs")
+#: Short names of the built-in profiles: ``megatron`` is the newest Megatron-Bridge release profile.
+STACK_ALIASES = {"megatron": "megatron-26.04"}
+DEFAULT_STACK = "torchtitan"
 
 
 @dataclass(frozen=True)
@@ -62,6 +96,24 @@ class StackProfile:
     launch: str = "compiled"
     #: SMs DeepEP's kernels take when the plan does not say (DeepEP v1 ``Buffer.num_sms`` = 20).
     deepep_sms: int = 20
+    #: ranks the framework places in one NVLink domain larger than this (Megatron-Bridge: 64 HybridEP
+    #: ranks per NVL72 rack); 0: every GPU of the domain.
+    nvlink_domain_ranks: int = 0
+    #: router probabilities multiplied inside the expert activation (Megatron-Core >= 0.13), so the
+    #: expert outputs need not be saved for the probabilities' gradient.
+    probs_in_act: bool = False
+    #: inputs of FP8 linears saved for backward in FP8 (TE keeps the quantised copy; DeepSeek caches FP8).
+    fp8_act_cache: bool = False
+    #: bytes per element of saved activations the stack keeps in a custom low precision, by activation
+    #: ledger component (:func:`sim.accounting.activation_ledger`), e.g. DeepSeek's FP8 SwiGLU inputs.
+    saved_act_bytes: Mapping[str, float] = field(default_factory=dict)
+    # --- training state, bytes per parameter -------------------------------------------------------
+    #: gradient buffer (fp32 main_grad / FSDP fp32 reduce-scatter output).
+    grad_bytes: int = 4
+    #: optimizer's master copy of the weights.
+    master_bytes: int = 4
+    #: Adam's two moments together (fp32: 8; DeepSeek's BF16 moments: 4).
+    moment_bytes: int = 8
     # --- host ------------------------------------------------------------------------------------
     kernel_overhead_s: float = 4e-6
     host_sync_s: float = 100e-6
@@ -69,6 +121,8 @@ class StackProfile:
     #: arch ("sm90", "sm100", ... or "*") -> op class (or "default") -> fraction of the calibration's rate.
     efficiency: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     provenance: str = ""
+    #: field name (or ``efficiency.<arch>``) -> where its value comes from.
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         choices: tuple[str, ...]
@@ -78,14 +132,32 @@ class StackProfile:
                                       ("launch", self.launch, LAUNCH)):
             if choice not in choices:
                 raise ConfigError(f"stack {self.name!r}: {fname} must be one of {', '.join(choices)}; got {choice!r}")
-        if not (self.kernel_overhead_s >= 0 and self.host_sync_s >= 0):
-            raise ConfigError(f"stack {self.name!r}: kernel_overhead_s and host_sync_s must be zero or positive")
+        for module in self.recompute_modules:
+            if module not in RECOMPUTE_MODULES:
+                raise ConfigError(f"stack {self.name!r}: recompute_modules: unknown module {module!r} "
+                                  f"(known: {', '.join(RECOMPUTE_MODULES)})")
+        for fname in ("kernel_overhead_s", "host_sync_s"):
+            value = getattr(self, fname)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"stack {self.name!r}: {fname} must be a finite number >= 0, got {value!r}")
+        if isinstance(self.nvlink_domain_ranks, bool) or not isinstance(self.nvlink_domain_ranks, int) or not (
+                0 <= self.nvlink_domain_ranks <= 1_000_000):
+            raise ConfigError(f"stack {self.name!r}: nvlink_domain_ranks must be an integer >= 0, "
+                              f"got {self.nvlink_domain_ranks!r}")
+        for fname in ("deepep_sms", "grad_bytes", "master_bytes", "moment_bytes"):
+            value = getattr(self, fname)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 256:
+                raise ConfigError(f"stack {self.name!r}: {fname} must be an integer in 1..256, got {value!r}")
+        for component, width in self.saved_act_bytes.items():
+            if isinstance(width, bool) or not isinstance(width, int | float) or not 0 < width <= 4:
+                raise ConfigError(f"stack {self.name!r}: saved_act_bytes.{component} must be in (0, 4] bytes, "
+                                  f"got {width!r}")
         for arch, table in self.efficiency.items():
             for op_class, value in table.items():
                 if op_class != "default" and op_class not in OP_CLASSES:
                     raise ConfigError(f"stack {self.name!r}: efficiency.{arch}: unknown op class {op_class!r} "
                                       f"(known: {', '.join(OP_CLASSES)})")
-                if not (isinstance(value, int | float) and 0 < value <= 1.5):
+                if isinstance(value, bool) or not (isinstance(value, int | float) and 0 < value <= 1.5):
                     raise ConfigError(f"stack {self.name!r}: efficiency.{arch}.{op_class} must be in (0, 1.5], "
                                       f"got {value!r}")
 
@@ -99,3 +171,204 @@ class StackProfile:
                 if "default" in table:
                     return float(table["default"])
         return 1.0
+
+    def recomputes(self, module: str) -> bool:
+        """Whether selective recompute re-runs ``module`` (a Megatron ``recompute_modules`` name)."""
+        return module in self.recompute_modules or (module != "moe" and "moe" in self.recompute_modules
+                                                    and module in ("moe_act", "shared_experts"))
+
+    def place(self, cluster: ClusterSpec) -> ClusterSpec:
+        """``cluster`` as this framework lays ranks on it: NVLink domains larger than
+        ``nvlink_domain_ranks`` hold only that many ranks (the rest of the rack idles).
+
+        >>> from sim.catalog import load_cluster
+        >>> rack = load_cluster("gb200-nvl72", n_gpus=256)
+        >>> StackProfile(nvlink_domain_ranks=64).place(rack).nvlink_domain_gpus, StackProfile().place(rack) is rack
+        (64, True)
+        """
+        n = self.nvlink_domain_ranks
+        if not n or cluster.nvlink_domain_gpus <= n or n % cluster.gpus_per_node:
+            return cluster
+        return replace(cluster, nvlink_domain_gpus=n)
+
+    def for_plan(self, plan: ParallelPlan) -> StackProfile:
+        """This stack with the plan's own recompute module list, if it gives one."""
+        modules = plan.recompute_module_list
+        return replace(self, recompute_modules=modules) if modules and modules != self.recompute_modules else self
+
+    def describe(self) -> dict[str, Any]:
+        """Name, release and provenance, for a prediction's output."""
+        return {"name": self.name, "release": self.release, "provenance": self.provenance}
+
+
+# --- loading ---------------------------------------------------------------------------------------
+
+_IMPL_FIELDS = tuple(f.name for f in fields(StackProfile) if f.name not in ("efficiency", "sources"))
+_TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "deepep_in_place": bool,
+                           "quantize_weights": str, "fused_act_quant": bool, "param_sharding": str,
+                           "recompute_modules": list, "ep_overlap_available": bool, "shared_expert_overlap": bool,
+                           "launch": str, "deepep_sms": int, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
+                           "saved_act_bytes": dict,
+                           "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
+                           "kernel_overhead_s": float, "host_sync_s": float, "provenance": str}
+assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file type"
+_TABLES = ("stack", "efficiency", "sources")
+
+
+def _builtin_dir() -> Any:
+    return resources.files("sim").joinpath("stack_profiles")
+
+
+@cache
+def _builtin_files() -> dict[str, str]:
+    return {p.name[:-5]: p.read_text(encoding="utf-8") for p in _builtin_dir().iterdir() if p.name.endswith(".toml")}
+
+
+def stack_names() -> list[str]:
+    """Built-in profile names and their aliases."""
+    return sorted({*_builtin_files(), *STACK_ALIASES})
+
+
+def _check_value(where: str, key: str, value: Any) -> Any:
+    want = _TYPES[key]
+    if want is float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ConfigError(f"{where}: {key} must be a finite number, got {value!r}")
+        return float(value)
+    if want is list:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: {key} must be a list of module names, got {value!r}")
+        return tuple(value)
+    if want is dict:
+        if not isinstance(value, dict) or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()):
+            raise ConfigError(f"{where}: {key} must be a table of component = bytes per element, got {value!r}")
+        return {k: float(v) for k, v in value.items()}
+    if want is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{where}: {key} must be an integer, got {value!r}")
+    if want is bool and not isinstance(value, bool):
+        raise ConfigError(f"{where}: {key} must be true or false, got {value!r}")
+    if want is str and not isinstance(value, str):
+        raise ConfigError(f"{where}: {key} must be a string, got {value!r}")
+    return value
+
+
+def _efficiency(where: str, data: Any) -> dict[str, dict[str, float]]:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: [efficiency] must be a table of architectures, got {data!r}")
+    out: dict[str, dict[str, float]] = {}
+    for arch, table in data.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: efficiency.{arch} must be a table of op classes, got {table!r}")
+        for op_class, value in table.items():
+            if op_class != "default" and op_class not in OP_CLASSES:
+                raise ConfigError(f"{where}: efficiency.{arch}: unknown op class {op_class!r} "
+                                  f"(known: default, {', '.join(OP_CLASSES)})")
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1.5:
+                raise ConfigError(f"{where}: efficiency.{arch}.{op_class} must be a number in (0, 1.5], got {value!r}")
+        out[arch] = {k: float(v) for k, v in table.items()}
+    return out
+
+
+def _from_data(where: str, data: dict[str, Any], *, builtin: bool, depth: int = 0) -> StackProfile:
+    unknown = set(data) - set(_TABLES)
+    if unknown:
+        raise ConfigError(f"{where}: unknown table(s) {', '.join(sorted(unknown))}; allowed: {', '.join(_TABLES)}")
+    head = data.get("stack")
+    if not isinstance(head, dict):
+        raise ConfigError(f"{where}: missing [stack] table")
+    head = dict(head)
+    base_name = head.pop("base", None)
+    extra = set(head) - set(_IMPL_FIELDS)
+    if extra:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(extra))} in [stack]; allowed: base, "
+                          f"{', '.join(_IMPL_FIELDS)}")
+    values = {k: _check_value(where, k, v) for k, v in head.items()}
+    efficiency = _efficiency(where, data.get("efficiency", {}))
+    sources = data.get("sources", {})
+    if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
+        raise ConfigError(f"{where}: [sources] must map field names to strings")
+    if base_name is not None:
+        if not isinstance(base_name, str) or depth > 4:
+            raise ConfigError(f"{where}: base must be the name of a built-in stack, got {base_name!r}")
+        try:
+            base = load_stack(base_name)
+        except ConfigError as err:
+            raise ConfigError(f"{where}: base: {err}") from None
+        merged_eff = {a: dict(t) for a, t in base.efficiency.items()}
+        for arch, table in efficiency.items():
+            merged_eff.setdefault(arch, {}).update(table)
+        try:
+            return replace(base, **values, efficiency=merged_eff, sources={**base.sources, **sources})
+        except ConfigError as err:
+            raise ConfigError(f"{where}: {err}") from None
+    missing = [k for k in _IMPL_FIELDS if k not in values]
+    if missing:
+        raise ConfigError(f"{where}: missing key(s) {', '.join(missing)} in [stack] "
+                          "(or name a built-in profile to start from with base = \"...\")")
+    if builtin:
+        needed = [k for k in _IMPL_FIELDS if k not in ("name", "release", "provenance")]
+        needed += [f"efficiency.{arch}" for arch in efficiency]
+        unsourced = [k for k in needed if not sources.get(k)]
+        if unsourced:
+            raise ConfigError(f"{where}: no source for {', '.join(unsourced)} in [sources]")
+    try:
+        return StackProfile(**values, efficiency=efficiency, sources=dict(sources))
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}") from None
+
+
+@cache
+def _load_builtin(name: str) -> StackProfile:
+    where = f"stack profile {name!r} (sim/stack_profiles/{name}.toml)"
+    try:
+        data = tomllib.loads(_builtin_files()[name])
+    except tomllib.TOMLDecodeError as err:  # pragma: no cover - shipped files are tested
+        raise ConfigError(f"{where}: malformed TOML: {err}") from None
+    return _from_data(where, data, builtin=True)
+
+
+def load_stack(name_or_path: str | StackProfile | None) -> StackProfile:
+    """A stack profile by built-in name, alias, or TOML file path (``None``: the torchtitan profile).
+
+    A file holds ``[stack]`` (every :class:`StackProfile` field, or ``base = "<built-in>"`` and the
+    fields it changes), ``[efficiency.<arch>]`` tables of op class -> efficiency, and ``[sources]``.
+    Unknown or missing keys, wrong types and bad values raise :class:`ConfigError` naming the file,
+    the field and the value.
+    """
+    if isinstance(name_or_path, StackProfile):
+        return name_or_path
+    if name_or_path is None:
+        name_or_path = DEFAULT_STACK
+    if not isinstance(name_or_path, str) or not name_or_path:
+        raise ConfigError(f"stack: expected a profile name or a TOML path, got {name_or_path!r}")
+    name = STACK_ALIASES.get(name_or_path, name_or_path)
+    if name in _builtin_files():
+        return _load_builtin(name)
+    if not (name.endswith(".toml") or "/" in name or Path(name).is_file()):
+        raise ConfigError(f"unknown stack {name_or_path!r}; built in: {', '.join(stack_names())} (or give a TOML path)")
+    from sim.loaders import read_toml
+
+    return _from_data(f"stack file {name}", read_toml(name), builtin=False)
+
+
+#: Framework -> (release marker, profile) in the order tried; a release matching none keeps the name.
+_RELEASE_PROFILES = {"megatron": (("26.02", "megatron-26.02"), ("26.04", "megatron-26.04"))}
+
+
+def profile_for(stack: str, release: str = "") -> str:
+    """The profile name for a measured run's ``stack`` and ``release`` (a dataset row): Megatron-Bridge
+    releases map to their profile (26.04.01 is a point release of 26.04); other stacks keep their name.
+
+    >>> profile_for("megatron", "megatron-bridge 26.04.01"), profile_for("torchtitan", "1a36996b")
+    ('megatron-26.04', 'torchtitan')
+    """
+    for marker, name in _RELEASE_PROFILES.get(stack, ()):
+        if marker in release:
+            return name
+    return stack
+
+
+def default_stack() -> StackProfile:
+    """The profile used when none is given: TorchTitan at the seed runs' commit."""
+    return load_stack(DEFAULT_STACK)

@@ -11,10 +11,21 @@ Built from (model, plan) alone, TorchTitan's way of running DeepSeek-V3-style mo
   ``moe.unpermute``; shared experts TP-split on all tokens; the standard (NCCL) path first exchanges
   per-expert counts (``a2a.count_exchange``) and blocks on a device-to-host copy (``a2a.host_sync``);
   DeepEP normal-mode dispatch blocks the host too, until its receive counts are known (``a2a.host_sync``);
-- precision recipes add MXFP8/FP8 quantize and scale-rearrange kernels (memory bound) per GEMM pass;
+- precision recipes add MXFP8/FP8 quantize and scale-rearrange kernels (memory bound) per GEMM pass, as
+  the stack implements them (:class:`~sim.stacks.StackProfile`): TorchAO quantises weights and
+  activations at every call (``quantize_weights = "per_call"``, separate kernels); Transformer Engine
+  quantises weights once per optimizer step (:meth:`Workload.step_ops`) and fuses activation
+  quantisation into the producing kernel (``fused_act_quant``: the producer writes the FP8 copies, no
+  separate kernel, no scale rearrange), keeping the forward's column-wise copy for wgrad
+  (``fp8_act_cache``: no re-quantisation of the saved input in backward);
+- DeepEP / HybridEP with ``deepep_in_place``: dispatch reads the tokens in place and combine reduces the
+  weighted copies itself, so there is no sender-side ``moe.permute`` / ``moe.unpermute``;
 - backward mirrors forward (GEMM -> dgrad + wgrad, attention -> 2x, all-gather <-> reduce-scatter,
   dispatch <-> combine); recompute re-runs the forward per AC mode (``full``: everything, including the
-  all-to-alls; ``selective``: memory-bound ops and every other linear, no communication).
+  all-to-alls; ``selective``: the stack's ``recompute_modules`` (Megatron: ``layernorm``, ``mla_up_proj``,
+  ``core_attn``, ``mlp``, ``moe_act``, ``shared_experts``, ``moe``; each op carries its ``module`` tag),
+  or, for a stack without a module list (TorchTitan), op-level SAC: memory-bound ops and every other
+  linear, no communication).
 
 Op FLOPs are per rank per microbatch, 2 per multiply-add; ``flops`` is what the rank executes;
 ``useful_frac`` is the share not duplicated by TP replication (MLA down-projections, router), so summing
@@ -38,6 +49,7 @@ from functools import cached_property
 
 from sim import ops
 from sim.specs import ModelSpec, ParallelPlan
+from sim.stacks import StackProfile, default_stack
 
 __all__ = ["OpSpec", "Workload", "LAYER_KINDS", "chunk_layers"]
 
@@ -70,6 +82,8 @@ class OpSpec:
     backward: bool = False
     k_in: float = 0.0
     n_out: float = 0.0
+    #: the recompute module the op belongs to (Megatron ``recompute_modules`` names; "" for none).
+    module: str = ""
 
 
 def chunk_layers(model: ModelSpec, plan: ParallelPlan) -> list[list[int]]:
@@ -87,11 +101,15 @@ def chunk_layers(model: ModelSpec, plan: ParallelPlan) -> list[list[int]]:
 
 
 class Workload:
-    """The per-rank op lists of (model, plan); cheap to build, lists cached per (kind, phase)."""
+    """The per-rank op lists of (model, plan, stack); cheap to build, lists cached per (kind, phase).
 
-    def __init__(self, model: ModelSpec, plan: ParallelPlan) -> None:
+    ``stack`` (default: the torchtitan profile) decides quantisation, DeepEP's data path and selective
+    recompute."""
+
+    def __init__(self, model: ModelSpec, plan: ParallelPlan, stack: StackProfile | None = None) -> None:
         self.model = model
         self.plan = plan
+        self.stack = (stack if stack is not None else default_stack()).for_plan(plan)
         self._cache: dict[tuple[str, str], list[OpSpec]] = {}
 
     # --- sizes ----------------------------------------------------------------------------------
@@ -121,15 +139,44 @@ class Workload:
 
     @property
     def expert_dtype(self) -> str:
-        return {"bf16": "bf16", "mxfp8-grouped": "mxfp8", "mxfp8": "mxfp8", "fp8-blockwise": "fp8"}[
-            self.plan.precision
-        ]
+        return {"bf16": "bf16", "mxfp8-grouped": "mxfp8", "mxfp8": "mxfp8", "fp8-blockwise": "fp8",
+                "fp8-current": "fp8"}[self.plan.precision]
 
     @property
     def linear_dtype(self) -> str:
-        return {"bf16": "bf16", "mxfp8-grouped": "bf16", "mxfp8": "mxfp8", "fp8-blockwise": "fp8"}[
-            self.plan.precision
-        ]
+        return {"bf16": "bf16", "mxfp8-grouped": "bf16", "mxfp8": "mxfp8", "fp8-blockwise": "fp8",
+                "fp8-current": "fp8"}[self.plan.precision]
+
+    @property
+    def in_place_dispatch(self) -> bool:
+        """DeepEP / HybridEP reading tokens in place (no sender-side permute / unpermute)."""
+        return self.plan.ep > 1 and self.plan.ep_backend != "nccl" and self.stack.deepep_in_place
+
+    def _act_quant(self, name: str, elems: float, *, module: str = "", load_scaled: bool = False,
+                   backward: bool = False, copies: int = 1, useful: float = 1.0) -> list[OpSpec]:
+        """Quantisation of an activation (or gradient) of ``elems``: a separate kernel (TorchAO), or the
+        producer writing ``copies`` FP8 copies with their scales (fused, TE)."""
+        if self.stack.fused_act_quant:
+            return [OpSpec(name, "mem", nbytes=copies * elems * (1 + 1 / 32), module=module, load_scaled=load_scaled,
+                           backward=backward, useful_frac=useful)]
+        return [OpSpec(name, "quant", elems=elems, module=module, load_scaled=load_scaled, backward=backward,
+                       useful_frac=useful)]
+
+    def step_ops(self) -> list[OpSpec]:
+        """Once-per-step ops of one rank beyond the layers: with ``quantize_weights = "per_step"`` and an
+        FP8 recipe, quantising every local weight once (row- and column-wise copies for fwd and dgrad)."""
+        if self.stack.quantize_weights != "per_step" or self.plan.precision == "bf16":
+            return []
+        from sim.accounting import count_params
+
+        pc, p = count_params(self.model), self.plan
+        layers = self.model.n_layers / (p.pp)
+        expert = pc.routed_experts_per_layer / p.ep / p.etp if self.expert_dtype != "bf16" else 0.0
+        dense = 0.0
+        if self.linear_dtype != "bf16":
+            dense = (pc.attention_per_layer + pc.shared_experts_per_layer) / p.tp
+        elems = 2 * layers * (expert + dense)
+        return [OpSpec(ops.MOE_QUANTIZE, "quant", elems=elems)] if elems else []
 
     # --- op lists -------------------------------------------------------------------------------
     def layer_ops(self, kind: str, phase: str) -> list[OpSpec]:
@@ -157,18 +204,22 @@ class Workload:
         out += self._moe() if kind == "moe" else self._dense_ffn()
         return out
 
-    def _linear(self, name: str, tokens: float, d_in: float, d_out: float, *, useful: float = 1.0) -> list[OpSpec]:
+    def _linear(self, name: str, tokens: float, d_in: float, d_out: float, *, useful: float = 1.0,
+                module: str = "") -> list[OpSpec]:
         dtype = self.linear_dtype
         ops_: list[OpSpec] = []
         if dtype != "bf16":
-            ops_.append(OpSpec(name, "quant", elems=tokens * d_in, useful_frac=useful))
-            ops_.append(OpSpec(name, "quant", elems=d_in * d_out, useful_frac=useful))
+            # TE's forward quantisation writes the row-wise copy and the column-wise one kept for wgrad.
+            copies = 2 if self.stack.fp8_act_cache else 1
+            ops_ += self._act_quant(name, tokens * d_in, module=module, copies=copies, useful=useful)
+            if self.stack.quantize_weights == "per_call":
+                ops_.append(OpSpec(name, "quant", elems=d_in * d_out, useful_frac=useful, module=module))
         ops_.append(OpSpec(name, "gemm", flops=2 * tokens * d_in * d_out, dtype=dtype, useful_frac=useful,
-                           rows=tokens, k_in=d_in, n_out=d_out))
+                           rows=tokens, k_in=d_in, n_out=d_out, module=module))
         return ops_
 
     def _norm(self, name: str, tokens: float) -> OpSpec:
-        return OpSpec(name, "mem", nbytes=2 * BF16 * tokens * self.model.dim)
+        return OpSpec(name, "mem", nbytes=2 * BF16 * tokens * self.model.dim, module="layernorm")
 
     def _tp(self, coll: str) -> list[OpSpec]:
         if self.plan.tp == 1:
@@ -182,15 +233,17 @@ class Workload:
         out = [self._norm(ops.ATTN_NORM, self.tokens_sp)] + self._tp("ag")
         if m.attention == "mla":
             qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            up = "mla_up_proj"
             if m.q_lora_rank:
                 out += self._linear(ops.ATTN_Q_PROJ, T, D, m.q_lora_rank, useful=1 / t)
-                out.append(OpSpec(ops.ATTN_Q_PROJ, "mem", nbytes=2 * BF16 * T * m.q_lora_rank))
-                out += self._linear(ops.ATTN_Q_PROJ, T, m.q_lora_rank, H * qk / t)
+                out.append(OpSpec(ops.ATTN_Q_PROJ, "mem", nbytes=2 * BF16 * T * m.q_lora_rank, module="layernorm"))
+                out += self._linear(ops.ATTN_Q_PROJ, T, m.q_lora_rank, H * qk / t, module=up)
             else:
-                out += self._linear(ops.ATTN_Q_PROJ, T, D, H * qk / t)
+                out += self._linear(ops.ATTN_Q_PROJ, T, D, H * qk / t, module=up)
             out += self._linear(ops.ATTN_KV_PROJ, T, D, m.kv_lora_rank + m.qk_rope_head_dim, useful=1 / t)
-            out.append(OpSpec(ops.ATTN_KV_PROJ, "mem", nbytes=2 * BF16 * T * m.kv_lora_rank))
-            out += self._linear(ops.ATTN_KV_PROJ, T, m.kv_lora_rank, H * (m.qk_nope_head_dim + m.v_head_dim) / t)
+            out.append(OpSpec(ops.ATTN_KV_PROJ, "mem", nbytes=2 * BF16 * T * m.kv_lora_rank, module="layernorm"))
+            out += self._linear(ops.ATTN_KV_PROJ, T, m.kv_lora_rank, H * (m.qk_nope_head_dim + m.v_head_dim) / t,
+                                module=up)
             v = m.v_head_dim
         else:
             qk = v = m.head_dim
@@ -198,7 +251,8 @@ class Workload:
             out += self._linear(ops.ATTN_KV_PROJ, T, D, 2 * max(1, m.n_kv_heads // t) * m.head_dim)
         # Causal core: each query sees (S+1)/2 keys on average (CP keeps that mean).
         mean_keys = (self.plan.seq_len + 1) / 2
-        out.append(OpSpec(ops.ATTN_CORE, "attn", flops=2 * T * H / t * (qk + v) * mean_keys))
+        out.append(OpSpec(ops.ATTN_CORE, "attn", flops=2 * T * H / t * (qk + v) * mean_keys,
+                          elems=T * H / t * mean_keys, module="core_attn"))
         out += self._linear(ops.ATTN_O_PROJ, T, H * v / t, D)
         out += self._tp("rs")
         return out
@@ -207,9 +261,9 @@ class Workload:
         m, t, T = self.model, self.plan.tp, self.tokens
         out = [self._norm(ops.MOE_NORM, self.tokens_sp)] + self._tp("ag")
         f = m.dense_inter_dim / t
-        out += self._linear(ops.MLP_DENSE, T, m.dim, 2 * f)
-        out.append(OpSpec(ops.MLP_DENSE, "mem", nbytes=3 * BF16 * T * f))
-        out += self._linear(ops.MLP_DENSE, T, f, m.dim)
+        out += self._linear(ops.MLP_DENSE, T, m.dim, 2 * f, module="mlp")
+        out.append(OpSpec(ops.MLP_DENSE, "mem", nbytes=3 * BF16 * T * f, module="mlp"))
+        out += self._linear(ops.MLP_DENSE, T, f, m.dim, module="mlp")
         out += self._tp("rs")
         return out
 
@@ -220,44 +274,56 @@ class Workload:
         rows_out = self.tokens_dispatched * K
         rows = self.expert_rows
         e = self.local_experts
+        in_place = self.in_place_dispatch
         out = [self._norm(ops.MOE_NORM, self.tokens_sp)] + self._tp("ag")
         # Router is replicated over TP (NoParallel): every TP rank scores all T tokens.
-        out.append(OpSpec(ops.MOE_ROUTER, "gemm", flops=2 * T * D * m.n_routed_experts, useful_frac=1 / p.tp))
-        out.append(OpSpec(ops.MOE_ROUTER, "mem", nbytes=3 * 4 * T * m.n_routed_experts))
-        out.append(OpSpec(ops.MOE_PERMUTE, "mem", nbytes=2 * BF16 * rows_out * D))
+        out.append(OpSpec(ops.MOE_ROUTER, "gemm", flops=2 * T * D * m.n_routed_experts, useful_frac=1 / p.tp,
+                          module="moe"))
+        out.append(OpSpec(ops.MOE_ROUTER, "mem", nbytes=3 * 4 * T * m.n_routed_experts, module="moe"))
+        if not in_place:  # sender-side sort of the token copies by destination rank
+            out.append(OpSpec(ops.MOE_PERMUTE, "mem", nbytes=2 * BF16 * rows_out * D, module="moe"))
         if p.ep > 1:
             if p.ep_backend == "nccl":
-                out.append(OpSpec(ops.A2A_COUNT_EXCHANGE, "comm", coll="a2a.counts", nbytes=8 * m.n_routed_experts))
-                out.append(OpSpec(ops.A2A_HOST_SYNC, "host_sync"))
+                out.append(OpSpec(ops.A2A_COUNT_EXCHANGE, "comm", coll="a2a.counts", nbytes=8 * m.n_routed_experts,
+                                  module="moe"))
+                out.append(OpSpec(ops.A2A_HOST_SYNC, "host_sync", module="moe"))
             elif p.ep_backend == "deepep":
                 # DeepEP v1 normal-mode dispatch (no cached handle) busy-waits on the host until the GPU
                 # has written the received-token counts, so it can size the receive buffers.
-                out.append(OpSpec(ops.A2A_HOST_SYNC, "host_sync"))
-            out.append(OpSpec(ops.MOE_DISPATCH, "comm", coll="a2a.dispatch", nbytes=BF16 * rows_out * D))
-        out.append(OpSpec(ops.MOE_PERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True))
+                out.append(OpSpec(ops.A2A_HOST_SYNC, "host_sync", module="moe"))
+            out.append(OpSpec(ops.MOE_DISPATCH, "comm", coll="a2a.dispatch", nbytes=BF16 * rows_out * D, module="moe"))
+        out.append(OpSpec(ops.MOE_PERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True, module="moe"))
         dtype = self.expert_dtype
+        per_call = self.stack.quantize_weights == "per_call"
         for name, k_in, n_out in ((ops.MOE_EXPERT_GEMM_GATE_UP, D, F), (ops.MOE_EXPERT_GEMM_GATE_UP, D, F),
                                   (ops.MOE_EXPERT_GEMM_DOWN, F, D)):
             if name == ops.MOE_EXPERT_GEMM_DOWN:
-                out.append(OpSpec(ops.MOE_EXPERT_GEMM_GATE_UP, "mem", nbytes=3 * BF16 * rows * F, load_scaled=True))
+                out.append(OpSpec(ops.MOE_EXPERT_GEMM_GATE_UP, "mem", nbytes=3 * BF16 * rows * F, load_scaled=True,
+                                  module="moe_act"))
             if dtype != "bf16":
-                out.append(OpSpec(ops.MOE_QUANTIZE, "quant", elems=rows * k_in, load_scaled=True))
-                out.append(OpSpec(ops.MOE_QUANTIZE, "quant", elems=e * n_out * k_in))
-                if dtype == "mxfp8":
+                copies = 2 if self.stack.fp8_act_cache else 1
+                out += self._act_quant(ops.MOE_QUANTIZE, rows * k_in, module="moe", load_scaled=True, copies=copies)
+                if per_call:
+                    out.append(OpSpec(ops.MOE_QUANTIZE, "quant", elems=e * n_out * k_in, module="moe"))
+                if dtype == "mxfp8" and not self.stack.fused_act_quant:
                     out.append(OpSpec(ops.MOE_QUANTIZE, "rearrange", elems=rows * k_in, layout="act",
-                                      load_scaled=True))
-                    out.append(OpSpec(ops.MOE_QUANTIZE, "rearrange", elems=e * n_out * k_in, layout="weight"))
+                                      load_scaled=True, module="moe"))
+                if dtype == "mxfp8" and per_call:
+                    out.append(OpSpec(ops.MOE_QUANTIZE, "rearrange", elems=e * n_out * k_in, layout="weight",
+                                      module="moe"))
             out.append(OpSpec(name, "grouped_gemm", flops=2 * rows * k_in * n_out, rows=rows, dtype=dtype,
-                              load_scaled=True, k_in=k_in, n_out=n_out))
-        out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True))
+                              load_scaled=True, k_in=k_in, n_out=n_out, module="moe"))
+        out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True, module="moe"))
         if p.ep > 1:
-            out.append(OpSpec(ops.MOE_COMBINE, "comm", coll="a2a.combine", nbytes=BF16 * rows_out * D))
-        out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=(2 * rows_out + 2 * self.tokens_dispatched) * BF16 * D))
+            out.append(OpSpec(ops.MOE_COMBINE, "comm", coll="a2a.combine", nbytes=BF16 * rows_out * D, module="moe"))
+        if not in_place:  # sender-side unsort and weighted sum of the K copies of each token
+            out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=(2 * rows_out + 2 * self.tokens_dispatched) * BF16 * D,
+                              module="moe"))
         if m.n_shared_experts:
             fs = m.n_shared_experts * m.moe_inter_dim / p.tp
-            out += self._linear(ops.MOE_SHARED_EXPERT, T, D, 2 * fs)
-            out.append(OpSpec(ops.MOE_SHARED_EXPERT, "mem", nbytes=3 * BF16 * T * fs))
-            out += self._linear(ops.MOE_SHARED_EXPERT, T, fs, D)
+            out += self._linear(ops.MOE_SHARED_EXPERT, T, D, 2 * fs, module="shared_experts")
+            out.append(OpSpec(ops.MOE_SHARED_EXPERT, "mem", nbytes=3 * BF16 * T * fs, module="moe_act"))
+            out += self._linear(ops.MOE_SHARED_EXPERT, T, fs, D, module="shared_experts")
         out += self._tp("rs")
         return out
 
@@ -275,9 +341,21 @@ class Workload:
     def _backward(self, op: OpSpec) -> list[OpSpec]:
         if op.kind == "gemm":
             out = [replace(op, gemm_pass="dgrad", backward=True), replace(op, gemm_pass="wgrad", backward=True)]
-            if op.dtype != "bf16":  # grad_out in both layouts, the saved input's and the weight's dim1 copies
-                elems = op.rows * (2 * op.n_out + op.k_in) + op.k_in * op.n_out
-                out.insert(0, OpSpec(op.name, "quant", elems=elems, useful_frac=op.useful_frac, backward=True))
+            if op.dtype != "bf16":
+                # grad_out in both layouts; the saved input's dim1 copy (unless the forward kept it in FP8);
+                # the weight's dim1 copy (unless quantised once per step).
+                quant = self._act_quant(op.name, op.rows * op.n_out, copies=2, backward=True, module=op.module,
+                                        useful=op.useful_frac)
+                rest = (0.0 if self.stack.fp8_act_cache else op.rows * op.k_in) + (
+                    op.k_in * op.n_out if self.stack.quantize_weights == "per_call" else 0.0)
+                if self.stack.fused_act_quant or rest:
+                    if not self.stack.fused_act_quant:  # one TorchAO kernel pass over all three
+                        quant = [OpSpec(op.name, "quant", elems=2 * op.rows * op.n_out + rest, useful_frac=op.useful_frac,
+                                        backward=True, module=op.module)]
+                    elif rest:
+                        quant.append(OpSpec(op.name, "quant", elems=rest, useful_frac=op.useful_frac, backward=True,
+                                            module=op.module))
+                out[:0] = quant
             return out
         if op.kind == "grouped_gemm":
             return self._grouped_backward(op)
@@ -305,20 +383,33 @@ class Workload:
     def _grouped_backward(self, op: OpSpec) -> list[OpSpec]:
         out: list[OpSpec] = []
         weight = self.local_experts * op.k_in * op.n_out
+        st = self.stack
+        per_call = st.quantize_weights == "per_call"
         for gpass in ("dgrad", "wgrad"):
             if op.dtype != "bf16":
-                # dgrad: quantize grad_out (rows x N) and B; wgrad: dim1 grad_out and A (rows x (N + K)).
-                act = op.rows * (op.n_out if gpass == "dgrad" else op.n_out + op.k_in)
-                out.append(OpSpec(ops.MOE_QUANTIZE, "quant", elems=act, load_scaled=True, backward=True))
-                if gpass == "dgrad":
-                    out.append(OpSpec(ops.MOE_QUANTIZE, "quant", elems=weight, backward=True))
-                if op.dtype == "mxfp8":
-                    layout = "act" if gpass == "dgrad" else "wgrad"
-                    out.append(OpSpec(ops.MOE_QUANTIZE, "rearrange", elems=act, layout=layout, load_scaled=True,
-                                      backward=True))
+                if st.fused_act_quant:
+                    # The producer of grad_out writes its row- and column-wise FP8 copies at dgrad time.
                     if gpass == "dgrad":
+                        out += self._act_quant(ops.MOE_QUANTIZE, op.rows * op.n_out, copies=2, load_scaled=True,
+                                               backward=True, module=op.module)
+                    elif not st.fp8_act_cache:
+                        out.append(OpSpec(ops.MOE_QUANTIZE, "quant", elems=op.rows * op.k_in, load_scaled=True,
+                                          backward=True, module=op.module))
+                else:
+                    # dgrad: quantize grad_out (rows x N) and B; wgrad: dim1 grad_out and A (rows x (N + K)).
+                    a_elems = 0.0 if st.fp8_act_cache else op.k_in
+                    act = op.rows * (op.n_out if gpass == "dgrad" else op.n_out + a_elems)
+                    out.append(OpSpec(ops.MOE_QUANTIZE, "quant", elems=act, load_scaled=True, backward=True,
+                                      module=op.module))
+                    if op.dtype == "mxfp8":
+                        layout = "act" if gpass == "dgrad" else "wgrad"
+                        out.append(OpSpec(ops.MOE_QUANTIZE, "rearrange", elems=act, layout=layout, load_scaled=True,
+                                          backward=True, module=op.module))
+                if gpass == "dgrad" and per_call:
+                    out.append(OpSpec(ops.MOE_QUANTIZE, "quant", elems=weight, backward=True, module=op.module))
+                    if op.dtype == "mxfp8":
                         out.append(OpSpec(ops.MOE_QUANTIZE, "rearrange", elems=weight, layout="weight",
-                                          backward=True))
+                                          backward=True, module=op.module))
             out.append(replace(op, gemm_pass=gpass, backward=True))
         return out
 
@@ -328,8 +419,10 @@ class Workload:
             return []
         if ac == "full":
             return list(fwd)
+        if self.stack.recompute_modules:  # Megatron-style: re-run the ops of the listed modules
+            return [op for op in fwd if op.module and self.stack.recomputes(op.module)]
         out, keep = [], False
-        for op in fwd:  # selective: memory-bound ops and every other dense linear; no comm, no experts
+        for op in fwd:  # op-level SAC: memory-bound ops and every other dense linear; no comm, no experts
             if op.kind == "mem":
                 out.append(op)
             elif op.kind == "gemm":

@@ -9,6 +9,8 @@ Names resolve to specs; a name that is a path to a file loads that file instead 
 2
 >>> "deepseek-v3-671b" in model_names()
 True
+>>> default_cluster("gb200"), default_cluster("b200")
+('gb200-nvl72', 'hgx-b200')
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from sim.loaders import (
 )
 from sim.specs import ClusterSpec, GPUSpec, ModelSpec
 
-__all__ = ["model_names", "gpu_names", "cluster_names", "load_model", "load_gpu", "load_cluster"]
+__all__ = ["model_names", "gpu_names", "cluster_names", "load_model", "load_gpu", "load_cluster", "default_cluster"]
 
 
 @cache
@@ -74,6 +76,15 @@ def load_gpu(name: str) -> GPUSpec:
     if name not in table:
         raise _unknown("gpu", name, gpu_names())
     return gpu_from_mapping(table[name], name)
+
+
+def default_cluster(gpu: str) -> str:
+    """The cluster template a GPU comes in when none is named: the first template built on it
+    (``gb200`` -> the NVL72 rack, ``b200`` -> the HGX node); ``hgx-<gpu>`` when no template names it."""
+    for name, data in _table("clusters").items():
+        if data.get("gpu") == gpu:
+            return name
+    return f"hgx-{gpu}"
 
 
 def load_cluster(name: str, *, n_gpus: int | None = None, gpu: str | None = None) -> ClusterSpec:

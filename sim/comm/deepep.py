@@ -25,7 +25,8 @@ __all__ = ["deepep_alltoall", "deepep_nvlink_bw", "in_training_s"]
 def in_training_s(result: AllToAllResult, costs: CommCosts, internode: bool) -> float:
     """Seconds of one DeepEP/HybridEP normal-mode dispatch or combine inside a training step: the
     microbenchmark model's time, internode scaled to the kernel rates DeepSeek's trace shows and with the
-    measured notify/barrier instead of the benchmark's overhead. Other backends: the model's time.
+    measured notify/barrier instead of the benchmark's overhead. Other backends (HybridEP included: NVIDIA's
+    own kernels, which the DeepSeek trace does not measure): the model's time.
 
     >>> from sim.catalog import load_cluster, load_model
     >>> from sim.comm import moe_alltoall, FP8_WITH_SCALES_BYTES_PER_ELEM
@@ -36,7 +37,7 @@ def in_training_s(result: AllToAllResult, costs: CommCosts, internode: bool) -> 
     6362
     """
     t = float(result.time_s.max())
-    if result.backend not in ("deepep", "hybridep") or not internode or t <= 0:
+    if result.backend != "deepep" or not internode or t <= 0:
         return t
     factor = (costs.deepep_internode_dispatch_training_factor if result.phase == "dispatch"
               else costs.deepep_internode_combine_training_factor)

@@ -38,7 +38,7 @@ from sim.predict.layers import SimResult
 from sim.predict.pipeline import assemble
 from sim.predict.timing import Context
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
-from sim.stacks import StackProfile
+from sim.stacks import StackProfile, load_stack
 
 __all__ = ["Prediction", "SimResult", "LayerResult", "predict", "validate_plan"]
 
@@ -68,6 +68,7 @@ class Prediction:
     memory: dict[str, Any] = field(default_factory=dict)
     hidden_comm: dict[str, float] = field(default_factory=dict)
     stack: str = "torchtitan"
+    stack_release: str = ""
     stack_provenance: str = ""
     measured_tokens_per_s_per_gpu: float | None = None
     source: str = ""
@@ -96,7 +97,7 @@ def validate_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
             f"{gpu.name} ({gpu.arch}) would only run TorchAO's emulated path, which is slower than bf16"
         )
     if plan.ep_overlap:
-        stack = stack or StackProfile()
+        stack = load_stack(stack)
         dual = plan.pp_schedule in ("dualpipe", "dualpipev")
         if not stack.ep_overlap_available and not dual:
             raise PlanError(f"plan: ep_overlap (combined 1F1B) is not available in stack {stack.name!r}; "
@@ -111,13 +112,14 @@ def validate_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
 
 
 def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: CostModel | None = None,
-            *, stack: StackProfile | None = None, name: str = "") -> Prediction:
-    """Predict one training step of ``model`` on ``cluster`` under ``plan`` with framework ``stack``
-    (None: :class:`~sim.stacks.StackProfile`'s TorchTitan defaults).
+            *, stack: StackProfile | str | None = None, name: str = "") -> Prediction:
+    """Predict one training step of ``model`` on ``cluster`` under ``plan`` with framework ``stack`` (a
+    profile, a built-in profile name or a profile file; None: the ``torchtitan`` profile).
 
     Raises :class:`~sim.errors.PlanError` for plans that cannot run.
     """
-    stack = stack or StackProfile()
+    stack = load_stack(stack)
+    cluster = stack.place(cluster)  # e.g. Megatron's 64 ranks per NVL72 rack
     validate_plan(model, cluster, plan, stack)
     costs = costs or default_costs(cluster.gpu)
     ctx = Context(model, cluster, plan, costs, stack)
@@ -126,7 +128,7 @@ def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: C
     tokens = plan.tokens_per_step
     tps = tokens / step.step_s / cluster.n_gpus
     tflops = torchtitan_flops_per_token(model, plan.seq_len) * tps
-    mem = memory_per_gpu(model, plan, cluster.gpu)
+    mem = memory_per_gpu(model, plan, cluster.gpu, stack)
     trace_data = {"step": step, "layers": step.layers, "pairs": step.pairs, "chunks": step.chunks,
                   "pipeline": step.pipe, "plan": plan, "step_s": step.step_s,
                   "tail": (step.rs_tail, step.dp_ar, step.opt)}
@@ -147,6 +149,7 @@ def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: C
         memory=mem.as_dict(),
         hidden_comm=hidden,
         stack=stack.name,
+        stack_release=stack.release,
         stack_provenance=stack.provenance,
         trace_data=trace_data,
     )

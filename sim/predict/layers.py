@@ -5,8 +5,8 @@ chain): consecutive compute ops on the ``compute`` stream are one task (their pa
 and breakdown), TP collectives and all-to-alls run on the ``comm`` stream, host stalls block the rank,
 FSDP gathers and reductions run on their own streams and share the NIC with the all-to-alls. Where the
 stack overlaps the shared expert with the dispatch (``StackProfile.shared_expert_overlap``), the shared
-expert is a side branch issued right after the dispatch. With DeepEP's in-place data path
-(``StackProfile.deepep_in_place``) the sender-side permute and unpermute copies disappear.
+expert is a side branch issued right after the dispatch. (DeepEP's in-place data path, with no
+sender-side permute/unpermute, is in the op lists of :mod:`sim.workload`.)
 
 An overlapped F&B pair (DualPipe's, Megatron's combined 1F1B) interleaves the forward chunk of one
 microbatch with the backward chunk of another, layer by layer, in DeepSeek's issue order (its H800 trace):
@@ -77,24 +77,6 @@ class Node:
     deps: tuple[int, ...]
 
 
-def _in_place_drop(seq: list[tuple[OpSpec, str]]) -> list[tuple[OpSpec, str]]:
-    """DeepEP reads tokens in place and reduces in combine: drop the permute/unpermute copies outside the
-    dispatch..combine span (the sender side), keep the receiver's."""
-    idx = [i for i, (op, _) in enumerate(seq) if is_a2a(op)]
-    if not idx:
-        return seq
-    out = []
-    for i, (op, ph) in enumerate(seq):
-        outside = i < idx[0] or i > idx[-1]
-        same_pass = [j for j in idx if seq[j][1] == ph]
-        if same_pass:
-            outside = i < same_pass[0] or i > same_pass[-1]
-        if outside and op.name in (ops.MOE_PERMUTE, ops.MOE_UNPERMUTE) and op.kind == "mem":
-            continue
-        out.append((op, ph))
-    return out
-
-
 def layer_nodes(ctx: Context, kind: str, phase: str) -> list[Node]:
     """The nodes of one layer of ``kind`` in ``phase`` (``fwd``, or ``bwd`` = recompute + backward)."""
     key = (kind, phase)
@@ -109,8 +91,6 @@ def _layer_nodes(ctx: Context, kind: str, phase: str) -> list[Node]:
     if phase == "bwd" and kind in ("dense", "moe"):
         seq += [(op, "recompute") for op in wl.layer_ops(kind, "recompute")]
     seq += [(op, phase) for op in wl.layer_ops(kind, phase)]
-    if kind == "moe" and p.ep_backend in ("deepep", "hybridep") and stack.deepep_in_place:
-        seq = _in_place_drop(seq)
     overlap = stack.shared_expert_overlap and kind == "moe" and p.ep > 1
     shared: set[int] = set()  # positions (in the reordered seq) of shared-expert ops moved under an a2a
     src: dict[int, int] = {}  # first moved op -> position whose output it reads

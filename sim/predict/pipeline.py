@@ -149,6 +149,9 @@ def assemble(ctx: Context) -> Step:
         rs_tail = chunk_rs[last_stage] if plan.pp > 1 else sum(chunk_rs)
     local_params = sum(sum(ctx.layer_shards(k)) for ch in chunks for k in ch.layers) / max(1, plan.pp)
     dp_ar = ctx.collective("ar", local_params * FP32, "rep") if plan.dp_replicate > 1 else 0.0
-    opt = ctx.costs.memory_time(local_params * 32.0, cluster.gpu.hbm_bw_bytes_per_s, kernels=4)
+    stack = ctx.stack
+    opt = ctx.costs.memory_time(local_params * 32.0, cluster.gpu.hbm_bw_bytes_per_s, kernels=4,
+                                overhead_s=stack.kernel_overhead_s) / stack.eff(cluster.gpu.arch, "mem")
+    opt += sum(ctx.costs.op_seconds(op, cluster.gpu, stack) for op in ctx.wl.step_ops())  # per-step weight quant
     step = pipe.makespan + rs_tail + dp_ar + opt
     return Step(layer_res, pairs, chunks, pipe, first_ag, rs_tail, dp_ar, opt, step)

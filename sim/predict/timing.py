@@ -57,7 +57,7 @@ class Context:
         self.gpu = cluster.gpu
         self.ccosts = comm.CommCosts(**costs.comm) if costs.comm else comm.CommCosts.default()
         self.layout = Layout(plan)
-        self.wl = Workload(model, plan)
+        self.wl = Workload(model, plan, stack)
         self.rep = self.layout.rank(Coords(0, 0, 0, 0, 0))
         # "balanced" is the framework's forced balance: TorchTitan round-robin, Megatron random logits.
         if plan.routing == "round-robin" or (plan.routing == "balanced" and stack.force_balance == "round-robin"):

@@ -2,7 +2,8 @@
 
 A scenario file is TOML::
 
-    [scenario]                 # model (catalog name or file), gpus; optional name, description, cluster, gpu
+    [scenario]                 # model (catalog name or file), gpus; optional name, description, cluster, gpu,
+                               # stack (a stack profile name or file, default torchtitan)
     model = "deepseek-v3-671b"
     cluster = "hgx-b200"
     gpus = 256
@@ -36,11 +37,12 @@ if TYPE_CHECKING:
     from sim.costs import CostModel
     from sim.predict import Prediction
     from sim.specs import ClusterSpec, ModelSpec
+    from sim.stacks import StackProfile
 
 __all__ = ["Scenario", "Variant", "scenario_names", "load_scenario", "run_scenario", "DEFAULT_SCENARIO"]
 
 DEFAULT_SCENARIO = "dsv3-671b-b200"
-_HEAD_KEYS = {"name", "description", "model", "cluster", "gpus", "gpu"}
+_HEAD_KEYS = {"name", "description", "model", "cluster", "gpus", "gpu", "stack"}
 _VARIANT_KEYS = {"name", "plan", "measured_tokens_per_s_per_gpu", "source", "fitted"}
 
 
@@ -66,6 +68,8 @@ class Scenario:
     gpus: int
     base: dict[str, Any]
     variants: tuple[Variant, ...]
+    #: stack profile name or file ("" = the default, torchtitan)
+    stack: str = ""
 
 
 def scenario_names() -> list[str]:
@@ -117,9 +121,14 @@ def load_scenario(name_or_path: str) -> Scenario:
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
         raise ConfigError(f"scenario {where!r}: gpus must be a positive integer, got {gpus!r}")
     variants = tuple(_variant(where, v) for v in data.get("variant", [{"name": "base"}]))
-    cluster = head.get("cluster") or f"hgx-{head.get('gpu', 'b200')}"
+    from sim.catalog import default_cluster
+
+    cluster = head.get("cluster") or default_cluster(head.get("gpu", "b200"))
+    stack = head.get("stack", "")
+    if not isinstance(stack, str):
+        raise ConfigError(f"scenario {where!r}: stack must be a stack profile name or file, got {stack!r}")
     return Scenario(head.get("name", where), head.get("description", ""), head["model"], cluster, gpus,
-                    dict(data.get("base", {})), variants)
+                    dict(data.get("base", {})), variants, stack)
 
 
 def run_scenario(
@@ -129,15 +138,19 @@ def run_scenario(
     cluster: ClusterSpec | None = None,
     costs: CostModel | None = None,
     overrides: dict[str, Any] | None = None,
+    stack: StackProfile | str | None = None,
 ) -> list[Prediction]:
     """Predict every variant of ``scenario`` (model and cluster from the scenario unless given).
 
-    ``overrides`` are plan fields applied on top of every variant (the command line's plan flags).
+    ``overrides`` are plan fields applied on top of every variant (the command line's plan flags);
+    ``stack`` (a profile, name or file) overrides the scenario's own ``stack``.
     Each prediction carries the variant's measured number and source.
     """
     from sim.catalog import load_cluster, load_model
     from sim.predict import predict
+    from sim.stacks import load_stack
 
+    profile = load_stack(stack if stack is not None else (scenario.stack or None))
     model = model or load_model(scenario.model)
     cluster = cluster or load_cluster(scenario.cluster, n_gpus=scenario.gpus)
     predictions = []
@@ -145,7 +158,7 @@ def run_scenario(
         fields = {**scenario.base, **variant.plan, **(overrides or {})}
         plan = plan_from_mapping(derive_plan_fields(fields, cluster.n_gpus),
                                  f"scenario {scenario.name!r} variant {variant.name!r}")
-        prediction = predict(model, cluster, plan, costs, name=variant.name)
+        prediction = predict(model, cluster, plan, costs, name=variant.name, stack=profile)
         prediction.measured_tokens_per_s_per_gpu = variant.measured_tokens_per_s_per_gpu
         prediction.source = variant.source
         predictions.append(prediction)

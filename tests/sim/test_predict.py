@@ -35,11 +35,23 @@ def test_seed_scenario_within_published_bounds(seed_preds):
     assert base.tokens_per_s_per_gpu == pytest.approx(651, rel=0.01)  # the fitted baseline
     assert deepep.tokens_per_s_per_gpu == pytest.approx(859, rel=0.10)
     assert mx.tokens_per_s_per_gpu == pytest.approx(918, rel=0.10)
-    assert abs(deepep.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu - 1.32) < 0.05
-    # Known gap (reported): the MXFP8+DeepEP speedup comes out 1.36 against the measured 1.41 (5.4 points).
-    assert abs(mx.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu - 1.41) < 0.06
     assert base.tokens_per_s_per_gpu < mx_nccl.tokens_per_s_per_gpu < deepep.tokens_per_s_per_gpu
     assert all(p.fits_in_memory for p in seed_preds)
+
+
+def test_seed_deepep_speedup_within_five_points(seed_preds):
+    base, deepep, _, _ = seed_preds
+    assert abs(deepep.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu - 1.32) < 0.05
+
+
+# KNOWN GAP (issue 7 item 3): with literal round-robin routing the MXFP8+DeepEP speedup comes out +35.9%
+# against the measured +41% (5.1 points). Not communication: the model's MXFP8 saving is 5.7 s of the
+# 9.8 s per step measured, the same with NCCL, so the MXFP8 grouped-GEMM costs (derived from TorchAO's
+# B200 microbenchmarks) under-predict the in-training gain. Strict: the marker must go when it passes.
+@pytest.mark.xfail(strict=True, reason="MXFP8 saving under-predicted (5.7 s of 9.8 s per step)")
+def test_seed_mxfp8_speedup_within_five_points(seed_preds):
+    base, _, mx, _ = seed_preds
+    assert abs(mx.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu - 1.41) < 0.05
 
 
 def test_breakdown_sums_to_step(seed_preds):
@@ -49,29 +61,31 @@ def test_breakdown_sums_to_step(seed_preds):
 
 
 def test_stack_fit_reproduces_the_baseline():
-    """calibrate.stack_fit: the one fitted number (the torchtitan efficiency) reproduces 651 tok/s/GPU."""
-    from calibrate.stack_fit import fit_stack_efficiency, seed_baseline, with_efficiency
-    from sim.stacks import StackProfile
+    """calibrate.stack_fit: the one fitted number (torchtitan's sm100 efficiency) is the stored one and
+    reproduces 651 tok/s/GPU."""
+    from calibrate.stack_fit import fit_seed, seed_baseline
+    from sim.stacks import load_stack
 
     model, cluster, plan, measured = seed_baseline()
-    x = fit_stack_efficiency(model, cluster, plan, measured, tol=1e-4)
-    assert 0.3 < x < 0.7
-    costs = default_costs(cluster.gpu).with_stack(compute_scale=1.0)
-    p = predict(model, cluster, plan, costs, stack=with_efficiency(StackProfile(), x))
+    x = fit_seed(tol=1e-4)
+    stored = load_stack("torchtitan").eff(cluster.gpu.arch, "grouped_gemm")
+    assert x == pytest.approx(stored, abs=2e-4)
+    p = predict(model, cluster, plan, stack=load_stack("torchtitan"))
     assert p.tokens_per_s_per_gpu == pytest.approx(measured, rel=1e-3)
 
 
 def test_ep_overlap_hides_most_of_the_all_to_all():
     """Must show 3: --ep-overlap (Megatron combined 1F1B) on a B200 EP32 DeepEP interleaved plan exposes at
-    most 40% of the all-to-all seconds it exposes without."""
+    most 40% of the all-to-all seconds it exposes without. The seed's plan and TorchTitan's kernel rates,
+    with the combined-1F1B overlap switched on (TorchTitan itself has no such schedule)."""
     import dataclasses
 
-    from sim.stacks import StackProfile
+    from sim.stacks import load_stack
 
     model, cluster = load_model("deepseek-v3-671b"), load_cluster("hgx-b200", n_gpus=256)
     plan = ParallelPlan(tp=2, pp=2, pp_schedule="interleaved-1f1b", vpp=2, ep=32, dp_shard=64, seq_len=8192,
                         global_batch=4096, ac="selective", ep_backend="deepep")
-    stack = StackProfile(name="megatron-like", ep_overlap_available=True)
+    stack = dataclasses.replace(load_stack("torchtitan"), name="torchtitan+ep-overlap", ep_overlap_available=True)
     off = predict(model, cluster, plan, stack=stack)
     on = predict(model, cluster, dataclasses.replace(plan, ep_overlap=True), stack=stack)
     assert on.breakdown["comm.a2a"] <= 0.40 * off.breakdown["comm.a2a"]
@@ -152,7 +166,7 @@ def test_calibration_roundtrip_and_version(tmp_path):
     with pytest.raises(ConfigError, match="version"):
         CostModel.from_dict(bad)
     f = tmp_path / "calibration.json"
-    f.write_text(costs.with_stack(compute_scale=0.9).to_json())
+    f.write_text(costs.to_json())
     assert main(["--model", "debug", "--gpus", "8", "--ep", "4", "--calibration", str(f)]) == 0
 
 

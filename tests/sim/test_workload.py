@@ -1,5 +1,7 @@
 """The workload's per-op FLOPs agree with sim.accounting; names come from the shared vocabulary."""
 
+import dataclasses
+
 import pytest
 
 from sim.accounting import exact_flops_per_token
@@ -62,3 +64,92 @@ def test_chunks_match_accounting_split():
     plan = ParallelPlan(pp=2, vpp=2, pp_schedule="interleaved-1f1b", global_batch=8)
     chunks = chunk_layers(model, plan)
     assert [len(c) for c in chunks] == [16, 15, 15, 15]
+
+
+# --- ops per stack ------------------------------------------------------------------------------------
+
+from sim import ops  # noqa: E402
+from sim.stacks import load_stack  # noqa: E402
+
+_EP_PLAN = dict(ep=4, dp_shard=4, global_batch=4, seq_len=256)
+
+
+def _names(wl: Workload, kind: str = "moe", phase: str = "fwd") -> list[str]:
+    return [op.name for op in wl.layer_ops(kind, phase)]
+
+
+@pytest.mark.parametrize("stack", ["torchtitan", "megatron"])
+def test_deepep_reads_tokens_in_place(stack):
+    model = load_model("debug")
+    nccl = Workload(model, ParallelPlan(**_EP_PLAN, ep_backend="nccl"), load_stack(stack))
+    deep = Workload(model, ParallelPlan(**_EP_PLAN, ep_backend="deepep"), load_stack(stack))
+    # NCCL: sender sort + receiver sort; DeepEP: the receiver's only (torchtitan deepep.py, Megatron flex).
+    assert _names(nccl).count(ops.MOE_PERMUTE) == 2 and _names(deep).count(ops.MOE_PERMUTE) == 1
+    assert _names(nccl).count(ops.MOE_UNPERMUTE) == 2 and _names(deep).count(ops.MOE_UNPERMUTE) == 1
+    d = ParallelPlan(**_EP_PLAN).seq_len * model.top_k * model.dim * 2
+    sender = [op for op in nccl.layer_ops("moe", "fwd") if op.name == ops.MOE_PERMUTE][0]
+    assert sender.nbytes == 2 * d and not sender.load_scaled
+
+
+def test_torchao_quantises_per_call_and_te_once_per_step():
+    model = load_model("debug")
+    plan = ParallelPlan(**_EP_PLAN, precision="mxfp8")
+    tt, mc = Workload(model, plan, load_stack("torchtitan")), Workload(model, plan, load_stack("megatron"))
+    weight = model.n_routed_experts // 4 * model.moe_inter_dim * model.dim
+    tt_quant = [op for op in tt.layer_ops("moe", "fwd") if op.kind == "quant"]
+    assert any(op.elems == weight for op in tt_quant)  # B quantised in the forward call
+    assert {op.kind for op in tt.layer_ops("moe", "fwd") if op.name == ops.MOE_QUANTIZE} == {"quant", "rearrange"}
+    assert tt.step_ops() == []
+    # TE: no quantize or rearrange kernel in the layer (fused into producers), weights once per step.
+    assert not [op for op in mc.layer_ops("moe", "fwd") if op.kind in ("quant", "rearrange")]
+    assert not [op for op in mc.layer_ops("moe", "bwd") if op.kind == "rearrange"]
+    (step,) = mc.step_ops()
+    assert step.kind == "quant" and step.elems > 0
+    # The fused producer writes the FP8 row- and column-wise copies of the expert input: 2 x (1 + 1/32) B.
+    rows = mc.expert_rows
+    fused = [op for op in mc.layer_ops("moe", "fwd") if op.name == ops.MOE_QUANTIZE and op.kind == "mem"]
+    assert fused[0].nbytes == pytest.approx(2 * rows * model.dim * (1 + 1 / 32))
+
+
+def test_te_keeps_the_forward_fp8_input_for_wgrad():
+    model = load_model("debug")
+    plan = ParallelPlan(**_EP_PLAN, precision="mxfp8")
+    tt, mc = Workload(model, plan, load_stack("torchtitan")), Workload(model, plan, load_stack("megatron"))
+    tt_b = sum(op.elems for op in tt.layer_ops("moe", "bwd") if op.kind == "quant" and op.load_scaled)
+    mc_b = sum(op.elems for op in mc.layer_ops("moe", "bwd") if op.kind == "quant")
+    rows, d, f = tt.expert_rows, model.dim, model.moe_inter_dim
+    # TorchAO re-quantises grad_out twice and the saved input once per expert GEMM; TE nothing separately.
+    assert tt_b == pytest.approx(2 * (2 * rows * f + rows * d) + (2 * rows * d + rows * f))
+    assert mc_b == 0
+
+
+def test_megatron_recomputes_its_modules_only():
+    model = load_model("deepseek-v3-16b")
+    stack = load_stack("megatron")
+    wl = Workload(model, ParallelPlan(ep=8, dp_shard=8, global_batch=8, seq_len=1024, ac="selective"), stack)
+    rec = wl.layer_ops("moe", "recompute")
+    assert rec and {op.module for op in rec} <= {"mla_up_proj", "moe_act"}
+    assert not [op for op in rec if op.kind in ("comm", "grouped_gemm", "attn", "host_sync")]
+    assert {op.kind for op in rec} == {"gemm", "mem"}  # the q/kv up-projections and the SwiGLUs
+    dense = wl.layer_ops("dense", "recompute")
+    assert {op.module for op in dense} == {"mla_up_proj", "mlp"}
+    full_moe = Workload(model, ParallelPlan(ep=8, dp_shard=8, global_batch=8, seq_len=1024, ac="selective"),
+                        dataclasses.replace(stack, recompute_modules=("moe",)))
+    assert [op for op in full_moe.layer_ops("moe", "recompute") if op.name == ops.MOE_DISPATCH]
+
+
+def test_fp8_current_runs_every_linear_in_fp8():
+    wl = Workload(load_model("debug"), ParallelPlan(**_EP_PLAN, precision="fp8-current"), load_stack("megatron"))
+    assert wl.linear_dtype == wl.expert_dtype == "fp8"
+    assert {op.dtype for op in wl.layer_ops("moe", "fwd") if op.kind in ("gemm", "grouped_gemm")} == {"fp8", "bf16"}
+
+
+def test_plan_recompute_modules_override_the_stack():
+    model = load_model("deepseek-v3-16b")
+    base = dict(ep=8, dp_shard=8, global_batch=8, seq_len=1024, ac="selective")
+    own = Workload(model, ParallelPlan(**base), load_stack("megatron"))
+    only_act = Workload(model, ParallelPlan(**base, recompute_modules="moe_act"), load_stack("megatron"))
+    assert {op.module for op in only_act.layer_ops("moe", "recompute")} == {"moe_act"}
+    assert len(only_act.layer_ops("moe", "recompute")) < len(own.layer_ops("moe", "recompute"))
+    with pytest.raises(Exception, match="recompute_modules must be one of"):
+        ParallelPlan(**base, recompute_modules="attn")
