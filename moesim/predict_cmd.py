@@ -18,7 +18,6 @@ import argparse
 import dataclasses
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from sim.catalog import load_cluster, load_model
@@ -42,7 +41,8 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--gpus", type=int, help="number of GPUs")
     g.add_argument("--cluster", default=None, help="cluster template or TOML (default: hgx-<gpu>)")
     g.add_argument("--nic-gbps", type=float, help="per-NIC line rate in Gb/s (overrides the cluster's)")
-    g.add_argument("--calibration", help="calibration.json (a serialised CostModel) instead of the defaults")
+    g.add_argument("--calibration", help="calibration file (moesim calibrate fit/run) or bundled name, e.g. "
+                   "h800-deepseek-trace, instead of the defaults")
     p = parser.add_argument_group("parallel plan (ParallelPlan fields)")
     for name in _PLAN_INTS:
         p.add_argument("--" + name.replace("_", "-"), type=int, dest=name)
@@ -75,15 +75,33 @@ def _plan_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _costs(args: argparse.Namespace, gpu: Any) -> Any:
-    from sim.costs import CostModel
-
+    """The cost model of ``--calibration FILE`` (a :mod:`sim.calibration` file or bundled name) for ``gpu``."""
     if getattr(args, "calibration", None):
-        try:
-            text = Path(args.calibration).read_text(encoding="utf-8")
-        except OSError as err:
-            raise ConfigError(f"{args.calibration}: {err.strerror}") from None
-        return CostModel.from_json(text)
+        from sim.calibration import load_calibration, to_cost_model
+
+        cal = load_calibration(args.calibration)
+        args.calibration_summary = cal.summary()
+        args.calibration_sd = _calibration_sd(cal)
+        return to_cost_model(cal, gpu)
     return None
+
+
+def _calibration_sd(cal: Any) -> float:
+    from sim.uncertainty import calibration_sd
+
+    return calibration_sd(cal.tables.get("residuals", {}))
+
+
+def _intervals(preds: list[Any], args: argparse.Namespace) -> list[Any]:
+    """p10-p90 tokens/s per GPU of every prediction (sim.uncertainty): the torchtitan stack's validation
+    residuals on the measured runs (predicted with moesim's default costs) and the calibration's residuals."""
+    from sim.uncertainty import interval, measured_run_pairs, residuals_by_stack
+
+    pairs, _ = measured_run_pairs()
+    stack = "torchtitan"  # the stack `predict` simulates today (the engine helper adds --stack)
+    rs = residuals_by_stack(pairs).get(stack, [])
+    sd = getattr(args, "calibration_sd", 0.0)
+    return [interval(p.tokens_per_s_per_gpu, rs, calibration_sd=sd, stack=stack) for p in preds]
 
 
 def _run(args: argparse.Namespace) -> tuple[list[Any], str]:
@@ -143,10 +161,23 @@ def run_predict(args: argparse.Namespace) -> int:
     except OSError as err:
         print(f"moesim predict: error: {err}", file=sys.stderr)
         return 2
+    try:
+        ivs = _intervals(preds, args)
+    except MoesimError as err:
+        print(f"moesim predict: error: {err}", file=sys.stderr)
+        return 2
+    cal = getattr(args, "calibration_summary", None)
     if getattr(args, "json", False):
-        print(json.dumps({"predictions": [p.to_dict() for p in preds]}, indent=2))
+        print(json.dumps({"calibration": cal, "predictions": [{**p.to_dict(), "interval": iv.to_dict()}
+                                                              for p, iv in zip(preds, ivs)]}, indent=2))
     else:
         print(format_table(preds, title))
+        print(f"calibration: {cal['name']} ({cal['path']}; {cal['gpu']}, {cal['method']}; sources: "
+              f"{'; '.join(cal['sources'])})" if cal else "calibration: moesim defaults (datasheets and published "
+              "microbenchmarks, sim.costs)")
+        for p, iv in zip(preds, ivs):
+            print(f"  {p.name[:30]:<30} p10-p90 tokens/s/GPU {iv.p10:8.1f} - {iv.p90:8.1f} (p50 {iv.p50:.1f}; "
+                  f"stack {iv.stack}, {iv.n_runs} measured runs)")
     return 0
 
 

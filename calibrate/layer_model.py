@@ -1,0 +1,108 @@
+"""The simulator's time for one reference-layer step (forward + backward of one MoE decoder layer).
+
+Ops come from :class:`sim.workload.Workload` (the simulator's own op graph for the layer); compute ops
+are timed by :meth:`sim.costs.CostModel.op_seconds` on the calibration's device; the EP all-to-alls by
+the calibration's fitted all-to-all latency and bandwidth for the world size; a blocking host copy by
+``host_sync_s``. Every op also pays the calibration's ``launch_overhead_s`` (on a CPU: the framework's
+per-op overhead). Measured CPU steps are per-rank CPU time (``time.process_time``), so ranks sharing the
+machine's cores do not slow each other's measured compute; with a wall-clock measurement pass ``cores`` and
+compute slows by ``ranks * threads / cores`` when above 1.
+
+:func:`fit_overhead` fits that per-op overhead on calibration runs; ``moesim validate-reference`` then
+predicts runs the fit never saw.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sim.calibration import Calibration, device_gpu_spec, to_cost_model
+from sim.costs import Curve
+from sim.errors import ConfigError
+from sim.specs import ModelSpec, ParallelPlan
+from sim.workload import Workload
+
+__all__ = ["LayerTime", "layer_time", "fit_overhead", "model_from_fields"]
+
+#: fp32 elements (the reference's CPU precision) are twice the BF16 bytes the workload counts.
+FP32_OVER_BF16 = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerTime:
+    compute_s: float
+    comm_s: float
+    n_ops: int
+    overhead_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.comm_s + self.n_ops * self.overhead_s
+
+
+def model_from_fields(fields: Mapping[str, Any], name: str = "case") -> ModelSpec:
+    from sim.loaders import model_from_mapping
+
+    return model_from_mapping(dict(fields), name)
+
+
+def _a2a_seconds(cal: Calibration, world: int, nbytes: float) -> float:
+    rates = cal.tables.get("comm_rates", {})
+    row = rates.get(f"gloo.all_to_all.w{world}")
+    if row is None:
+        known = sorted(int(k.rsplit("w", 1)[1]) for k in rates if k.startswith("gloo.all_to_all.w"))
+        if not known:
+            raise ConfigError(f"calibration {cal.name}: no all-to-all rates (comm_rates.gloo.all_to_all.w*)")
+        row = rates[f"gloo.all_to_all.w{min(known, key=lambda w: abs(w - world))}"]
+    return float(row.get("overhead_s", 0.0)) + nbytes / float(row["bytes_per_s"])
+
+
+def layer_time(cal: Calibration, model: ModelSpec, tokens: int, ep: int, *, cores: int | None = None,
+               threads: int = 1, overhead_s: float | None = None) -> LayerTime:
+    """Simulated seconds of one reference step of ``model``'s MoE layer at ``tokens`` per rank over ``ep`` ranks."""
+    gpu = device_gpu_spec(cal)
+    costs = to_cost_model(cal, gpu)
+    costs = dataclasses.replace(costs, stack=dataclasses.replace(costs.stack, kernel_overhead_s=0.0))
+    seq = min(tokens, 4096)
+    plan = ParallelPlan(ep=ep, dp_shard=ep, seq_len=seq, micro_batch=max(1, tokens // seq),
+                        global_batch=max(1, tokens // seq) * ep, ac="none", precision="bf16", ep_backend="nccl")
+    wl = Workload(model, plan)
+    ops = wl.layer_ops("moe", "fwd") + wl.layer_ops("moe", "bwd")
+    share = max(1.0, ep * threads / cores) if cores else 1.0
+    # attention by its fitted curve vs FLOPs where the calibration has one (CostModel's is one number)
+    attn_curves = {k: Curve(tuple(c["sizes"]), tuple(c["values"])) for k, c in cal.tables.get("attn_eff", {}).items()}
+    compute = comm = 0.0
+    for op in ops:
+        if op.kind == "comm":
+            nbytes = op.nbytes * FP32_OVER_BF16 if op.coll != "a2a.counts" else op.nbytes
+            comm += _a2a_seconds(cal, ep, nbytes)
+        elif op.kind == "host_sync":
+            comm += float(cal.tables.get("host_sync_s", 0.0))
+        elif op.kind == "attn" and attn_curves.get("bwd" if op.backward else "fwd"):
+            curve = attn_curves["bwd" if op.backward else "fwd"]
+            compute += op.flops / (gpu.bf16_flops * curve(op.flops)) * share
+        else:
+            compute += costs.op_seconds(op, gpu) * share
+    oh = float(cal.tables.get("launch_overhead_s", 0.0)) if overhead_s is None else overhead_s
+    return LayerTime(compute, comm, len(ops), oh * share)
+
+
+def fit_overhead(cal: Calibration, runs: Sequence[Mapping[str, Any]], *, cores: int | None = None,
+                 threads: int = 1) -> tuple[float,
+                                                                                                         list[float]]:
+    """The per-op overhead (seconds, before core sharing) that makes :func:`layer_time` match ``runs``
+    (median over runs), and each run's relative error with it."""
+    per_run = []
+    parts = []
+    for r in runs:
+        model = model_from_fields(r["model"], r["case"])
+        lt = layer_time(cal, model, int(r["tokens"]), int(r["ep"]), cores=cores, threads=threads, overhead_s=0.0)
+        share = max(1.0, int(r["ep"]) * threads / cores) if cores else 1.0
+        per_run.append(max(0.0, (float(r["measured_s"]) - lt.compute_s - lt.comm_s) / (lt.n_ops * share)))
+        parts.append((lt, share, float(r["measured_s"])))
+    overhead = statistics.median(per_run)
+    errors = [(lt.compute_s + lt.comm_s + lt.n_ops * overhead * share) / m - 1 for lt, share, m in parts]
+    return overhead, errors
