@@ -138,7 +138,7 @@ def fit_sm_sharing(samples: Sequence[Sample]) -> dict[str, float]:
     for s in samples:
         if s.kind in COMPUTE_KINDS and s.seconds > 0:
             groups[(s.op, s.phase, round(math.log10(max(s.size, 1.0)), 2))].append(s)
-    xs, ys = [], []
+    xs, ys, overlaps = [], [], []
     for group in groups.values():
         if len(group) < 2:
             continue
@@ -147,11 +147,15 @@ def fit_sm_sharing(samples: Sequence[Sample]) -> dict[str, float]:
         for g in group:
             xs.append(g.overlap - mo)
             ys.append(g.seconds / mt - 1.0)
+            overlaps.append(mo)
     sxx = sum(x * x for x in xs)
     if len(xs) < 3 or sxx < 1e-6:
         return {"fitted_slowdown": 0.0, "samples": float(len(xs))}
     slope = sum(x * y for x, y in zip(xs, ys)) / sxx
-    return {"fitted_slowdown": round(slope, 4), "samples": float(len(xs))}
+    # seconds / mean = (1 + s f) / (1 + s mean_f): the pooled slope is s / (1 + s mean_f)
+    mean_f = statistics.fmean(overlaps)
+    s = slope / (1.0 - slope * mean_f) if slope * mean_f < 1 else slope
+    return {"fitted_slowdown": round(s, 4), "samples": float(len(xs))}
 
 
 def _peak(gpu: Any, dtype: str) -> float:

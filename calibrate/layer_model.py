@@ -91,18 +91,31 @@ def layer_time(cal: Calibration, model: ModelSpec, tokens: int, ep: int, *, core
 
 
 def fit_overhead(cal: Calibration, runs: Sequence[Mapping[str, Any]], *, cores: int | None = None,
-                 threads: int = 1) -> tuple[float,
-                                                                                                         list[float]]:
-    """The per-op overhead (seconds, before core sharing) that makes :func:`layer_time` match ``runs``
-    (median over runs), and each run's relative error with it."""
-    per_run = []
+                 threads: int = 1) -> tuple[float, float, list[float]]:
+    """Fit the host-side costs on calibration runs: the per-op overhead (median over the single-rank runs)
+    and then the EP path's host cost per blocking host sync (``host_sync_s``: split sizes, blocking copy;
+    median over the EP > 1 runs). Returns (overhead_s, host_sync_s, each run's relative error)."""
     parts = []
     for r in runs:
         model = model_from_fields(r["model"], r["case"])
         lt = layer_time(cal, model, int(r["tokens"]), int(r["ep"]), cores=cores, threads=threads, overhead_s=0.0)
         share = max(1.0, int(r["ep"]) * threads / cores) if cores else 1.0
-        per_run.append(max(0.0, (float(r["measured_s"]) - lt.compute_s - lt.comm_s) / (lt.n_ops * share)))
-        parts.append((lt, share, float(r["measured_s"])))
-    overhead = statistics.median(per_run)
-    errors = [(lt.compute_s + lt.comm_s + lt.n_ops * overhead * share) / m - 1 for lt, share, m in parts]
-    return overhead, errors
+        syncs = _host_syncs(model, int(r["tokens"]), int(r["ep"]))
+        parts.append((lt, share, syncs, float(r["measured_s"]), int(r["ep"])))
+    single = [p for p in parts if p[4] == 1] or parts
+    overhead = statistics.median(max(0.0, (m - lt.compute_s - lt.comm_s) / (lt.n_ops * share))
+                                 for lt, share, _, m, _ in single)
+    multi = [p for p in parts if p[4] > 1 and p[2] > 0]
+    host = statistics.median(max(0.0, (m - lt.compute_s - lt.comm_s - lt.n_ops * overhead * share) / syncs)
+                             for lt, share, syncs, m, _ in multi) if multi else 0.0
+    errors = [(lt.compute_s + lt.comm_s + lt.n_ops * overhead * share + syncs * host) / m - 1
+              for lt, share, syncs, m, _ in parts]
+    return overhead, host, errors
+
+
+def _host_syncs(model: ModelSpec, tokens: int, ep: int) -> int:
+    seq = min(tokens, 4096)
+    plan = ParallelPlan(ep=ep, dp_shard=ep, seq_len=seq, micro_batch=max(1, tokens // seq),
+                        global_batch=max(1, tokens // seq) * ep, ac="none", precision="bf16", ep_backend="nccl")
+    wl = Workload(model, plan)
+    return sum(op.kind == "host_sync" for op in wl.layer_ops("moe", "fwd") + wl.layer_ops("moe", "bwd"))

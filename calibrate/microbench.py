@@ -59,7 +59,8 @@ class RefCase:
 #: Runs the CPU calibration fits its framework overhead to (validate-reference holds out others).
 #: Small token counts on purpose: there the step is mostly per-op framework overhead, which is what these
 #: runs fit (compute comes from the microbenchmarks); one EP2 run includes the all-to-all path.
-CALIBRATION_CASES = (RefCase("cal-T64-ep1", 64), RefCase("cal-T128-ep1", 128), RefCase("cal-T128-ep2", 128, ep=2))
+CALIBRATION_CASES = (RefCase("cal-T64-ep1", 64), RefCase("cal-T128-ep1", 128), RefCase("cal-T128-ep2", 128, ep=2),
+                     RefCase("cal-T64-ep2", 64, ep=2))
 
 _DEBUG = {"n_layers": 4, "n_dense_layers": 1, "dim": 256, "n_heads": 4, "vocab_size": 1024, "dense_inter_dim": 512,
           "attention": "mla", "q_lora_rank": 64, "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 32,
@@ -298,11 +299,15 @@ def fit_profile(profile_path: str | Path, out: str | Path, *, name: str | None =
     runs = [r for r in prof.get("reference_runs", []) if r.get("ok")]
     if runs:
         cal = parse_calibration(json.dumps(doc), "profile fit")
-        overhead, errors = fit_overhead(cal, runs, threads=int(prof.get("threads_per_rank", 1)))
+        overhead, host, errors = fit_overhead(cal, runs, threads=int(prof.get("threads_per_rank", 1)))
         doc["launch_overhead_s"] = float(f"{overhead:.6g}")
+        doc["host_sync_s"] = float(f"{host:.6g}")
+        doc["sources"]["host_sync_s"] = ("fitted: the EP path's host-side cost per blocking host sync (split sizes "
+                                         "exchange and copy) on the EP > 1 calibration runs, after the per-op overhead")
         doc["residuals"]["launch_overhead_s"] = residual_stats(errors)
         doc["sources"]["launch_overhead_s"] = ("fitted: framework overhead per simulated op so the layer model "
-                                               "matches the calibration runs " + ", ".join(r["case"] for r in runs))
+                                               "matches the single-rank calibration runs (" + ", ".join(
+                                                   r["case"] for r in runs) + ")")
     text = json.dumps(doc, indent=1, allow_nan=False)
     parse_calibration(text, str(out))
     write_atomic(out, text + "\n")

@@ -103,7 +103,7 @@ def load_trace(path: str | Path) -> list[Mapping[str, Any]]:
         raise ConfigError(f"{path}: is a directory, not a trace file") from None
     except RecursionError:
         raise ConfigError(f"{path}: not a readable JSON trace: nested too deeply") from None
-    except (EOFError, zlib.error) as err:
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
         raise ConfigError(f"{path}: truncated or corrupt gzip: {err or type(err).__name__}") from None
     except (ValueError, UnicodeDecodeError, OSError) as err:
         raise ConfigError(f"{path}: not a readable JSON trace: {err}") from None

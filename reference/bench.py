@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import socket
 import sys
 import time
@@ -200,7 +201,18 @@ def bench_a2a(quick: bool, interference: bool = False) -> list[dict[str, Any]]:
         procs = [ctx.Process(target=_a2a_worker, args=(r, world, port, quick, interference, q)) for r in range(world)]
         for p in procs:
             p.start()
-        rows = q.get(timeout=300)
+        rows = None
+        deadline = time.monotonic() + 300
+        while rows is None:
+            try:
+                rows = q.get(timeout=1.0)
+            except queue.Empty:
+                failed = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                if failed or time.monotonic() > deadline:
+                    for p in procs:
+                        p.kill()
+                    raise RuntimeError(f"all_to_all benchmark at world size {world}: "
+                                       + (f"a rank exited with {failed[0]}" if failed else "timed out")) from None
         for p in procs:
             p.join(timeout=60)
         out.extend(rows)
