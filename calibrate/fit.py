@@ -154,8 +154,8 @@ def fit_sm_sharing(samples: Sequence[Sample]) -> dict[str, float]:
     slope = sum(x * y for x, y in zip(xs, ys)) / sxx
     # seconds / mean = (1 + s f) / (1 + s mean_f): the pooled slope is s / (1 + s mean_f)
     mean_f = statistics.fmean(overlaps)
-    s = slope / (1.0 - slope * mean_f) if slope * mean_f < 1 else slope
-    return {"fitted_slowdown": round(s, 4), "samples": float(len(xs))}
+    slow = slope / (1.0 - slope * mean_f) if slope * mean_f < 1 else slope
+    return {"fitted_slowdown": round(slow, 4), "samples": float(len(xs))}
 
 
 def _peak(gpu: Any, dtype: str) -> float:

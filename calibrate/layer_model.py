@@ -33,10 +33,15 @@ FP32_OVER_BF16 = 2.0
 
 @dataclasses.dataclass(frozen=True)
 class LayerTime:
+    """Parts of one simulated step: compute (GEMMs, attention; ``mem_s`` memory-bound ops included),
+    communication and host syncs (``comm_s``), and ``n_ops`` times the per-op overhead."""
+
     compute_s: float
     comm_s: float
     n_ops: int
     overhead_s: float
+    mem_s: float = 0.0
+    host_syncs: int = 0
 
     @property
     def total_s(self) -> float:
@@ -74,48 +79,62 @@ def layer_time(cal: Calibration, model: ModelSpec, tokens: int, ep: int, *, core
     share = max(1.0, ep * threads / cores) if cores else 1.0
     # attention by its fitted curve vs FLOPs where the calibration has one (CostModel's is one number)
     attn_curves = {k: Curve(tuple(c["sizes"]), tuple(c["values"])) for k, c in cal.tables.get("attn_eff", {}).items()}
-    compute = comm = 0.0
+    compute = comm = mem = 0.0
+    syncs = 0
     for op in ops:
-        if op.kind == "comm":
+        if op.kind in ("mem", "quant", "rearrange"):
+            t = costs.op_seconds(op, gpu) * share
+            mem += t
+            compute += t
+        elif op.kind == "comm":
             nbytes = op.nbytes * FP32_OVER_BF16 if op.coll != "a2a.counts" else op.nbytes
             comm += _a2a_seconds(cal, ep, nbytes)
         elif op.kind == "host_sync":
             comm += float(cal.tables.get("host_sync_s", 0.0))
+            syncs += 1
         elif op.kind == "attn" and attn_curves.get("bwd" if op.backward else "fwd"):
             curve = attn_curves["bwd" if op.backward else "fwd"]
             compute += op.flops / (gpu.bf16_flops * curve(op.flops)) * share
         else:
             compute += costs.op_seconds(op, gpu) * share
     oh = float(cal.tables.get("launch_overhead_s", 0.0)) if overhead_s is None else overhead_s
-    return LayerTime(compute, comm, len(ops), oh * share)
+    return LayerTime(compute, comm, len(ops), oh * share, mem, syncs)
 
 
 def fit_overhead(cal: Calibration, runs: Sequence[Mapping[str, Any]], *, cores: int | None = None,
-                 threads: int = 1) -> tuple[float, float, list[float]]:
-    """Fit the host-side costs on calibration runs: the per-op overhead (median over the single-rank runs)
-    and then the EP path's host cost per blocking host sync (``host_sync_s``: split sizes, blocking copy;
-    median over the EP > 1 runs). Returns (overhead_s, host_sync_s, each run's relative error)."""
+                 threads: int = 1) -> tuple[float, float, float, list[float]]:
+    """Fit the host and memory-bound costs the microbenchmarks cannot see, on calibration runs.
+
+    Single-rank runs: ``measured - gemm/attention time = n_ops * overhead + mem_s * k`` by least squares
+    (``overhead``: the framework's per-op cost; ``k``: how much slower the layer's memory-bound ops run than
+    the streaming microbenchmark, so ``mem_bw_eff = calibration mem_bw_eff / k``). EP > 1 runs then give the
+    EP path's host cost per blocking host sync (``host_sync_s``, median). Returns (overhead_s, k,
+    host_sync_s, each run's relative error)."""
     parts = []
     for r in runs:
         model = model_from_fields(r["model"], r["case"])
         lt = layer_time(cal, model, int(r["tokens"]), int(r["ep"]), cores=cores, threads=threads, overhead_s=0.0)
         share = max(1.0, int(r["ep"]) * threads / cores) if cores else 1.0
-        syncs = _host_syncs(model, int(r["tokens"]), int(r["ep"]))
-        parts.append((lt, share, syncs, float(r["measured_s"]), int(r["ep"])))
-    single = [p for p in parts if p[4] == 1] or parts
-    overhead = statistics.median(max(0.0, (m - lt.compute_s - lt.comm_s) / (lt.n_ops * share))
-                                 for lt, share, _, m, _ in single)
-    multi = [p for p in parts if p[4] > 1 and p[2] > 0]
-    host = statistics.median(max(0.0, (m - lt.compute_s - lt.comm_s - lt.n_ops * overhead * share) / syncs)
-                             for lt, share, syncs, m, _ in multi) if multi else 0.0
-    errors = [(lt.compute_s + lt.comm_s + lt.n_ops * overhead * share + syncs * host) / m - 1
-              for lt, share, syncs, m, _ in parts]
-    return overhead, host, errors
+        parts.append((lt, share, float(r["measured_s"]), int(r["ep"])))
+    single = [p for p in parts if p[3] == 1] or parts
+    # least squares y = a * x1 + b * x2 with a, b >= 0 (2x2 normal equations; fall back to one term)
+    x1 = [lt.n_ops * share for lt, share, _, _ in single]
+    x2 = [lt.mem_s for lt, _, _, _ in single]
+    y = [m - (lt.compute_s - lt.mem_s) - lt.comm_s for lt, _, m, _ in single]
+    s11, s22, s12 = sum(a * a for a in x1), sum(b * b for b in x2), sum(a * b for a, b in zip(x1, x2))
+    s1y, s2y = sum(a * c for a, c in zip(x1, y)), sum(b * c for b, c in zip(x2, y))
+    det = s11 * s22 - s12 * s12
+    a, b = ((s1y * s22 - s2y * s12) / det, (s2y * s11 - s1y * s12) / det) if det > 1e-30 else (s1y / s11, 0.0)
+    if b < 1.0 or a < 0:  # memory-bound ops no faster than the microbenchmark; overhead non-negative
+        b = max(b, 1.0)
+        a = max(0.0, sum(xa * (c - b * xb) for xa, xb, c in zip(x1, x2, y)) / s11)
+    overhead, k = a, b
 
+    def total(lt: LayerTime, share: float, host: float) -> float:
+        return (lt.compute_s - lt.mem_s) + lt.mem_s * k + lt.comm_s + lt.n_ops * overhead * share + lt.host_syncs * host
 
-def _host_syncs(model: ModelSpec, tokens: int, ep: int) -> int:
-    seq = min(tokens, 4096)
-    plan = ParallelPlan(ep=ep, dp_shard=ep, seq_len=seq, micro_batch=max(1, tokens // seq),
-                        global_batch=max(1, tokens // seq) * ep, ac="none", precision="bf16", ep_backend="nccl")
-    wl = Workload(model, plan)
-    return sum(op.kind == "host_sync" for op in wl.layer_ops("moe", "fwd") + wl.layer_ops("moe", "bwd"))
+    multi = [p for p in parts if p[3] > 1 and p[0].host_syncs > 0]
+    host = statistics.median(max(0.0, (m - total(lt, share, 0.0)) / lt.host_syncs)
+                             for lt, share, m, _ in multi) if multi else 0.0
+    errors = [total(lt, share, host) / m - 1 for lt, share, m, _ in parts]
+    return overhead, k, host, errors

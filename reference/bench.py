@@ -138,11 +138,20 @@ def bench_quant(dev: torch.device, quick: bool) -> list[dict[str, Any]]:
         from torchao.prototype.mx_formats.mx_tensor import to_mx
     except ImportError as err:
         return [{"skipped": f"torchao MXFP8 quantize unavailable: {err}"}]
-    out = []
+    try:
+        from torchao.prototype.mx_formats.utils import to_blocked
+    except ImportError:
+        to_blocked = None
+    out: list[dict[str, Any]] = []
     for m, k in (((256, 256),) if quick else ((256, 256), (1024, 256), (1024, 1024))):
         x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
         s = timeit(lambda: to_mx(x, torch.float8_e4m3fn, 32), dev)
         out.append({"elems": m * k, "seconds": s, "emulated": dev.type != "cuda", "kernel": "torchao to_mx"})
+        if to_blocked is not None:  # the scale-rearrange (swizzle) kernel before a scaled GEMM
+            scales = torch.randint(0, 255, (m, k // 32), device=dev, dtype=torch.uint8)
+            s = timeit(lambda: to_blocked(scales), dev)
+            out.append({"elems": m * k, "seconds": s, "emulated": dev.type != "cuda",
+                        "kernel": "torchao to_blocked (scale rearrange)", "rearrange": True})
     return out
 
 
