@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from sim.catalog import load_cluster, load_model
@@ -79,11 +80,31 @@ def _costs(args: argparse.Namespace, gpu: Any) -> Any:
     if getattr(args, "calibration", None):
         from sim.calibration import load_calibration, to_cost_model
 
-        cal = load_calibration(args.calibration)
+        try:
+            cal = load_calibration(args.calibration)
+        except ConfigError as err:
+            if "a bare CostModel" not in str(err):
+                raise
+            costs = _legacy_costs(args.calibration)
+            args.calibration_summary = {"name": Path(args.calibration).stem, "path": str(args.calibration),
+                                        "gpu": costs.gpu, "device": None, "method": "version-1 CostModel file "
+                                        f"({costs.provenance})", "date": None, "git": None, "sources": []}
+            return costs
         args.calibration_summary = cal.summary()
         args.calibration_sd = _calibration_sd(cal)
         return to_cost_model(cal, gpu)
     return None
+
+
+def _legacy_costs(path: str) -> Any:
+    """A version-1 file (a serialised CostModel, ``CostModel.to_json``): still read, named as such."""
+    from sim.costs import CostModel
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return CostModel.from_json(handle.read())
+    except (AttributeError, TypeError, ValueError) as err:
+        raise ConfigError(f"{path}: malformed version-1 CostModel file: {err}") from None
 
 
 def _calibration_sd(cal: Any) -> float:
