@@ -188,9 +188,9 @@ def write_simulated_trace(comp: Comparison, path: str | Path, *, name: str = "si
 
 def summary_lines(comp: Comparison, rows: Sequence[OpRow] | None = None) -> list[str]:
     """A side-by-side table: op, measured ms, simulated ms, error; then the window."""
-    lines = [f"{'op':<34} {'kind':<12} {'measured ms':>12} {'simulated ms':>13} {'error':>8}"]
+    lines = [f"{'op':<44} {'kind':<12} {'measured ms':>12} {'simulated ms':>13} {'error':>8}"]
     for r in rows if rows is not None else comp.rows:
-        lines.append(f"{r.label[:34]:<34} {r.kind:<12} {r.measured_s * 1e3:>12.3f} {r.simulated_s * 1e3:>13.3f} "
+        lines.append(f"{r.label[:44]:<44} {r.kind:<12} {r.measured_s * 1e3:>12.3f} {r.simulated_s * 1e3:>13.3f} "
                      f"{r.error * 100:>+7.1f}%")
     lines.append(f"median |per-op error|: {comp.median_abs_error * 100:.1f}% over {len(comp.rows)} ops")
     lines.append(f"traced window: measured {comp.measured_window_s * 1e3:.2f} ms, simulated "
