@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,7 @@ from typing import Any
 from sim.errors import ConfigError
 from sim.ops import ALL_OPS
 
-__all__ = ["OpStats", "load_trace", "op_durations", "HOST_CATEGORY", "DEVICE_CATEGORY"]
+__all__ = ["OpStats", "load_trace", "load_document", "op_durations", "HOST_CATEGORY", "DEVICE_CATEGORY"]
 
 HOST_CATEGORY = "user_annotation"
 DEVICE_CATEGORY = "gpu_user_annotation"
@@ -48,22 +50,75 @@ class OpStats:
         return self.total_s / self.count
 
 
+def _reject_constant(token: str) -> float:
+    raise ValueError(f"{token} is not a number JSON allows")
+
+
+def _check_event(path: Path, index: int, event: Mapping[str, Any]) -> None:
+    name = event.get("name")
+    if "name" in event and not isinstance(name, str):
+        raise ConfigError(f"{path}: traceEvents[{index}].name must be a string, got {type(name).__name__} "
+                          f"{repr(name)[:40]}")
+    if event.get("ph") != "X":
+        return
+    for key in ("ts", "dur"):
+        value = event.get(key)
+        if value is None:
+            raise ConfigError(f"{path}: traceEvents[{index}] ({name!r}): missing {key}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ConfigError(f"{path}: traceEvents[{index}] ({name!r}): {key} must be a finite number, "
+                              f"got {repr(value)[:40]}")
+    if event["dur"] < 0:
+        raise ConfigError(f"{path}: traceEvents[{index}] ({name!r}): negative duration {event['dur']!r}")
+    args = event.get("args")
+    if args is not None and not isinstance(args, Mapping):
+        raise ConfigError(f"{path}: traceEvents[{index}] ({name!r}): args must be an object, got {repr(args)[:40]}")
+
+
+def load_document(path: str | Path) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
+    """The validated events of a trace file and its top-level metadata (``deviceProperties``,
+    ``distributedInfo``, ...: every key but ``traceEvents``; empty for a bare list)."""
+    events = load_trace(path)
+    return events, dict(_LAST_META.pop(str(Path(path)), {}))
+
+
+_LAST_META: dict[str, dict[str, Any]] = {}
+
+
 def load_trace(path: str | Path) -> list[Mapping[str, Any]]:
-    """The events of a Chrome/Kineto trace file (``.json`` or ``.json.gz``)."""
+    """The events of a Chrome/Kineto trace file (``.json`` or ``.json.gz``), validated.
+
+    Complete events (``ph == "X"``) must carry finite, non-negative ``ts``/``dur``; names must be strings.
+    Anything else raises :class:`~sim.errors.ConfigError` naming the event, the field and the value.
+    """
     path = Path(path)
     try:
         raw = path.read_bytes()
-        if path.suffix == ".gz":
+        if path.suffix == ".gz" or raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=_reject_constant)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such trace file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as err:
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a trace file") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not a readable JSON trace: nested too deeply") from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        raise ConfigError(f"{path}: truncated or corrupt gzip: {err or type(err).__name__}") from None
+    except (ValueError, UnicodeDecodeError, OSError) as err:
         raise ConfigError(f"{path}: not a readable JSON trace: {err}") from None
     events = data.get("traceEvents") if isinstance(data, Mapping) else data
     if not isinstance(events, list):
         raise ConfigError(f"{path}: expected a 'traceEvents' list or a list of events")
-    return [event for event in events if isinstance(event, Mapping)]
+    if isinstance(data, Mapping):
+        _LAST_META[str(path)] = {k: v for k, v in data.items() if k != "traceEvents"}
+    kept = []
+    for index, event in enumerate(events):
+        if not isinstance(event, Mapping):
+            raise ConfigError(f"{path}: traceEvents[{index}] must be an object, got {repr(event)[:40]}")
+        _check_event(path, index, event)
+        kept.append(event)
+    return kept
 
 
 def op_durations(events: Iterable[Mapping[str, Any]], names: Iterable[str] = ALL_OPS) -> dict[str, OpStats]:

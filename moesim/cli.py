@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from moesim import __version__
+from moesim.calibrate_cmd import add_calibrate_parser
+from moesim.validate_reference_cmd import add_validate_reference_parser
 from sim.accounting import (
     count_params,
     exact_flops_per_token,
@@ -180,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(handler=_cmd_show)
 
     _add_predict(subparsers)
+    add_calibrate_parser(subparsers)
+    add_validate_reference_parser(subparsers)
 
     reference = subparsers.add_parser("reference", help="run the PyTorch reference layer (python -m reference.run)",
                                       add_help=False)

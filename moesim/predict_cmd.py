@@ -45,7 +45,8 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--cluster", default=None, help="cluster template or TOML (default: the GPU's first template, "
                    "e.g. hgx-b200, gb200-nvl72)")
     g.add_argument("--nic-gbps", type=float, help="per-NIC line rate in Gb/s (overrides the cluster's)")
-    g.add_argument("--calibration", help="calibration.json (a serialised CostModel) instead of the defaults")
+    g.add_argument("--calibration", help="calibration file (moesim calibrate fit/run) or bundled name, e.g. "
+                   "h800-deepseek-trace, instead of the defaults")
     g.add_argument("--stack", help="framework stack profile: torchtitan | megatron | megatron-26.02 | deepseek | "
                    "a stack TOML (default: the scenario's, else torchtitan)")
     p = parser.add_argument_group("parallel plan (ParallelPlan fields)")
@@ -87,16 +88,65 @@ def _plan_fields(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _costs(args: argparse.Namespace, gpu: Any) -> Any:
-    from sim.costs import CostModel
+def _costs(args: argparse.Namespace, gpu: Any, stack: Any = None) -> Any:
+    """The cost model of ``--calibration FILE`` (a :mod:`sim.calibration` file or bundled name) for ``gpu``;
+    without one, the stack's own bundled calibration when it was measured on this GPU (``deepseek`` on h800:
+    DeepSeek's trace), else moesim's defaults (None)."""
+    from sim.calibration import STACK_CALIBRATIONS, load_calibration, to_cost_model
 
+    if not getattr(args, "calibration", None) and stack is not None and stack.name in STACK_CALIBRATIONS:
+        cal = load_calibration(STACK_CALIBRATIONS[stack.name])
+        if cal.gpu == gpu.name:
+            args.calibration_summary = cal.summary()
+            args.calibration_sd = _calibration_sd(cal)
+            return to_cost_model(cal, gpu)
     if getattr(args, "calibration", None):
         try:
-            text = Path(args.calibration).read_text(encoding="utf-8")
-        except OSError as err:
-            raise ConfigError(f"{args.calibration}: {err.strerror}") from None
-        return CostModel.from_json(text)
+            cal = load_calibration(args.calibration)
+        except ConfigError as err:
+            if "a bare CostModel" not in str(err):
+                raise
+            costs = _legacy_costs(args.calibration)
+            args.calibration_summary = {"name": Path(args.calibration).stem, "path": str(args.calibration),
+                                        "gpu": costs.gpu, "device": None, "method": "version-1 CostModel file "
+                                        f"({costs.provenance})", "date": None, "git": None, "sources": []}
+            return costs
+        args.calibration_summary = cal.summary()
+        args.calibration_sd = _calibration_sd(cal)
+        return to_cost_model(cal, gpu)
     return None
+
+
+def _legacy_costs(path: str) -> Any:
+    """A version-1 file (a serialised CostModel, ``CostModel.to_json``): still read, named as such."""
+    from sim.costs import CostModel
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return CostModel.from_json(handle.read())
+    except (AttributeError, TypeError, ValueError) as err:
+        raise ConfigError(f"{path}: malformed version-1 CostModel file: {err}") from None
+
+
+def _calibration_sd(cal: Any) -> float:
+    from sim.uncertainty import calibration_sd
+
+    return calibration_sd(cal.tables.get("residuals", {}))
+
+
+def _intervals(preds: list[Any], args: argparse.Namespace) -> list[Any]:
+    """p10-p90 tokens/s per GPU of every prediction (sim.uncertainty): the stack's validation
+    residuals on the held-out measured runs of the prediction's stack and the calibration's residuals."""
+    from sim.uncertainty import interval, measured_run_pairs, residuals_by_stack
+
+    pairs, _ = measured_run_pairs()
+    by_stack = residuals_by_stack(pairs)
+    sd = getattr(args, "calibration_sd", 0.0)
+    out = []
+    for p in preds:
+        family = p.stack.split("-")[0]  # profiles of one framework share its validation runs (megatron-26.04)
+        out.append(interval(p.tokens_per_s_per_gpu, by_stack.get(family, []), calibration_sd=sd, stack=family))
+    return out
 
 
 def _stack(args: argparse.Namespace, scenario_stack: str = "") -> Any:
@@ -121,7 +171,7 @@ def _run(args: argparse.Namespace) -> tuple[list[Any], str]:
         cluster = _cluster(args, args.cluster, args.gpus, args.gpu)
         plan = plan_from_mapping(derive_plan_fields(plan_args, args.gpus), "plan (command line)")
         stack = _stack(args)
-        return [predict(model, cluster, plan, _costs(args, cluster.gpu), stack=stack)], _stack_title(stack)
+        return [predict(model, cluster, plan, _costs(args, cluster.gpu, stack), stack=stack)], _stack_title(stack)
     if args.model is None and args.scenario is None and (plan_args or args.gpus or args.gpu):
         raise ConfigError("--model is required when plan options are given (or use --scenario)")
     sc = load_scenario(args.scenario or DEFAULT_SCENARIO)
@@ -129,7 +179,7 @@ def _run(args: argparse.Namespace) -> tuple[list[Any], str]:
     gpus = args.gpus or sc.gpus
     cluster = _cluster(args, args.cluster or sc.cluster, gpus, args.gpu)
     stack = _stack(args, sc.stack)
-    preds = run_scenario(sc, model=model, cluster=cluster, costs=_costs(args, cluster.gpu), overrides=plan_args,
+    preds = run_scenario(sc, model=model, cluster=cluster, costs=_costs(args, cluster.gpu, stack), overrides=plan_args,
                          stack=stack)
     return preds, "\n".join([f"{sc.name}: {sc.description}".strip(": "), _stack_title(stack)])
 
@@ -172,10 +222,23 @@ def run_predict(args: argparse.Namespace) -> int:
     except OSError as err:
         print(f"moesim predict: error: {err}", file=sys.stderr)
         return 2
+    try:
+        ivs = _intervals(preds, args)
+    except MoesimError as err:
+        print(f"moesim predict: error: {err}", file=sys.stderr)
+        return 2
+    cal = getattr(args, "calibration_summary", None)
     if getattr(args, "json", False):
-        print(json.dumps({"predictions": [p.to_dict() for p in preds]}, indent=2))
+        print(json.dumps({"calibration": cal, "predictions": [{**p.to_dict(), "interval": iv.to_dict()}
+                                                              for p, iv in zip(preds, ivs)]}, indent=2))
     else:
         print(format_table(preds, title))
+        print(f"calibration: {cal['name']} ({cal['path']}; {cal['gpu']}, {cal['method']}; sources: "
+              f"{'; '.join(cal['sources'])})" if cal else "calibration: moesim defaults (datasheets and published "
+              "microbenchmarks, sim.costs)")
+        for p, iv in zip(preds, ivs):
+            print(f"  {p.name[:30]:<30} p10-p90 tokens/s/GPU {iv.p10:8.1f} - {iv.p90:8.1f} (p50 {iv.p50:.1f}; "
+                  f"stack {iv.stack}, {iv.n_runs} measured runs)")
     return 0
 
 

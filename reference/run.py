@@ -287,7 +287,9 @@ def run_worker(config: RunConfig, argv: list[str]) -> dict[str, Any]:
         if world is not None:
             dist.barrier()
         step_s: list[float] = []
+        cpu_s: list[float] = []  # this process's CPU time per step (immune to other jobs on a shared host)
         for _ in range(config.steps):
+            c0 = time.process_time()
             if device.type == "cuda":
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
@@ -299,6 +301,7 @@ def run_worker(config: RunConfig, argv: list[str]) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 step()
                 step_s.append(time.perf_counter() - t0)
+            cpu_s.append(time.process_time() - c0)
 
         traces: list[str] = []
         if partial is not None:
@@ -315,6 +318,10 @@ def run_worker(config: RunConfig, argv: list[str]) -> dict[str, Any]:
         if world is not None:
             all_step_s = [None] * world_size  # type: ignore[list-item]
             dist.all_gather_object(all_step_s, step_s)
+        all_cpu_s = [cpu_s]
+        if world is not None:
+            all_cpu_s = [None] * world_size  # type: ignore[list-item]
+            dist.all_gather_object(all_cpu_s, cpu_s)
         mean_s = sum(sum(s) for s in all_step_s) / sum(len(s) for s in all_step_s)
         timing = {
             "warmup_steps": config.warmup,
@@ -322,6 +329,7 @@ def run_worker(config: RunConfig, argv: list[str]) -> dict[str, Any]:
             "profiled_steps": config.profile_steps if partial is not None else 0,
             "clock": "cuda_events" if device.type == "cuda" else "perf_counter",
             "step_s_per_rank": all_step_s,
+            "cpu_step_s_per_rank": all_cpu_s,
             "mean_step_s": mean_s,
             "tokens_per_s_per_rank": config.tokens / mean_s,
         }

@@ -40,3 +40,24 @@ def test_bad_trace_is_a_user_error(tmp_path: Path) -> None:
         load_trace(path)
     result = subprocess.run([sys.executable, "-m", "calibrate", "summarize", str(path)], capture_output=True, text=True)
     assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("blob, needle", [
+    (gzip.compress(b'{"traceEvents": []}')[:12], "truncated or corrupt gzip"),
+    (b"\x1f\x8b" + b"\x00" * 30, "gzip"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    (json.dumps([{"ph": "X", "name": ["a"], "ts": 0, "dur": 1}]).encode(), "name must be a string"),
+    (json.dumps([{"ph": "X", "name": "a", "ts": 0, "dur": "5"}]).encode(), "dur must be a finite number, got '5'"),
+    (json.dumps([{"ph": "X", "name": "a", "ts": 0, "dur": None}]).encode(), "missing dur"),
+    (json.dumps([{"ph": "X", "name": "a", "ts": 0, "dur": -2}]).encode(), "negative duration -2"),
+    (b'[{"ph": "X", "name": "a", "ts": 0, "dur": NaN}]', "not a readable JSON trace"),
+    (json.dumps([{"ph": "X", "name": "a", "ts": 0}]).encode(), "missing dur"),
+    (json.dumps({"traceEvents": 3}).encode(), "expected a 'traceEvents' list"),
+    (json.dumps([3]).encode(), "traceEvents[0] must be an object"),
+])
+def test_malformed_traces_are_one_clear_error(tmp_path: Path, blob: bytes, needle: str) -> None:
+    path = tmp_path / ("t.json.gz" if blob[:2] == b"\x1f\x8b" else "t.json")
+    path.write_bytes(blob)
+    with pytest.raises(ConfigError) as err:
+        load_trace(path)
+    assert needle in str(err.value)

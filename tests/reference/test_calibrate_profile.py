@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def calibrate(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "calibrate", *args], capture_output=True, text=True, timeout=300)
@@ -28,3 +30,32 @@ def test_smoke_profile_writes_per_op_times_with_provenance(tmp_path: Path) -> No
 
     again = calibrate("profile", "--label", "cpu-test", "--out", str(out), "--smoke")
     assert again.returncode == 2 and "exists" in again.stderr and "Traceback" not in again.stderr
+
+
+def test_microbenchmark_group_runs_and_a_profile_fits(tmp_path: Path) -> None:
+    """One quick microbenchmark group for real, then the fit of a small profile document."""
+    out = tmp_path / "mem.json"
+    result = subprocess.run([sys.executable, "-m", "reference.bench", "mem", "--quick", "--out", str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert rows and all(r["seconds"] > 0 and r["bytes"] > 0 for r in rows)
+
+    from calibrate.microbench import PROFILE_SCHEMA, fit_profile
+    from sim.calibration import load_calibration
+
+    gemm = [{"M": n, "N": n, "K": n, "flops": 2.0 * n ** 3, "seconds": 2.0 * n ** 3 / (5e10 * e)}
+            for n, e in ((64, 0.2), (256, 0.7), (1024, 0.95))]
+    a2a = [{"world": 2, "bytes_per_rank": b, "seconds": 1e-4 + b / 4e9} for b in (1e3, 1e5, 1e7)]
+    profile = {"schema": PROFILE_SCHEMA, "device": "cpu", "cores": 2, "threads_per_rank": 1,
+               "groups": {"gemm": gemm, "mem": rows, "a2a": a2a, "deepep": [{"skipped": "not installed"}]},
+               "reference_runs": []}
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(profile))
+    doc = fit_profile(path, tmp_path / "cpu.json")
+    assert doc["device_spec"]["bf16_flops"] == pytest.approx(5e10 * 0.95)
+    assert doc["gemm_eff"]["bf16"]["values"] == pytest.approx([0.2 / 0.95, 0.7 / 0.95, 1.0], rel=1e-4)
+    row = doc["comm_rates"]["gloo.all_to_all.w2"]
+    assert row["bytes_per_s"] == pytest.approx(4e9, rel=1e-3) and row["overhead_s"] == pytest.approx(1e-4, rel=1e-2)
+    assert any("deepep: skipped" in n for n in doc["notes"])
+    load_calibration(tmp_path / "cpu.json")

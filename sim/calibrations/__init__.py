@@ -1,0 +1,1 @@
+"""Calibration files shipped with moesim (package data; see sim.calibration.BUNDLED)."""

@@ -1,0 +1,160 @@
+"""How far to trust a prediction: a p10-p90 interval of tokens/s per GPU, and its leave-one-out coverage.
+
+Two sources of error, combined in log space:
+
+- the stack's **validation residuals**: ``r = log(measured / predicted)`` of the measured runs of the same
+  framework stack (``studies/data/measured_runs.toml``); their mean is the stack's systematic error and
+  their spread its scatter. With ``n`` runs the interval is a Student-t prediction interval,
+  ``mean +- t(0.90, n-1) * sd * sqrt(1 + 1/n)`` (wide when ``n`` is small, as it should be);
+- the **calibration residuals**: the spread of the calibration's fitted tables (their p10-p90 relative
+  residuals, as a normal sd), added in quadrature.
+
+The interval is ``predicted * exp(mean +- half_width)``; ``p50`` is ``predicted * exp(mean)``. Coverage is
+checked by leave-one-out: each measured run's interval is built from the other runs only.
+
+>>> iv = interval(1000.0, [0.0, 0.02, -0.02, 0.01], calibration_sd=0.0)
+>>> round(iv.p10), round(iv.p50), round(iv.p90)
+(972, 1003, 1034)
+>>> loo_coverage([("a", "s", 100.0, 101.0), ("b", "s", 100.0, 99.0), ("c", "s", 100.0, 100.5)])["covered"]
+2
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sim.errors import ConfigError
+
+__all__ = ["Interval", "interval", "calibration_sd", "loo_coverage", "measured_run_pairs", "residuals_by_stack",
+           "MEASURED_RUNS", "T90"]
+
+#: The measured-runs dataset shipped with the project (read as a file; sim imports nothing from studies).
+MEASURED_RUNS = Path(__file__).resolve().parent.parent / "studies" / "data" / "measured_runs.toml"
+
+#: One-sided 90% Student-t quantiles by degrees of freedom (1..30); the normal 1.2816 beyond.
+T90 = (3.078, 1.886, 1.638, 1.533, 1.476, 1.440, 1.415, 1.397, 1.383, 1.372, 1.363, 1.356, 1.350, 1.345, 1.341,
+       1.337, 1.333, 1.330, 1.328, 1.325, 1.323, 1.321, 1.319, 1.318, 1.316, 1.315, 1.314, 1.313, 1.311, 1.310)
+_Z90 = 1.2816
+
+
+@dataclass(frozen=True)
+class Interval:
+    """p10 / p50 / p90 of tokens/s per GPU, and where the spread comes from."""
+
+    p10: float
+    p50: float
+    p90: float
+    n_runs: int
+    stack: str
+    calibration_sd: float
+    validation_sd: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"p10_tokens_per_s_per_gpu": self.p10, "p50_tokens_per_s_per_gpu": self.p50,
+                "p90_tokens_per_s_per_gpu": self.p90, "validation_runs": self.n_runs, "stack": self.stack,
+                "calibration_log_sd": self.calibration_sd, "validation_log_sd": self.validation_sd}
+
+    def contains(self, value: float) -> bool:
+        return self.p10 <= value <= self.p90
+
+
+def _t90(df: int) -> float:
+    return T90[df - 1] if 1 <= df <= len(T90) else _Z90
+
+
+def interval(predicted: float, log_residuals: Sequence[float], *, calibration_sd: float = 0.0,
+             stack: str = "") -> Interval:
+    """The p10-p90 interval of ``predicted`` tokens/s per GPU given validation log-residuals."""
+    if predicted <= 0 or not math.isfinite(predicted):
+        raise ConfigError(f"interval: predicted tokens/s must be positive, got {predicted!r}")
+    rs = [r for r in log_residuals if math.isfinite(r)]
+    n = len(rs)
+    mean = statistics.fmean(rs) if rs else 0.0
+    if n >= 2:
+        sd = statistics.stdev(rs)
+        val = _t90(n - 1) * sd * math.sqrt(1 + 1 / n)
+    else:
+        sd, val = float("nan"), float("inf") if n == 0 and calibration_sd == 0 else 0.0
+        if n == 1:
+            val = abs(rs[0]) * _t90(1)  # one run: its error, widened as a 1-df t would
+    half = math.sqrt(val ** 2 + (_Z90 * calibration_sd) ** 2) if math.isfinite(val) else val
+    p50 = predicted * math.exp(mean)
+    lo = p50 * math.exp(-half) if math.isfinite(half) else 0.0
+    hi = p50 * math.exp(half) if math.isfinite(half) else float("inf")
+    return Interval(lo, p50, hi, n, stack, calibration_sd, sd if n >= 2 else 0.0)
+
+
+def calibration_sd(residuals: Mapping[str, Mapping[str, float]]) -> float:
+    """A log-sd from a calibration's residual tables: the median over fitted tables (op lookups excluded)
+    of ``(p90 - p10) / (2 * 1.2816)`` (the normal sd whose p10-p90 spans the same width)."""
+    widths = [(float(r.get("p90_rel", 0.0)) - float(r.get("p10_rel", 0.0))) / (2 * _Z90)
+              for key, r in residuals.items() if not key.startswith("op_seconds.") and r.get("n", 0) >= 2]
+    return max(0.0, statistics.median(widths)) if widths else 0.0
+
+
+def residuals_by_stack(pairs: Iterable[tuple[str, str, float, float]], *, exclude: str | None = None) -> dict[str, list[float]]:
+    """``stack -> [log(measured / predicted)]`` from ``(id, stack, predicted, measured)`` pairs."""
+    out: dict[str, list[float]] = {}
+    for rid, stack, pred, meas in pairs:
+        if rid == exclude or pred <= 0 or meas <= 0:
+            continue
+        out.setdefault(stack, []).append(math.log(meas / pred))
+    return out
+
+
+def loo_coverage(pairs: Sequence[tuple[str, str, float, float]], *, calibration_sd: float = 0.0) -> dict[str, Any]:
+    """Leave-one-out coverage of the p10-p90 intervals over ``(id, stack, predicted, measured)`` pairs:
+    each run's interval comes from the other runs of its stack. Returns totals, per stack, and per run."""
+    rows: list[dict[str, Any]] = []
+    for rid, stack, pred, meas in pairs:
+        others = residuals_by_stack(pairs, exclude=rid).get(stack, [])
+        iv = interval(pred, others, calibration_sd=calibration_sd, stack=stack)
+        rows.append({"id": rid, "stack": stack, "predicted": pred, "measured": meas, "p10": iv.p10, "p90": iv.p90,
+                     "covered": iv.contains(meas), "others": len(others)})
+    per_stack: dict[str, dict[str, int]] = {}
+    for r in rows:
+        s = per_stack.setdefault(r["stack"], {"runs": 0, "covered": 0})
+        s["runs"] += 1
+        s["covered"] += int(r["covered"])
+    covered = sum(int(r["covered"]) for r in rows)
+    return {"runs": len(rows), "covered": covered, "coverage": covered / len(rows) if rows else 0.0,
+            "nominal": 0.8, "per_stack": per_stack, "rows": rows}
+
+
+def measured_run_pairs(path: str | Path = MEASURED_RUNS, costs: Any = None) -> tuple[list[tuple[str, str, float, float]],
+                                                                                   list[str]]:
+    """Predict every held-out measured run of ``path`` with its own stack profile (``stack`` + ``release``;
+    ``costs`` default: moesim's) -> ``(id, stack, predicted, measured)`` pairs, and the runs left out (fitted
+    runs, whose residual is zero by construction, and runs the simulator cannot predict, with the reason)."""
+    from sim.catalog import load_cluster, load_model
+    from sim.loaders import derive_plan_fields, plan_from_mapping
+    from sim.predict import predict
+    from sim.stacks import profile_for
+
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read the measured runs: {err}") from None
+    pairs, skipped = [], []
+    for run in data.get("run", []):
+        rid = str(run.get("id", "?"))
+        if run.get("fitted", False):
+            skipped.append(f"{rid}: fitted (its residual is zero by construction)")
+            continue
+        try:
+            model = load_model(run["model"])
+            cluster = load_cluster(run["cluster"], n_gpus=run["gpus"], gpu=run["gpu"])
+            plan = plan_from_mapping(derive_plan_fields(dict(run["plan"]), run["gpus"]), f"run {rid}")
+            stack = profile_for(str(run.get("stack", "")), str(run.get("release", "")))
+            pred = predict(model, cluster, plan, costs, stack=stack).tokens_per_s_per_gpu
+        except (ConfigError, KeyError) as err:
+            skipped.append(f"{rid}: {err}")
+            continue
+        pairs.append((rid, str(run.get("stack", "")), float(pred), float(run["measured_tokens_per_s_per_gpu"])))
+    return pairs, skipped

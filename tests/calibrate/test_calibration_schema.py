@@ -1,0 +1,78 @@
+"""The calibration file: strict validation (field and value named), loading into a CostModel."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from sim.calibration import BUNDLED, calibration_stack, load_calibration, parse_calibration, to_cost_model
+from sim.errors import ConfigError
+
+
+def doc(**extra: Any) -> dict[str, Any]:
+    return {"schema": "moesim.calibration", "version": 2, "name": "t", "gpu": "h800",
+            "provenance": {"method": "test", "sources": ["x"]}, **extra}
+
+
+def parse(d: Any) -> Any:
+    return parse_calibration(json.dumps(d) if not isinstance(d, str) else d, "cal.json")
+
+
+def test_a_minimal_file_loads_and_overrides_defaults() -> None:
+    cal = parse(doc(gemm_eff={"fp8": {"sizes": [1e10, 1e12], "values": [0.4, 0.6]}}, attn_fwd_eff=0.55,
+                    launch_overhead_s=3e-6, comm={"deepep_rdma_fraction": 0.5}))
+    costs = to_cost_model(cal)
+    assert costs.gemm_eff["fp8"](1e12) == pytest.approx(0.6)
+    assert costs.attn_fwd_eff == 0.55 and calibration_stack(cal).kernel_overhead_s == 3e-6
+    assert calibration_stack(cal).eff("sm90", "grouped_gemm") == 1.0 and costs.comm == {"deepep_rdma_fraction": 0.5}
+    assert "bf16" in costs.gemm_eff  # defaults kept where the file is silent
+
+
+@pytest.mark.parametrize("bad, needle", [
+    (doc(version=3), "version 3 is not supported"),
+    ({"version": 1, "gpu": "b200"}, "version 1"),
+    (doc(schema="other"), "schema 'other'"),
+    (doc(extra=1), "unknown key 'extra'"),
+    (doc(name=["a"]), "name must be a non-empty string"),
+    (doc(attn_fwd_eff="0.5"), "attn_fwd_eff must be a number, got '0.5'"),
+    (doc(attn_fwd_eff=True), "attn_fwd_eff must be a number"),
+    (doc(attn_fwd_eff=0), "attn_fwd_eff must be positive"),
+    (doc(gemm_eff={"bf16": {"sizes": [0, 1], "values": [0.1, 0.2]}}), "gemm_eff.bf16.sizes[0] must be positive, got 0"),
+    (doc(gemm_eff={"bf16": {"sizes": [-5], "values": [0.1]}}), "must be positive, got -5"),
+    (doc(gemm_eff={"bf16": {"sizes": [2, 1], "values": [0.1, 0.2]}}), "sizes must increase"),
+    (doc(gemm_eff={"bf16": {"sizes": [1], "values": [0.1, 0.2]}}), "differ in length"),
+    (doc(gemm_eff={"bf16": {"sizes": [], "values": []}}), "non-empty list"),
+    (doc(gemm_eff={"bf16": {"sizes": [1], "values": [0.1], "knots": 3}}), "unknown key 'knots'"),
+    (doc(comm={"not_a_field": 1}), "comm.not_a_field is not a CommCosts field"),
+    (doc(provenance={"who": "me"}), "provenance.who"),
+    (doc(provenance="me"), "provenance must be an object"),
+    (doc(stack_efficiency={"sm90": {"gemm.sideways": 0.5}}), "not an op class"),
+    (doc(kernels={"fp8": "maybe"}), "kernels.fp8 must be one of"),
+    ("{", "malformed JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    ('{"version": NaN}', "malformed JSON"),
+    ('{"a": ' * 100_000 + "1" + "}" * 100_000, "nested"),
+    (json.dumps(doc(sources={"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": 1}}}}}}}})), "nested deeper"),
+])
+def test_malformed_files_name_the_field_and_value(bad: Any, needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse(bad)
+    assert needle in str(err.value)
+    assert str(err.value).startswith("cal.json")
+
+
+def test_non_finite_numbers_are_rejected_even_when_python_writes_them() -> None:
+    text = json.dumps(doc(attn_fwd_eff=math.inf))  # json.dumps writes Infinity
+    with pytest.raises(ConfigError, match="malformed JSON"):
+        parse(text)
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_bundled_calibrations_load_with_provenance_and_sources(name: str) -> None:
+    cal = load_calibration(name)
+    assert cal.provenance.get("sources") and cal.provenance.get("method")
+    assert cal.tables.get("sources"), "every bundled number carries its source"
+    to_cost_model(cal)
