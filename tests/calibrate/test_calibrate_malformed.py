@@ -16,10 +16,13 @@ from moesim.cli import main
 GOOD_EVENT = {"ph": "X", "name": "moe.dispatch", "cat": "kernel", "ts": 0, "dur": 5,
               "args": {"kind": "comm", "dtype": "bf16", "size": 10, "work": 10}}
 
-def _valid_pair(v: Any) -> bool:
-    """Two numbers that are a valid curve's sizes or values (e.g. [1, 1] as values): not malformed."""
-    return isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and 0 < x <= 1.5
-                                                       for x in v)
+def _valid_pair(v: Any, key: str) -> bool:
+    """Two integers that make a valid curve's ``key`` (sizes: positive, increasing; values: in (0, 1.5])."""
+    if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v)):
+        return False
+    if key == "sizes":
+        return 0 < v[0] < v[1]
+    return all(0 < x <= 1.5 for x in v)
 
 
 bad_values = st.one_of(st.none(), st.text(max_size=5), st.lists(st.integers(), max_size=2),
@@ -75,10 +78,11 @@ def bad_calibration(draw: Any) -> bytes:
     elif kind == "version":
         base["version"] = draw(st.one_of(st.integers(-3, 1), st.integers(3, 9), st.text(max_size=2), st.none()))
     elif kind == "curve":
-        base["gemm_eff"]["fp8"][draw(st.sampled_from(["sizes", "values"]))] = draw(
+        key = draw(st.sampled_from(["sizes", "values"]))
+        base["gemm_eff"]["fp8"][key] = draw(
             st.one_of(st.lists(st.floats(allow_nan=False, allow_infinity=False, max_value=0), min_size=2, max_size=2),
                       st.lists(st.text(max_size=2), min_size=2, max_size=2), st.just([]),
-                      bad_values.filter(lambda v: not _valid_pair(v))))
+                      bad_values.filter(lambda v: not _valid_pair(v, key))))
     elif kind == "deep":
         return ('{"a":' * 100_000 + "1" + "}" * 100_000).encode()
     elif kind == "truncated":

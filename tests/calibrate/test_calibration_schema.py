@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from sim.calibration import BUNDLED, calibration_stack, load_calibration, parse_calibration, to_cost_model
+from sim.calibration import (
+    BUNDLED,
+    calibration_stack,
+    load_calibration,
+    parse_calibration,
+    to_cost_model,
+)
 from sim.errors import ConfigError
 
 
