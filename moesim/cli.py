@@ -15,6 +15,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from moesim import __version__
+from moesim.plan_cmd import add_plan
+from moesim.study_cmd import add_study
+from moesim.validate_cmd import add_validate
 from sim.accounting import (
     count_params,
     exact_flops_per_token,
@@ -180,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(handler=_cmd_show)
 
     _add_predict(subparsers)
+    add_validate(subparsers)
+    add_study(subparsers)
+    add_plan(subparsers)
 
     reference = subparsers.add_parser("reference", help="run the PyTorch reference layer (python -m reference.run)",
                                       add_help=False)

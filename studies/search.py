@@ -1,0 +1,238 @@
+"""Plan search: the fastest parallel plan that fits in memory, every valid plan predicted or pruned.
+
+A :class:`PlanSpace` lists the choices (TP, PP with schedule and VPP, EP, recompute, micro-batch) at a
+fixed precision, EP backend, sequence length and global batch. :func:`search` enumerates the space,
+drops plans that cannot run (:func:`sim.predict.validate_plan`) or do not fit in memory, orders the rest
+by a proven lower bound (:mod:`studies.bounds`) and predicts in that order; once a plan's bound is at or
+above the step time of the ``keep``-th best plan predicted so far, it cannot enter the top ``keep``, so
+it (and every plan after it in bound order) is pruned. The result is exact: the same best plan and
+runner-ups as predicting everything.
+
+>>> from sim.catalog import load_model, load_cluster
+>>> space = PlanSpace(tp=(1, 2), pp=(1, 2), schedules=("1f1b",), vpp=(1,), ep=(2, 4), ac=("full",),
+...                   micro_batch=(1,), seq_len=512, global_batch=32)
+>>> r = search(load_model("debug"), load_cluster("hgx-b200", n_gpus=8), space)
+>>> r.best is not None and r.counts["evaluated"] + r.counts["pruned"] == r.counts["fits"]
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.errors import ConfigError, MoesimError
+from sim.predict import Prediction, validate_plan
+from sim.specs import (
+    AC_MODES,
+    EP_BACKENDS,
+    PP_SCHEDULES,
+    PRECISIONS,
+    ClusterSpec,
+    ModelSpec,
+    ParallelPlan,
+)
+from studies._sim import layer_compute_seconds, memory_fits, predict_run
+from studies.bounds import LayerTimes, peak_bound_s, pipeline_compute_bound_s
+
+__all__ = ["PlanSpace", "Candidate", "SearchResult", "search", "enumerate_plans"]
+
+
+@dataclass(frozen=True)
+class PlanSpace:
+    """The plans to search. ``ep`` empty: every power of two that divides the expert count."""
+
+    tp: tuple[int, ...] = (1, 2, 4, 8)
+    pp: tuple[int, ...] = (1, 2, 4, 8, 16)
+    schedules: tuple[str, ...] = ("1f1b", "interleaved-1f1b", "dualpipev", "dualpipe")
+    vpp: tuple[int, ...] = (2, 4)
+    ep: tuple[int, ...] = ()
+    ac: tuple[str, ...] = ("none", "selective", "full")
+    micro_batch: tuple[int, ...] = (1, 2, 4)
+    seq_len: int = 4096
+    global_batch: int = 4096
+    precision: str = "mxfp8"
+    ep_backend: str = "deepep"
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "vpp", "ep", "micro_batch"):
+            values = getattr(self, name)
+            if any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in values):
+                raise ConfigError(f"plan space: {name} must be positive integers, got {list(values)}")
+            if name != "ep" and not values:
+                raise ConfigError(f"plan space: {name} must list at least one value")
+        for name, choices in (("schedules", PP_SCHEDULES), ("ac", AC_MODES)):
+            bad = [v for v in getattr(self, name) if v not in choices]
+            if bad or not getattr(self, name):
+                raise ConfigError(f"plan space: {name} must be among {', '.join(choices)}; got {list(getattr(self, name))}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"plan space: precision must be one of {', '.join(PRECISIONS)}; got {self.precision!r}")
+        if self.ep_backend not in EP_BACKENDS:
+            raise ConfigError(f"plan space: ep_backend must be one of {', '.join(EP_BACKENDS)}; got {self.ep_backend!r}")
+        for name in ("seq_len", "global_batch"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ConfigError(f"plan space: {name} must be a positive integer, got {v!r}")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A predicted plan of a search."""
+
+    plan: ParallelPlan
+    prediction: Prediction
+    bound_s: float
+
+
+@dataclass
+class SearchResult:
+    """The best plan (None when nothing fits), runner-ups, and what happened to every plan."""
+
+    best: Candidate | None
+    runner_ups: list[Candidate]
+    counts: dict[str, int]
+    elapsed_s: float
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def plans_per_s(self) -> float:
+        return self.counts["enumerated"] / self.elapsed_s if self.elapsed_s else 0.0
+
+
+def _ep_options(model: ModelSpec, space: PlanSpace) -> tuple[int, ...]:
+    if space.ep:
+        return space.ep
+    out, e = [], 1
+    while e <= model.n_routed_experts:
+        if model.n_routed_experts % e == 0:
+            out.append(e)
+        e *= 2
+    return tuple(out)
+
+
+def enumerate_plans(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace,
+                    reasons: dict[str, int] | None = None) -> Iterator[ParallelPlan]:
+    """Every plan of ``space`` that can run ``model`` on ``cluster`` (invalid ones counted in ``reasons``
+    by the first words of their error)."""
+    n = cluster.n_gpus
+    for tp in space.tp:
+        for pp in space.pp:
+            if n % (tp * pp):
+                _count(reasons, "tp * pp does not divide the GPU count")
+                continue
+            dp = n // (tp * pp)
+            layouts = [("1f1b", 1)] if pp == 1 else [
+                (s, v) for s in space.schedules for v in ((1,) if s != "interleaved-1f1b" else space.vpp)]
+            for schedule, vpp in layouts:
+                for ep in _ep_options(model, space):
+                    for ac in space.ac:
+                        for mb in space.micro_batch:
+                            try:
+                                plan = ParallelPlan(tp=tp, pp=pp, pp_schedule=schedule, vpp=vpp, ep=ep,
+                                                    dp_shard=dp, seq_len=space.seq_len,
+                                                    global_batch=space.global_batch, micro_batch=mb, ac=ac,
+                                                    precision=space.precision, ep_backend=space.ep_backend)
+                                validate_plan(model, cluster, plan)
+                            except MoesimError as err:
+                                _count(reasons, " ".join(str(err).split()[:3]))
+                                continue
+                            yield plan
+
+
+def _count(reasons: dict[str, int] | None, key: str) -> None:
+    if reasons is not None:
+        reasons[key] = reasons.get(key, 0) + 1
+
+
+def _layer_key(plan: ParallelPlan) -> tuple[Any, ...]:
+    """The plan fields one layer's per-microbatch compute depends on (not the pipeline layout)."""
+    return (plan.tp, plan.cp, plan.ep, plan.etp, plan.seq_len, plan.micro_batch, plan.ac, plan.precision,
+            plan.ep_backend, plan.deepep_sms, plan.dp_shard)
+
+
+def _predict_one(args: tuple[ModelSpec, ClusterSpec, ParallelPlan, str]) -> Prediction:
+    model, cluster, plan, stack = args
+    pred = predict_run(model, cluster, plan, stack)
+    pred.trace_data = None  # not needed by searches; keeps results small across processes
+    return pred
+
+
+def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str = "torchtitan", *,
+           keep: int = 4, workers: int = 1, prune: bool = True,
+           progress: Callable[[int, int], None] | None = None) -> SearchResult:
+    """The fastest plan of ``space`` that fits (and the next ``keep - 1``), see the module docstring.
+
+    ``workers`` > 1 predicts in that many processes; ``prune=False`` predicts every fitting plan (for
+    checking that pruning is exact)."""
+    t0 = time.perf_counter()
+    reasons: dict[str, int] = {}
+    plans = list(enumerate_plans(model, cluster, space, reasons))
+    enumerated = len(plans) + sum(reasons.values())
+    fitting = [p for p in plans if memory_fits(model, cluster, p, stack)]
+    cache: dict[tuple[Any, ...], LayerTimes] = {}
+
+    def times(p: ParallelPlan) -> LayerTimes:
+        key = _layer_key(p)
+        if key not in cache:
+            cache[key] = layer_compute_seconds(model, cluster, p, stack)
+        return cache[key]
+
+    ranked = sorted(((max(peak_bound_s(model, cluster, p), pipeline_compute_bound_s(model, cluster, p, stack,
+                                                                                       times(p))), i, p)
+                     for i, p in enumerate(fitting)), key=lambda x: (x[0], x[1]))
+    done: list[Candidate] = []
+    no_fit_after = 0
+
+    def cutoff() -> float:
+        steps = sorted(c.prediction.step_time_s for c in done)
+        return steps[keep - 1] if prune and len(steps) >= keep else float("inf")
+
+    def accept(pred: Prediction, plan: ParallelPlan, bound: float) -> None:
+        nonlocal no_fit_after
+        if not pred.fits_in_memory:
+            no_fit_after += 1
+            return
+        assert bound <= pred.step_time_s * (1 + 1e-9), (plan, bound, pred.step_time_s)
+        done.append(Candidate(plan, pred, bound))
+
+    evaluated = 0
+    index = 0
+    if workers <= 1:
+        for bound, _, plan in ranked:
+            if bound >= cutoff():
+                break
+            accept(_predict_one((model, cluster, plan, stack)), plan, bound)
+            evaluated += 1
+            index += 1
+            if progress:
+                progress(index, len(ranked))
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            running: dict[Future[Prediction], tuple[float, ParallelPlan]] = {}
+            stop = False
+            while True:
+                while not stop and index < len(ranked) and len(running) < 2 * workers:
+                    bound, _, plan = ranked[index]
+                    if bound >= cutoff():
+                        stop = True
+                        break
+                    running[pool.submit(_predict_one, (model, cluster, plan, stack))] = (bound, plan)
+                    index += 1
+                if not running:
+                    break
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    bound, plan = running.pop(fut)
+                    accept(fut.result(), plan, bound)
+                    evaluated += 1
+                    if progress:
+                        progress(evaluated, len(ranked))
+    done.sort(key=lambda c: (c.prediction.step_time_s, sorted(dataclasses.asdict(c.plan).items())))
+    counts = {"enumerated": enumerated, "invalid": sum(reasons.values()), "valid": len(plans),
+              "no_fit": len(plans) - len(fitting), "fits": len(fitting), "evaluated": evaluated,
+              "pruned": len(ranked) - evaluated, "no_fit_predicted": no_fit_after}
+    return SearchResult(done[0] if done else None, done[1:keep], counts, time.perf_counter() - t0, reasons)
