@@ -6,11 +6,15 @@ checks both against predictions over generated plans):
 - :func:`peak_bound_s` (physics): the busiest GPU does at least the mean share of the model's exact
   training FLOPs (forward, 2x backward, and the recomputed forward under full recompute) at no more than
   the datasheet peak of the fastest precision the plan uses. No efficiency below 1 enters it.
-- :func:`pipeline_compute_bound_s` (the simulator's own compute): each layer's compute ops timed as the
-  simulator times them (a serial compute stream that communication only slows), summed per pipeline
-  rank, plus the pipeline's unavoidable fill and drain: the last rank cannot start before microbatch 0's
-  forward has crossed the chunks before it, and (schedules without deferred weight gradients) after its
-  last backward the same microbatch's backward must still cross those chunks.
+- :func:`pipeline_compute_bound_s` (the simulator's own layer times): per chunk, the time of its layers as
+  the simulator's layer level gives them (:func:`studies._sim.layer_sim_seconds`: compute plus the
+  communication the layer cannot hide), which is exactly what a plain forward or backward chunk takes in
+  the pipeline; for DualPipe(V), whose overlapped pairs may hide communication, only the compute in them
+  (a serial compute stream that communication only slows). Summed per pipeline rank, plus the
+  pipeline's unavoidable fill and drain: a rank cannot start before microbatch 0's forward has crossed
+  the chunks before its first, and (schedules without deferred weight gradients) after its last backward
+  the same microbatch's backward must still cross those chunks. Without the layer simulation the
+  compute-only times (:func:`studies._sim.layer_compute_seconds`) are used for every schedule.
 
 >>> from sim.catalog import load_model, load_cluster
 >>> from sim.specs import ParallelPlan
@@ -27,11 +31,20 @@ from collections.abc import Callable
 from sim.accounting import exact_flops_per_token
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 from sim.workload import chunk_layers
-from studies._sim import layer_compute_seconds
+from studies._sim import layer_compute_seconds, layer_sim_seconds
 
-__all__ = ["peak_bound_s", "pipeline_compute_bound_s", "chunk_ranks", "LayerTimes"]
+__all__ = ["peak_bound_s", "pipeline_compute_bound_s", "chunk_ranks", "layer_times", "LayerTimes"]
 
-LayerTimes = dict[str, tuple[float, float]]
+#: layer kind -> (forward s, backward s, forward compute s, backward compute s) of one microbatch
+LayerTimes = dict[str, tuple[float, float, float, float]]
+
+
+def layer_times(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str) -> LayerTimes:
+    """The layer times the pipeline bound uses: simulated layers where sim exposes them, else compute only."""
+    sim_times = layer_sim_seconds(model, cluster, plan, stack_name)
+    if sim_times is not None:
+        return sim_times
+    return {k: (f, b, f, b) for k, (f, b) in layer_compute_seconds(model, cluster, plan, stack_name).items()}
 
 
 def peak_bound_s(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> float:
@@ -56,16 +69,21 @@ def chunk_ranks(plan: ParallelPlan, n_chunks: int) -> list[int] | None:
     return None
 
 
+_layer_times = layer_times
+
+
 def pipeline_compute_bound_s(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str,
                              layer_times: LayerTimes | None = None,
                              layer_times_fn: Callable[[], LayerTimes] | None = None) -> float:
     """Seconds the simulator's step takes at least, from compute alone (see the module docstring).
 
-    ``layer_times`` (from :func:`studies._sim.layer_compute_seconds`) may be passed in to share it
-    between plans that differ only in pipeline layout."""
+    ``layer_times`` (from :func:`layer_times`) may be passed in to share it between plans that differ only
+    in pipeline layout."""
     times = layer_times or (layer_times_fn() if layer_times_fn else
-                            layer_compute_seconds(model, cluster, plan, stack_name))
+                            _layer_times(model, cluster, plan, stack_name))
     chunks = chunk_layers(model, plan)
+    dual = plan.pp_schedule in ("dualpipe", "dualpipev") and plan.pp > 1
+    fi, bi = (2, 3) if dual else (0, 1)
     fwd, bwd = [], []
     for ci, layers in enumerate(chunks):
         kinds = ["dense" if li < model.n_dense_layers else "moe" for li in layers]
@@ -73,8 +91,8 @@ def pipeline_compute_bound_s(model: ModelSpec, cluster: ClusterSpec, plan: Paral
             kinds.append("embed")
         if ci == len(chunks) - 1:
             kinds.append("head")
-        fwd.append(sum(times[k][0] for k in kinds))
-        bwd.append(sum(times[k][1] for k in kinds))
+        fwd.append(sum(times[k][fi] for k in kinds))
+        bwd.append(sum(times[k][bi] for k in kinds))
     m = plan.n_microbatches
     ranks = chunk_ranks(plan, len(chunks))
     if ranks is None:  # DualPipe: every microbatch crosses every layer once; the busiest rank >= the mean.
