@@ -87,7 +87,7 @@ def run_plan(args: argparse.Namespace) -> int:
     print(f"smallest cluster: {o.n_gpus} x {o.gpu}  ->  {o.days:.1f} days"
           + (f", ${o.cost_usd:,.0f}" if o.cost_usd is not None else ""))
     print(f"  plan: {_plan_text(o.best)}")
-    ival = f"{o.interval[0]:.0f}-{o.interval[1]:.0f}" if o.interval else "none (" + interval_support() + ")"
+    ival = f"{o.interval[0]:.0f}-{o.interval[1]:.0f}" if o.interval else "none: sim.uncertainty is not in this build"
     print(f"  {p.tokens_per_s_per_gpu:.1f} tokens/s per GPU (interval {ival}), step {p.step_time_s:.2f} s, "
           f"MFU {p.mfu * 100:.1f}%, memory {p.peak_memory_bytes / 2**30:.1f} of {p.memory_capacity_bytes / 2**30:.0f} GiB")
     for i, c in enumerate(o.runner_ups, 2):

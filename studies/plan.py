@@ -1,9 +1,10 @@
 """The inverse question: the smallest cluster, and its best plan, that trains a model on T tokens in D days.
 
-For each GPU type, GPU counts are tried from small to large (powers of two, 64 to 65,536). A count is
-skipped without predicting when even the proven lower bound of its best plan (:mod:`studies.bounds`)
-cannot reach the needed tokens/s; otherwise the plan space is searched (:func:`studies.search.search`)
-and the first count whose fastest fitting plan is fast enough is the answer, with its runner-up plans.
+For each GPU type, GPU counts are tried from small to large (powers of two, 64 to 65,536). At each count
+the plan space is searched (:func:`studies.search.search`) with the step time the target allows as a
+cap: a plan whose proven lower bound (:mod:`studies.bounds`) is slower is pruned unpredicted, so counts
+that cannot make it cost little. The first count whose fastest fitting plan is fast enough is the
+answer, with its runner-up plans (those fast enough too).
 
 >>> a = smallest_cluster("deepseek-v3-16b", tokens=1e11, days=30, gpus=["b200"], space=SMALL_SPACE)
 >>> a.best.n_gpus, a.best.days <= 30
@@ -19,11 +20,10 @@ from typing import Any
 
 from sim.catalog import load_model
 from sim.errors import ConfigError
-from studies._sim import interval_for, memory_fits
-from studies.bounds import peak_bound_s, pipeline_compute_bound_s
+from studies._sim import interval_for
 from studies.capacity import point_cluster
 from studies.capacity_spec import CLUSTER_TEMPLATE, Point
-from studies.search import Candidate, PlanSpace, enumerate_plans, search
+from studies.search import Candidate, PlanSpace, search
 
 __all__ = ["Answer", "Option", "smallest_cluster", "COUNTS", "SMALL_SPACE", "global_batch_for"]
 
@@ -76,20 +76,6 @@ class Answer:
     notes: list[str] = field(default_factory=list)
 
 
-def _max_rate_bound(model: Any, cluster: Any, space: PlanSpace, stack: str) -> tuple[float, int]:
-    """(an upper bound on tokens/s per GPU over the fitting plans of ``space``, plans that fit)."""
-    best_bound = float("inf")
-    fitting = 0
-    tokens = space.global_batch * space.seq_len
-    for plan in enumerate_plans(model, cluster, space):
-        if not memory_fits(model, cluster, plan, stack):
-            continue
-        fitting += 1
-        bound = max(peak_bound_s(model, cluster, plan), pipeline_compute_bound_s(model, cluster, plan, stack))
-        best_bound = min(best_bound, bound)
-    return (tokens / best_bound / cluster.n_gpus if fitting else 0.0), fitting
-
-
 def smallest_cluster(model_name: str, *, tokens: float, days: float, gpus: list[str], space: PlanSpace | None = None,
                      precision: str | None = None, ep_backend: str = "deepep", stack: str = "torchtitan",
                      price: float | None = None, workers: int = 1, counts: tuple[int, ...] = COUNTS) -> Answer:
@@ -118,11 +104,9 @@ def smallest_cluster(model_name: str, *, tokens: float, days: float, gpus: list[
                 continue
             cluster = point_cluster(point)
             sp = dataclasses.replace(base, global_batch=point.global_batch, precision=prec, ep_backend=ep_backend)
-            rate_bound, fitting = _max_rate_bound(model, cluster, sp, stack)
-            if rate_bound * n < need:  # proven too slow (or nothing fits): no prediction needed
-                skipped[gpu].append(n)
-                continue
-            result = search(model, cluster, sp, stack, keep=4, workers=workers)
+            # The step the target allows; plans whose proven lower bound is slower are pruned unpredicted.
+            max_step = sp.global_batch * sp.seq_len / need
+            result = search(model, cluster, sp, stack, keep=4, workers=workers, max_step_s=max_step)
             if result.best is None:
                 skipped[gpu].append(n)
                 continue

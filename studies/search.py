@@ -170,12 +170,13 @@ def _predict_one(args: tuple[ModelSpec, ClusterSpec, ParallelPlan, str]) -> Pred
 
 
 def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str = "torchtitan", *,
-           keep: int = 4, workers: int = 1, prune: bool = True,
+           keep: int = 4, workers: int = 1, prune: bool = True, max_step_s: float | None = None,
            progress: Callable[[int, int], None] | None = None) -> SearchResult:
     """The fastest plan of ``space`` that fits (and the next ``keep - 1``), see the module docstring.
 
     ``workers`` > 1 predicts in that many processes; ``prune=False`` predicts every fitting plan (for
-    checking that pruning is exact)."""
+    checking that pruning is exact). ``max_step_s``: only plans at least that fast matter (a target): plans
+    whose bound is above it are pruned too, and ``best`` is None when no fitting plan reaches it."""
     t0 = time.perf_counter()
     reasons: dict[str, int] = {}
     plans = list(enumerate_plans(model, cluster, space, reasons))
@@ -195,9 +196,13 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
     done: list[Candidate] = []
     no_fit_after = 0
 
+    target = float("inf") if max_step_s is None else max_step_s
+
     def cutoff() -> float:
         steps = sorted(c.prediction.step_time_s for c in done)
-        return steps[keep - 1] if prune and len(steps) >= keep else float("inf")
+        if not prune:
+            return float("inf")
+        return min(target * (1 + 1e-12), steps[keep - 1] if len(steps) >= keep else float("inf"))
 
     violations = 0
 
@@ -244,10 +249,13 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
                         progress(evaluated, len(ranked))
     if violations and prune:
         # A lower bound above a prediction means sim changed under the bounds: answer exactly, unpruned.
-        full = search(model, cluster, space, stack, keep=keep, workers=workers, prune=False, progress=progress)
+        full = search(model, cluster, space, stack, keep=keep, workers=workers, prune=False, max_step_s=max_step_s,
+                      progress=progress)
         full.counts["bound_violations"] = violations
         return full
     done.sort(key=lambda c: (c.prediction.step_time_s, sorted(dataclasses.asdict(c.plan).items())))
+    if max_step_s is not None:
+        done = [c for c in done if c.prediction.step_time_s <= max_step_s]
     counts = {"enumerated": enumerated, "invalid": sum(reasons.values()), "valid": len(plans),
               "no_fit": len(plans) - len(fitting), "fits": len(fitting), "evaluated": evaluated,
               "pruned": len(ranked) - evaluated, "no_fit_predicted": no_fit_after, "bound_violations": violations}
