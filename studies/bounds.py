@@ -33,7 +33,8 @@ from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 from sim.workload import chunk_layers
 from studies._sim import layer_compute_seconds, layer_sim_seconds
 
-__all__ = ["peak_bound_s", "pipeline_compute_bound_s", "chunk_ranks", "layer_times", "LayerTimes"]
+__all__ = ["peak_bound_s", "pipeline_compute_bound_s", "chunk_ranks", "layer_times", "compute_only_times",
+           "LayerTimes"]
 
 #: layer kind -> (forward s, backward s, forward compute s, backward compute s) of one microbatch
 LayerTimes = dict[str, tuple[float, float, float, float]]
@@ -44,6 +45,11 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stac
     sim_times = layer_sim_seconds(model, cluster, plan, stack_name)
     if sim_times is not None:
         return sim_times
+    return compute_only_times(model, cluster, plan, stack_name)
+
+
+def compute_only_times(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str) -> LayerTimes:
+    """Compute-only layer times (cheap: no simulation), valid as a lower bound for every schedule."""
     return {k: (f, b, f, b) for k, (f, b) in layer_compute_seconds(model, cluster, plan, stack_name).items()}
 
 

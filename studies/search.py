@@ -19,6 +19,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -39,6 +40,7 @@ from sim.specs import (
 from studies._sim import memory_fits, predict_run
 from studies.bounds import (
     LayerTimes,
+    compute_only_times,
     layer_times,
     peak_bound_s,
     pipeline_compute_bound_s,
@@ -182,26 +184,38 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
     plans = list(enumerate_plans(model, cluster, space, reasons))
     enumerated = len(plans) + sum(reasons.values())
     fitting = [p for p in plans if memory_fits(model, cluster, p, stack)]
-    cache: dict[tuple[Any, ...], LayerTimes] = {}
+    cheap: dict[tuple[Any, ...], LayerTimes] = {}
+    tight: dict[tuple[Any, ...], LayerTimes] = {}
 
-    def times(p: ParallelPlan) -> LayerTimes:
+    def cheap_times(p: ParallelPlan) -> LayerTimes:
         key = _layer_key(p)
-        if key not in cache:
-            cache[key] = layer_times(model, cluster, p, stack)
-        return cache[key]
+        if key not in cheap:
+            cheap[key] = compute_only_times(model, cluster, p, stack)
+        return cheap[key]
 
-    ranked = sorted(((max(peak_bound_s(model, cluster, p), pipeline_compute_bound_s(model, cluster, p, stack,
-                                                                                       times(p))), i, p)
-                     for i, p in enumerate(fitting)), key=lambda x: (x[0], x[1]))
+    def tight_times(p: ParallelPlan) -> LayerTimes:
+        key = _layer_key(p)
+        if key not in tight:
+            tight[key] = layer_times(model, cluster, p, stack)
+        return tight[key]
+
+    # Best first on a lazily tightened bound: every plan starts at its cheap bound (peak rates, compute-only
+    # layer times); the one with the lowest bound is tightened (simulated layer times, shared by every plan
+    # of the same layer key) and re-queued, and predicted once its tightened bound is still the lowest.
+    # A plan whose bound (cheap or tight) reaches the cutoff cannot enter the top ``keep``: it and every plan
+    # behind it are pruned.
+    heap: list[tuple[float, int, int, ParallelPlan]] = [
+        (max(peak_bound_s(model, cluster, p), pipeline_compute_bound_s(model, cluster, p, stack, cheap_times(p))),
+         0, i, p) for i, p in enumerate(fitting)]
+    heapq.heapify(heap)
     done: list[Candidate] = []
     no_fit_after = 0
-
     target = float("inf") if max_step_s is None else max_step_s
 
     def cutoff() -> float:
-        steps = sorted(c.prediction.step_time_s for c in done)
         if not prune:
             return float("inf")
+        steps = sorted(c.prediction.step_time_s for c in done)
         return min(target * (1 + 1e-12), steps[keep - 1] if len(steps) >= keep else float("inf"))
 
     violations = 0
@@ -215,29 +229,38 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
             return
         done.append(Candidate(plan, pred, bound))
 
-    evaluated = 0
-    index = 0
-    if workers <= 1:
-        for bound, _, plan in ranked:
+    def next_plan() -> tuple[float, ParallelPlan] | None:
+        """The next plan to predict, or None when the rest are pruned (or none is left)."""
+        while heap:
+            bound, tightened, i, plan = heap[0]
             if bound >= cutoff():
-                break
+                return None
+            heapq.heappop(heap)
+            if tightened or not prune:
+                return bound, plan
+            tb = max(bound, pipeline_compute_bound_s(model, cluster, plan, stack, tight_times(plan)))
+            heapq.heappush(heap, (tb, 1, i, plan))
+        return None
+
+    evaluated = 0
+    if workers <= 1:
+        while (item := next_plan()) is not None:
+            bound, plan = item
             accept(_predict_one((model, cluster, plan, stack)), plan, bound)
             evaluated += 1
-            index += 1
             if progress:
-                progress(index, len(ranked))
+                progress(evaluated, len(fitting))
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             running: dict[Future[Prediction], tuple[float, ParallelPlan]] = {}
             stop = False
             while True:
-                while not stop and index < len(ranked) and len(running) < 2 * workers:
-                    bound, _, plan = ranked[index]
-                    if bound >= cutoff():
+                while not stop and len(running) < 2 * workers:
+                    item = next_plan()
+                    if item is None:
                         stop = True
                         break
-                    running[pool.submit(_predict_one, (model, cluster, plan, stack))] = (bound, plan)
-                    index += 1
+                    running[pool.submit(_predict_one, (model, cluster, item[1], stack))] = item
                 if not running:
                     break
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -246,7 +269,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
                     accept(fut.result(), plan, bound)
                     evaluated += 1
                     if progress:
-                        progress(evaluated, len(ranked))
+                        progress(evaluated, len(fitting))
+                stop = False  # a better cutoff may prune the rest, or a slot may take the next plan
     if violations and prune:
         # A lower bound above a prediction means sim changed under the bounds: answer exactly, unpruned.
         full = search(model, cluster, space, stack, keep=keep, workers=workers, prune=False, max_step_s=max_step_s,
@@ -258,5 +282,6 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
         done = [c for c in done if c.prediction.step_time_s <= max_step_s]
     counts = {"enumerated": enumerated, "invalid": sum(reasons.values()), "valid": len(plans),
               "no_fit": len(plans) - len(fitting), "fits": len(fitting), "evaluated": evaluated,
-              "pruned": len(ranked) - evaluated, "no_fit_predicted": no_fit_after, "bound_violations": violations}
+              "pruned": len(fitting) - evaluated, "no_fit_predicted": no_fit_after, "bound_violations": violations,
+              "layer_keys_simulated": len(tight)}
     return SearchResult(done[0] if done else None, done[1:keep], counts, time.perf_counter() - t0, reasons)
