@@ -258,24 +258,29 @@ def load_spec(path: str | Path) -> CapacitySpec:
 
 
 def default_spec() -> CapacitySpec:
-    """The built-in sweep: 16B, 236B, 671B and 1T-class models over the six current GPU types, 64 to 16,384
-    GPUs, 400 vs 800 Gb/s NICs, BF16 vs MXFP8, and a fabric study (NVL8 vs NVL72, oversubscription, NCCL
-    vs DeepEP) of DeepSeek-V3 on B200. 4,096 sequences per step up to 2,048 GPUs; from 4,096 GPUs on,
-    8,192 sequences, 800 Gb/s NICs and each GPU's fastest precision only (those points cost the most)."""
+    """The built-in sweep (506 points): 16B, 236B, 671B and 1T-class (Kimi-K2) models over the six current
+    GPU types, 64 to 16,384 GPUs, 400 vs 800 Gb/s NICs, BF16 vs MXFP8, and fabric studies (NVL8 vs NVL72,
+    oversubscription 1 vs 2, NCCL vs DeepEP) of DeepSeek-V3 16B and 671B. 4,096 sequences per step up to
+    2,048 GPUs; from 4,096 GPUs on 8,192 sequences. The costliest points (Kimi-K2, 236B, 4,096+ GPUs) take
+    800 Gb/s NICs and each GPU's fastest precision only, so the sweep runs in minutes on 2 cores."""
     all_gpus = ["h100", "h200", "b200", "gb200", "b300", "gb300"]
     common = {"gpus": all_gpus, "nic_gbps": [400, 800], "precisions": ["bf16", "mxfp8"]}
     big = 8192  # sequences per step from 4,096 GPUs on (4,096 sequences leave no valid plan at 16,384 GPUs)
     large = {"gpu_counts": [4096, 8192, 16384], "global_batch": big, "nic_gbps": [800]}
+    fastest = [{"gpus": ["h100", "h200"], "precisions": ["bf16"]},  # each GPU type at its fastest precision
+               {"gpus": ["b200", "gb200", "b300", "gb300"], "precisions": ["mxfp8"]}]
+    fabric = {"nvlink_domain": ["nvl8", "nvl72"], "oversubscription": [1.0, 2.0], "ep_backends": ["nccl", "deepep"]}
     data = {
         "sweep": [
             {"models": ["deepseek-v3-16b"], "gpu_counts": [64, 128, 256, 512, 1024, 2048], **common},
-            {"models": ["deepseek-v2-236b"], "gpu_counts": [128, 256, 512, 1024, 2048], **common},
-            {"models": ["deepseek-v3-671b", "kimi-k2"], "gpu_counts": [256, 512, 1024, 2048], **common},
-            {"models": ["deepseek-v3-671b", "kimi-k2"], "gpus": ["h100", "h200"], "precisions": ["bf16"], **large},
-            {"models": ["deepseek-v3-671b", "kimi-k2"], "gpus": ["b200", "gb200", "b300", "gb300"],
-             "precisions": ["mxfp8"], **large},
-            {"models": ["deepseek-v3-671b"], "gpus": ["b200"], "gpu_counts": [256, 512, 1024, 2048],
-             "nvlink_domain": ["nvl8", "nvl72"], "oversubscription": [1.0, 2.0], "ep_backends": ["nccl", "deepep"]},
+            {"models": ["deepseek-v3-16b"], "gpus": ["b200", "gb200", "h200"], "gpu_counts": [64, 128, 256, 512, 1024],
+             **fabric},
+            {"models": ["deepseek-v2-236b"], "gpu_counts": [128, 256, 512, 1024, 2048], "nic_gbps": [800],
+             "gpus": all_gpus, "precisions": ["bf16", "mxfp8"]},
+            {"models": ["deepseek-v3-671b"], "gpu_counts": [256, 512, 1024, 2048], **common},
+            *({"models": ["kimi-k2"], "gpu_counts": [512, 1024, 2048], "nic_gbps": [800], **f} for f in fastest),
+            *({"models": ["deepseek-v3-671b", "kimi-k2"], **f, **large} for f in fastest),
+            {"models": ["deepseek-v3-671b"], "gpus": ["b200"], "gpu_counts": [256, 512, 1024, 2048], **fabric},
         ],
         "capacity": {"tokens": 14.8e12},
     }
