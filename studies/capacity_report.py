@@ -78,7 +78,7 @@ def capacity_sections(rows: Sequence[Row]) -> list[Section]:
             thr.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=name, text=plans,
                                      hovertemplate="%{x} GPUs: %{y:.0f} tok/s/GPU<br>%{text}"))
             eff.add_trace(go.Scatter(x=xs, y=[y / ys[0] for y in ys], mode="lines+markers", name=name))
-    thr.update_layout(title="Throughput (tokens/s per GPU) vs GPU count", xaxis_type="log",
+    thr.update_layout(title="Throughput (tokens/s per GPU) vs GPU count", xaxis_type="log", yaxis_type="log",
                       xaxis_title="GPUs", yaxis_title="tokens/s per GPU", height=560)
     eff.update_layout(title="Scaling efficiency (tokens/s per GPU relative to the series' smallest GPU count)",
                       xaxis_type="log", xaxis_title="GPUs", yaxis_title="efficiency", height=560)
