@@ -180,11 +180,11 @@ def run_sweep(spec: CapacitySpec, out_dir: str | Path, *, workers: int | None = 
     """Run (or resume) ``spec`` into ``out_dir/results.csv``; returns its path.
 
     ``workers``: processes (default: every core). ``limit``: stop after that many new points (tests)."""
-    out = ensure_dir(out_dir)
     if executor not in ("process", "ray"):
         raise ConfigError(f"--executor must be process or ray, got {executor!r}")
     points = spec.points()
-    check_counts_fit(spec)
+    check_counts_fit(spec)  # before anything is written: a bad spec leaves no folder and no table
+    out = ensure_dir(out_dir)
     table = out / "results.csv"
     done = _prepare_table(table, {p.point_id for p in points})
     todo = [p for p in points if p.point_id not in done]
