@@ -16,6 +16,9 @@ from typing import Any
 
 from moesim import __version__
 from moesim.calibrate_cmd import add_calibrate_parser
+from moesim.plan_cmd import add_plan
+from moesim.study_cmd import add_study
+from moesim.validate_cmd import add_validate
 from moesim.validate_reference_cmd import add_validate_reference_parser
 from sim.accounting import (
     count_params,
@@ -184,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_predict(subparsers)
     add_calibrate_parser(subparsers)
     add_validate_reference_parser(subparsers)
+    add_validate(subparsers)
+    add_study(subparsers)
+    add_plan(subparsers)
 
     reference = subparsers.add_parser("reference", help="run the PyTorch reference layer (python -m reference.run)",
                                       add_help=False)

@@ -135,18 +135,12 @@ def _calibration_sd(cal: Any) -> float:
 
 
 def _intervals(preds: list[Any], args: argparse.Namespace) -> list[Any]:
-    """p10-p90 tokens/s per GPU of every prediction (sim.uncertainty): the stack's validation
-    residuals on the held-out measured runs of the prediction's stack and the calibration's residuals."""
-    from sim.uncertainty import interval, measured_run_pairs, residuals_by_stack
+    """p10-p90 tokens/s per GPU of every prediction (:func:`sim.uncertainty.prediction_interval`): the
+    held-out measured runs of the prediction's stack and the calibration's residuals."""
+    from sim.uncertainty import prediction_interval
 
-    pairs, _ = measured_run_pairs()
-    by_stack = residuals_by_stack(pairs)
     sd = getattr(args, "calibration_sd", 0.0)
-    out = []
-    for p in preds:
-        family = p.stack.split("-")[0]  # profiles of one framework share its validation runs (megatron-26.04)
-        out.append(interval(p.tokens_per_s_per_gpu, by_stack.get(family, []), calibration_sd=sd, stack=family))
-    return out
+    return [prediction_interval(p, calibration_sd=sd) for p in preds]
 
 
 def _stack(args: argparse.Namespace, scenario_stack: str = "") -> Any:

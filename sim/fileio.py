@@ -30,6 +30,9 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, encoding: str 
     payload = data.encode(encoding) if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file the mode open() would
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()

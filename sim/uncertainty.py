@@ -26,12 +26,13 @@ import statistics
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError
 
-__all__ = ["Interval", "interval", "calibration_sd", "loo_coverage", "measured_run_pairs", "residuals_by_stack",
+__all__ = ["Interval", "interval", "prediction_interval", "stack_family", "calibration_sd", "loo_coverage", "measured_run_pairs", "residuals_by_stack",
            "MEASURED_RUNS", "T90"]
 
 #: The measured-runs dataset shipped with the project (read as a file; sim imports nothing from studies).
@@ -158,3 +159,23 @@ def measured_run_pairs(path: str | Path = MEASURED_RUNS, costs: Any = None) -> t
             continue
         pairs.append((rid, str(run.get("stack", "")), float(pred), float(run["measured_tokens_per_s_per_gpu"])))
     return pairs, skipped
+
+
+def stack_family(stack_name: str) -> str:
+    """The framework a profile belongs to (``megatron-26.04`` -> ``megatron``): its profiles share the
+    framework's validation runs."""
+    return stack_name.split("-")[0]
+
+
+@cache
+def _shipped_residuals() -> dict[str, list[float]]:
+    pairs, _ = measured_run_pairs()
+    return residuals_by_stack(pairs)
+
+
+def prediction_interval(pred: Any, *, calibration_sd: float = 0.0) -> Interval:
+    """The p10-p90 interval of a :class:`~sim.predict.Prediction`: the held-out measured runs of its stack's
+    framework (predicted once per process) and ``calibration_sd``."""
+    family = stack_family(pred.stack)
+    return interval(pred.tokens_per_s_per_gpu, _shipped_residuals().get(family, []), calibration_sd=calibration_sd,
+                    stack=family)

@@ -1,95 +1,213 @@
-"""Validation: every measured variant of every scenario, predicted vs measured, with its source.
+"""Validation: every run of a measured-runs dataset predicted and compared, with its source.
 
-A variant marked ``fitted`` is the one the software-stack profile was fitted to (its error is ~0 by
-construction); the others are held out: predicted, never fitted. ``within`` compares the error with a
-tolerance (10%, the seed protocol's bound).
+Each row is one run: predicted vs measured tokens/s per GPU, the error, and, where the run names a
+``baseline``, the predicted and measured speedup over it. Runs a stack profile was fitted to are marked
+``fitted`` (their error is ~0 by construction); the summary statistics (MAPE, max error) are over the
+held-out runs only. A run the simulator cannot predict in this build (a precision or plan it does not
+support yet) is listed with the reason and counted, never silently dropped.
 
->>> rows = validate_scenarios(["dsv3-671b-b200"])
->>> [(r.variant, r.fitted) for r in rows][:2]
-[('bf16 (standard EP)', True), ('bf16 + DeepEP', False)]
->>> all(r.within for r in rows)
+The shipped thresholds (``studies/data/validate_threshold.toml``) are today's errors plus a margin:
+:func:`check_thresholds` says which one a result exceeds.
+
+>>> result = validate_runs()
+>>> result.rows[0].run_id, result.rows[0].fitted
+('titan-dsv3-b200-bf16', True)
+>>> abs(result.rows[1].error) < 0.05
 True
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
-from sim.scenarios import load_scenario, run_scenario, scenario_names
+from sim.errors import ConfigError, MoesimError
+from sim.loaders import read_toml
+from sim.stacks import profile_for
+from studies._sim import interval_for, interval_support, predict_run, stack_support
+from studies.dataset import MeasuredRun, load_runs, resolve_run
 
-__all__ = ["ValidationRow", "validate_scenarios", "DEFAULT_TOLERANCE"]
-
-DEFAULT_TOLERANCE = 0.10
+__all__ = ["ValidationRow", "ValidationResult", "Thresholds", "validate_runs", "load_thresholds",
+           "check_thresholds", "format_result"]
 
 
 @dataclass(frozen=True)
 class ValidationRow:
-    """One measured variant: predicted and measured tokens/s per GPU, and speedups over the scenario's first."""
+    """One run: predicted vs measured (``predicted`` is None when the run cannot be predicted)."""
 
-    scenario: str
-    variant: str
+    run_id: str
+    model: str
+    gpu: str
+    gpus: int
+    stack: str
     fitted: bool
-    predicted_tokens_per_s_per_gpu: float
     measured_tokens_per_s_per_gpu: float
-    predicted_speedup: float
-    measured_speedup: float
-    tolerance: float
+    predicted_tokens_per_s_per_gpu: float | None
+    fits_in_memory: bool | None
+    baseline: str | None
+    predicted_speedup: float | None
+    measured_speedup: float | None
+    interval: tuple[float, float] | None
     source: str
+    skipped: str = ""
 
     @property
-    def error(self) -> float:
-        """Relative error of the prediction (positive: predicted too fast)."""
+    def error(self) -> float | None:
+        """Relative error (positive: predicted faster than measured)."""
+        if self.predicted_tokens_per_s_per_gpu is None:
+            return None
         return self.predicted_tokens_per_s_per_gpu / self.measured_tokens_per_s_per_gpu - 1
 
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "error": self.error}
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    """All rows, and statistics over the predicted held-out rows."""
+
+    dataset: str
+    rows: list[ValidationRow]
+    fitted_from: str
+    notes: list[str] = field(default_factory=list)
+
     @property
-    def within(self) -> bool:
-        return abs(self.error) <= self.tolerance
+    def holdout_errors(self) -> list[float]:
+        return [r.error for r in self.rows if not r.fitted and r.error is not None]
+
+    @property
+    def mape(self) -> float | None:
+        errs = self.holdout_errors
+        return sum(abs(e) for e in errs) / len(errs) if errs else None
+
+    @property
+    def max_abs_error(self) -> float | None:
+        errs = self.holdout_errors
+        return max(abs(e) for e in errs) if errs else None
+
+    @property
+    def unpredicted(self) -> list[ValidationRow]:
+        return [r for r in self.rows if r.predicted_tokens_per_s_per_gpu is None]
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "error": self.error, "within": self.within}
+        return {"dataset": self.dataset, "fitted_from": self.fitted_from, "notes": self.notes,
+                "rows": [r.as_dict() for r in self.rows], "holdout_mape": self.mape,
+                "holdout_max_abs_error": self.max_abs_error, "n_holdout": len(self.holdout_errors),
+                "n_unpredicted": len(self.unpredicted)}
 
 
-def validate_scenarios(names: Sequence[str] | None = None, tolerance: float = DEFAULT_TOLERANCE) -> list[ValidationRow]:
-    """Predict every variant with a measured number in the scenarios ``names`` (default: all built in)."""
-    rows: list[ValidationRow] = []
-    for name in names if names is not None else scenario_names():
-        scenario = load_scenario(name)
-        measured = [v for v in scenario.variants if v.measured_tokens_per_s_per_gpu is not None]
-        if not measured:
-            continue
-        predictions = {p.name: p for p in run_scenario(scenario)}
-        reference = measured[0]
-        reference_predicted = predictions[reference.name].tokens_per_s_per_gpu
-        assert reference.measured_tokens_per_s_per_gpu is not None
-        for variant in measured:
-            assert variant.measured_tokens_per_s_per_gpu is not None
-            predicted = predictions[variant.name].tokens_per_s_per_gpu
-            rows.append(ValidationRow(
-                scenario=scenario.name,
-                variant=variant.name,
-                fitted=variant.fitted,
-                predicted_tokens_per_s_per_gpu=predicted,
-                measured_tokens_per_s_per_gpu=variant.measured_tokens_per_s_per_gpu,
-                predicted_speedup=predicted / reference_predicted,
-                measured_speedup=variant.measured_tokens_per_s_per_gpu / reference.measured_tokens_per_s_per_gpu,
-                tolerance=tolerance,
-                source=variant.source,
-            ))
-    return rows
+def _row(run: MeasuredRun, fitted: bool, predicted: dict[str, float]) -> ValidationRow:
+    try:
+        model, cluster, plan = resolve_run(run)
+        pred = predict_run(model, cluster, plan, profile_for(run.stack, run.release), name=run.id)
+    except MoesimError as err:
+        return ValidationRow(run.id, run.model, run.gpu, run.gpus, run.stack, fitted,
+                             run.measured_tokens_per_s_per_gpu, None, None, run.baseline, None, None, None,
+                             run.source, skipped=str(err))
+    predicted[run.id] = pred.tokens_per_s_per_gpu
+    return ValidationRow(run.id, run.model, run.gpu, run.gpus, run.stack, fitted,
+                         run.measured_tokens_per_s_per_gpu, pred.tokens_per_s_per_gpu, pred.fits_in_memory,
+                         run.baseline, None, None, interval_for(pred), run.source)
 
 
-def format_rows(rows: Sequence[ValidationRow]) -> str:
-    """A plain-text table of ``rows``."""
-    header = f"{'scenario':<16}{'variant':<28}{'role':<9}{'predicted':>10}{'measured':>10}{'error':>8}" \
-             f"{'pred. x':>9}{'meas. x':>9}  ok"
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        lines.append(f"{r.scenario:<16}{r.variant:<28}{'fitted' if r.fitted else 'holdout':<9}"
-                     f"{r.predicted_tokens_per_s_per_gpu:>10.1f}{r.measured_tokens_per_s_per_gpu:>10.1f}"
-                     f"{r.error:>+8.1%}{r.predicted_speedup:>9.3f}{r.measured_speedup:>9.3f}  "
-                     f"{'yes' if r.within else 'NO'}")
+def validate_runs(path: str | Path | None = None) -> ValidationResult:
+    """Predict every run of the dataset at ``path`` (default: the shipped one)."""
+    runs = load_runs(path)
+    predicted: dict[str, float] = {}
+    rows = [_row(r, r.fitted, predicted) for r in runs]
+    measured = {r.id: r.measured_tokens_per_s_per_gpu for r in runs}
+    out = []
+    for row in rows:
+        if row.baseline is not None:
+            ms = row.measured_tokens_per_s_per_gpu / measured[row.baseline]
+            ps = (row.predicted_tokens_per_s_per_gpu / predicted[row.baseline]
+                  if row.predicted_tokens_per_s_per_gpu is not None and row.baseline in predicted else None)
+            row = ValidationRow(**{**asdict(row), "predicted_speedup": ps, "measured_speedup": ms})
+        out.append(row)
+    if all(r.predicted_tokens_per_s_per_gpu is None for r in out):
+        raise ConfigError(f"{path or 'dataset'}: no run could be predicted; first reason: {out[0].skipped}")
+    return ValidationResult(str(path) if path else "shipped (studies/data/measured_runs.toml)", out,
+                            "the dataset's `fitted` marks (docs/seed-protocol.md, docs/stack-protocol.md)",
+                            [stack_support(), interval_support()])
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Bounds a validation must stay within (percent), from ``validate_threshold.toml``."""
+
+    holdout_mape_pct: float
+    holdout_max_abs_error_pct: float
+    max_unpredicted_runs: int
+    margin_points: float = 0.0
+
+
+def load_thresholds(path: str | Path | None = None) -> Thresholds:
+    """The repository's thresholds (or the file at ``path``)."""
+    path = Path(path) if path else Path(str(resources.files("studies").joinpath("data/validate_threshold.toml")))
+    data = read_toml(path)
+    keys = {"holdout_mape_pct", "holdout_max_abs_error_pct", "max_unpredicted_runs", "margin_points"}
+    unknown = sorted(set(data) - keys)
+    missing = sorted(keys - {"margin_points"} - set(data))
+    if unknown or missing:
+        raise ConfigError(f"{path}: unknown key(s) {unknown} / missing key(s) {missing}")
+    for key in keys & set(data):
+        v = data[key]
+        if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+            raise ConfigError(f"{path}: {key} must be a number >= 0, got {v!r}")
+    return Thresholds(float(data["holdout_mape_pct"]), float(data["holdout_max_abs_error_pct"]),
+                      int(data["max_unpredicted_runs"]), float(data.get("margin_points", 0.0)))
+
+
+def check_thresholds(result: ValidationResult, limits: Thresholds) -> list[str]:
+    """Every bound ``result`` exceeds, as a sentence (empty: within all)."""
+    bad = []
+    if result.mape is not None and result.mape * 100 > limits.holdout_mape_pct:
+        bad.append(f"holdout MAPE {result.mape * 100:.2f}% exceeds the threshold {limits.holdout_mape_pct}%")
+    if result.max_abs_error is not None and result.max_abs_error * 100 > limits.holdout_max_abs_error_pct:
+        bad.append(f"holdout max |error| {result.max_abs_error * 100:.2f}% exceeds the threshold "
+                   f"{limits.holdout_max_abs_error_pct}%")
+    if len(result.unpredicted) > limits.max_unpredicted_runs:
+        bad.append(f"{len(result.unpredicted)} runs could not be predicted (threshold "
+                   f"{limits.max_unpredicted_runs})")
+    return bad
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+def format_result(result: ValidationResult, failures: Sequence[str] = ()) -> str:
+    """The validation as a table (rich), the summary and the sources, as text."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"moesim validate: {result.dataset}", show_lines=False)
+    for col, justify in (("run", "left"), ("stack", "left"), ("role", "left"), ("predicted tok/s/GPU", "right"),
+                         ("measured", "right"), ("error", "right"), ("interval", "right"),
+                         ("pred. speedup", "right"), ("meas. speedup", "right"), ("fits", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in result.rows:
+        pred = "-" if r.predicted_tokens_per_s_per_gpu is None else f"{r.predicted_tokens_per_s_per_gpu:.1f}"
+        ival = "-" if r.interval is None else f"{r.interval[0]:.0f}-{r.interval[1]:.0f}"
+        fits = "-" if r.fits_in_memory is None else ("yes" if r.fits_in_memory else "NO")
+        table.add_row(r.run_id, r.stack, "fitted" if r.fitted else ("skipped" if r.skipped else "predicted"), pred,
+                      f"{r.measured_tokens_per_s_per_gpu:.0f}", _pct(r.error), ival,
+                      "-" if r.predicted_speedup is None else f"{r.predicted_speedup:.3f}x",
+                      "-" if r.measured_speedup is None else f"{r.measured_speedup:.3f}x", fits)
+    console = Console(width=160, record=True, force_terminal=False, color_system=None)
+    with console.capture() as cap:
+        console.print(table)
+    lines = [cap.get().rstrip()]
+    lines.append(f"holdout runs: {len(result.holdout_errors)}   MAPE {_pct(result.mape).lstrip('+')}   "
+                 f"max |error| {_pct(result.max_abs_error).lstrip('+')}   (fitted runs excluded; fitted list from "
+                 f"{result.fitted_from})")
+    for r in result.unpredicted:
+        lines.append(f"not predicted [{r.run_id}]: {r.skipped}")
+    lines.extend(result.notes)
+    lines.extend(f"THRESHOLD EXCEEDED: {f}" for f in failures)
     lines.append("")
-    lines.extend(f"source [{r.variant}]: {r.source}" for r in rows)
+    lines.extend(f"source [{r.run_id}]: {r.source}" for r in result.rows)
     return "\n".join(lines)

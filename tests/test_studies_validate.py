@@ -1,38 +1,108 @@
-"""``python -m studies validate``: predicted vs measured, exit codes by outcome."""
+"""``moesim validate``: the shipped dataset against the repository's thresholds, exit codes, bad input."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from studies.validate import validate_scenarios
+from studies.dataset import default_dataset_path, load_runs
+from studies.validate import check_thresholds, load_thresholds, validate_runs
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "studies", "validate", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-m", "moesim", "validate", *args], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
 
 
-def test_seed_holdouts_within_ten_percent() -> None:
-    rows = {r.variant: r for r in validate_scenarios(["dsv3-671b-b200"])}
-    assert rows["bf16 (standard EP)"].fitted
-    for name in ("bf16 + DeepEP", "mxfp8 grouped + DeepEP"):
-        row = rows[name]
-        assert not row.fitted and row.within
+@pytest.fixture(scope="module")
+def shipped() -> dict:
+    result = run("--json")
+    assert result.returncode in (0, 1), result.stderr
+    return {"rc": result.returncode, "out": json.loads(result.stdout)}
 
 
-def test_exit_code_reports_a_miss() -> None:
-    assert run().returncode == 0
-    tight = run("--tolerance", "0.001", "--json")
-    assert tight.returncode == 1
-    rows = json.loads(tight.stdout)["rows"]
-    assert [r["within"] for r in rows] == [True, False, False]
+def test_shipped_dataset_is_within_the_repository_thresholds(shipped: dict) -> None:
+    """Fails when a change makes the predictions of the measured runs worse than the stored threshold."""
+    out = shipped["out"]
+    assert out["threshold_failures"] == [], out["threshold_failures"]
+    assert shipped["rc"] == 0
+    limits = load_thresholds()
+    assert out["holdout_mape"] * 100 <= limits.holdout_mape_pct
+    assert out["holdout_max_abs_error"] * 100 <= limits.holdout_max_abs_error_pct
+    assert out["n_unpredicted"] <= limits.max_unpredicted_runs
 
 
-@pytest.mark.parametrize("args", [("no-such-scenario",), ("--tolerance", "-1")])
-def test_bad_input_exits_2(args: tuple[str, ...]) -> None:
-    result = run(*args)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
+def test_every_run_is_listed_with_fitted_marked_and_speedups_paired(shipped: dict) -> None:
+    rows = {r["run_id"]: r for r in shipped["out"]["rows"]}
+    assert len(rows) == len(load_runs()) == 16
+    assert rows["titan-dsv3-b200-bf16"]["fitted"] and abs(rows["titan-dsv3-b200-bf16"]["error"]) < 1e-3
+    deepep = rows["titan-dsv3-b200-bf16-deepep"]
+    assert not deepep["fitted"] and deepep["baseline"] == "titan-dsv3-b200-bf16"
+    assert deepep["measured_speedup"] == pytest.approx(859 / 651)
+    assert abs(deepep["predicted_speedup"] - deepep["measured_speedup"]) <= 0.05
+    for r in rows.values():
+        assert (r["predicted_tokens_per_s_per_gpu"] is None) == bool(r["skipped"])
+
+
+def test_text_output_has_table_mape_and_sources() -> None:
+    result = run()
+    assert result.returncode == 0, result.stderr
+    assert "MAPE" in result.stdout and "titan-dsv3-b200-mxfp8-deepep" in result.stdout
+    assert "fitted" in result.stdout and "source [mcore-26.02-dsv3-256xb200]" in result.stdout
+
+
+def test_a_tighter_threshold_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "t.toml").write_text("holdout_mape_pct = 0.1\nholdout_max_abs_error_pct = 0.1\n"
+                                     "max_unpredicted_runs = 0\n")
+    result = run("--threshold", str(tmp_path / "t.toml"))
+    assert result.returncode == 1
+    assert "THRESHOLD EXCEEDED" in result.stdout
+    assert len(check_thresholds(validate_runs(), load_thresholds(tmp_path / "t.toml"))) == 3
+
+
+def test_a_users_own_file_is_validated_without_the_shipped_threshold(tmp_path: Path) -> None:
+    text = default_dataset_path().read_text()
+    first = text.split("# --- Megatron-Core")[0]  # the three TorchTitan runs
+    (tmp_path / "mine.toml").write_text(first)
+    result = run(str(tmp_path / "mine.toml"), "--json")
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)["rows"]) == 3
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("[[run]]\nid = 'x'\n", "missing required key"),
+    ("[[run]]\nid = 1\n", "wrong type"),
+    ("nonsense = 1\n", "unknown top-level key"),
+    ("[[run]]\nid='a'\nmodel='debug'\ngpu='b200'\ngpus=8\ncluster='hgx-b200'\nstack='torchtitan'\nrelease=''\n"
+     "measured_tokens_per_s_per_gpu=1\nsource=''\nbogus=2\n", "unknown key(s) bogus"),
+    ("[[run]]\nid='a'\nmodel='debug'\ngpu='b200'\ngpus=8\ncluster='hgx-b200'\nstack='torchtitan'\nrelease=''\n"
+     "measured_tokens_per_s_per_gpu=-5\nsource=''\n", "positive finite"),
+    ("[[run]]\nid='a'\nmodel='debug'\ngpu='b200'\ngpus=8\ncluster='hgx-b200'\nstack='torchtitan'\nrelease=''\n"
+     "measured_tokens_per_s_per_gpu=5\nsource=''\nbaseline='zz'\n", "baseline 'zz'"),
+    ("[[run]]\nid='a'\nmodel='debug'\ngpu='b200'\ngpus=8\ncluster='hgx-b200'\nstack='nope'\nrelease=''\n"
+     "measured_tokens_per_s_per_gpu=5\nsource=''\n[run.plan]\nep=4\n", "no run could be predicted"),
+    ("not toml ][", "malformed TOML"),
+])
+def test_bad_input_exits_2_with_one_message(tmp_path: Path, body: str, needle: str) -> None:
+    (tmp_path / "bad.toml").write_text(body)
+    result = run(str(tmp_path / "bad.toml"))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and needle in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_missing_file_exits_2() -> None:
+    result = run("/no/such/file.toml")
+    assert result.returncode == 2 and "no such file" in result.stderr
+
+
+def test_python_m_studies_is_an_alias() -> None:
+    result = subprocess.run([sys.executable, "-m", "studies", "validate", "--json"], capture_output=True,
+                            text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 0 and len(json.loads(result.stdout)["rows"]) == 16

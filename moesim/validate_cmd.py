@@ -1,0 +1,52 @@
+"""``moesim validate [DATASET] [--json] [--threshold FILE]``: every measured run predicted and compared.
+
+Exit codes: 0 within the repository's thresholds (``studies/data/validate_threshold.toml``), 1 when an
+error exceeds them, 2 on bad input (one message). Thresholds apply to the shipped dataset; a user's own
+DATASET is checked against them only with ``--threshold FILE`` (or the shipped file by name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from sim.errors import MoesimError
+from studies.validate import (
+    check_thresholds,
+    format_result,
+    load_thresholds,
+    validate_runs,
+)
+
+__all__ = ["add_validate", "run_validate"]
+
+
+def add_validate(subparsers: Any) -> None:
+    """Register ``moesim validate`` on ``subparsers``."""
+    p = subparsers.add_parser("validate", help="predict every measured run and compare (MAPE, max error)",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("dataset", nargs="?", help="measured-runs TOML (default: the shipped dataset)")
+    p.add_argument("--threshold", help="threshold TOML (default: the repository's, for the shipped dataset)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=run_validate)
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    """Run ``moesim validate``; returns the exit code."""
+    try:
+        result = validate_runs(args.dataset)
+        limits = load_thresholds(args.threshold) if (args.threshold or not args.dataset) else None
+    except MoesimError as err:
+        print(f"moesim validate: error: {err}", file=sys.stderr)
+        return 2
+    failures = check_thresholds(result, limits) if limits else []
+    if args.json:
+        out = result.as_dict()
+        out["thresholds"] = None if limits is None else vars(limits)
+        out["threshold_failures"] = failures
+        print(json.dumps(out, indent=2))
+    else:
+        print(format_result(result, failures))
+    return 1 if failures else 0

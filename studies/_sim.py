@@ -1,0 +1,131 @@
+"""The one place where studies meet the simulator: predictions under a named stack, intervals, compute
+times and the layer simulation that the plan search's lower bounds use.
+
+>>> from sim.catalog import load_model, load_cluster
+>>> from sim.specs import ParallelPlan
+>>> p = predict_run(load_model("debug"), load_cluster("hgx-b200", n_gpus=8),
+...                 ParallelPlan(ep=4, dp_shard=8, global_batch=16, seq_len=512), "torchtitan")
+>>> p.step_time_s > 0, p.stack
+(True, 'torchtitan')
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from sim.costs import CostModel, default_costs
+from sim.predict import Prediction, predict
+from sim.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
+from sim.stacks import StackProfile, load_stack, stack_names
+
+__all__ = ["predict_run", "stack_profile", "stack_support", "interval_for", "interval_support",
+           "memory_fits", "layer_compute_seconds", "layer_sim_seconds",
+           "compute_seconds", "costs_for", "KNOWN_STACKS"]
+
+#: Stack names studies accept: the built-in profiles and their aliases.
+KNOWN_STACKS = tuple(stack_names())
+
+
+@cache
+def stack_profile(name: str) -> StackProfile:
+    """The stack profile ``name`` (built-in name, alias or file); a :class:`ConfigError` when unknown."""
+    return load_stack(name)
+
+
+def stack_support() -> str:
+    """A line for reports: how stacks reach the simulator."""
+    return "stack profiles: applied per run (sim.stacks; predict(stack=...))"
+
+
+@cache
+def costs_for(gpu: GPUSpec) -> CostModel:
+    """The default cost model of ``gpu`` (cached: studies predict thousands of plans per GPU)."""
+    return default_costs(gpu)
+
+
+def predict_run(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str = "torchtitan",
+                costs: CostModel | None = None, *, name: str = "") -> Prediction:
+    """Predict one plan under the named framework stack."""
+    return predict(model, cluster, plan, costs or costs_for(cluster.gpu), name=name, stack=stack_profile(stack_name))
+
+
+def interval_for(pred: Prediction) -> tuple[float, float] | None:
+    """(p10, p90) tokens/s per GPU of ``pred`` (:func:`sim.uncertainty.prediction_interval`); None when its
+    stack has no held-out measured runs to build one from."""
+    from sim.uncertainty import prediction_interval
+
+    iv = prediction_interval(pred)
+    if iv.n_runs == 0:
+        return None
+    return float(iv.p10), float(iv.p90)
+
+
+def interval_support() -> str:
+    """A line for reports: where intervals come from."""
+    return "intervals: p10-p90 from the held-out measured runs of each stack (sim.uncertainty)"
+
+
+def compute_seconds(op: Any, gpu: GPUSpec, costs: CostModel, stack_name: str) -> float:
+    """Seconds of one compute op as the simulator times it (``CostModel.op_seconds``) under the stack."""
+    return costs.op_seconds(op, gpu, stack_profile(stack_name), 1.0)
+
+
+def memory_fits(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str) -> bool:
+    """Whether ``plan`` fits in the GPU's memory, by the memory model predict reports (``fits_in_memory``)."""
+    from sim.accounting import memory_per_gpu
+
+    return bool(memory_per_gpu(model, plan, cluster.gpu, stack_profile(stack_name)).fits)
+
+
+def layer_compute_seconds(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str,
+                          costs: CostModel | None = None) -> dict[str, tuple[float, float]]:
+    """Per layer kind (embed, dense, moe, head): (forward, backward incl. recompute) seconds of the
+    compute ops one microbatch runs on one rank, timed as the simulator times them (balanced routing).
+
+    The simulator's compute stream runs these one after another and only ever slows them (SMs lent to
+    communication, host stalls), so they are a lower bound of the time the layer takes in the engine."""
+    from sim.workload import Workload
+
+    costs = costs or costs_for(cluster.gpu)
+    wl = Workload(model, plan, stack_profile(stack_name))
+    out: dict[str, tuple[float, float]] = {}
+    for kind in ("embed", "dense", "moe", "head"):
+        if kind == "dense" and not model.n_dense_layers:
+            continue
+        if kind == "moe" and not model.n_moe_layers:
+            continue
+
+        def total(phase: str) -> float:
+            return sum(compute_seconds(op, cluster.gpu, costs, stack_name) for op in wl.layer_ops(kind, phase)
+                       if op.kind not in ("comm", "host_sync"))
+
+        bwd = total("bwd") + (total("recompute") if kind in ("dense", "moe") else 0.0)
+        out[kind] = (total("fwd"), bwd)
+    return out
+
+
+def layer_sim_seconds(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str,
+                      costs: CostModel | None = None) -> dict[str, tuple[float, float, float, float]]:
+    """Per layer kind: (forward, backward) seconds as the simulator's layer level simulates them (compute and
+    the communication it cannot hide inside the layer), and the (forward, backward) compute seconds in them,
+    for one microbatch (:func:`sim.predict.layers.simulate_layer`).
+
+    The pipeline level runs each plain forward or backward chunk for exactly the sum of its layers' times,
+    so these give a pipeline lower bound far tighter than compute alone, at a fraction of a prediction."""
+    from sim.predict.layers import simulate_layer
+    from sim.predict.timing import Context
+
+    stack = stack_profile(stack_name)
+    placed = stack.place(cluster)
+    ctx = Context(model, placed, plan, costs or costs_for(placed.gpu), stack)
+    kinds = {"embed", "head", "moe" if model.n_moe_layers else "dense"}
+    if model.n_dense_layers:
+        kinds.add("dense")
+    out = {}
+    for kind in sorted(kinds):
+        f = simulate_layer(ctx, kind, "fwd")
+        b = simulate_layer(ctx, kind, "bwd")
+        out[kind] = (float(f.time_s), float(b.time_s), float(sum(f.compute_s.values())),
+                     float(sum(b.compute_s.values())))
+    return out

@@ -1,0 +1,114 @@
+"""Lower bounds on a plan's predicted step time, for pruning plan searches without predicting.
+
+Two bounds, each never above what :func:`sim.predict.predict` returns (tests/studies/test_bounds.py
+checks both against predictions over generated plans):
+
+- :func:`peak_bound_s` (physics): the busiest GPU does at least the mean share of the model's exact
+  training FLOPs (forward, 2x backward, and the recomputed forward under full recompute) at no more than
+  the datasheet peak of the fastest precision the plan uses. No efficiency below 1 enters it.
+- :func:`pipeline_compute_bound_s` (the simulator's own layer times): per chunk, the time of its layers as
+  the simulator's layer level gives them (:func:`studies._sim.layer_sim_seconds`: compute plus the
+  communication the layer cannot hide), which is exactly what a plain forward or backward chunk takes in
+  the pipeline; for DualPipe(V) and combined 1F1B (``ep_overlap``), whose overlapped pairs may hide
+  communication, only the compute in them
+  (a serial compute stream that communication only slows). Summed per pipeline rank, plus the
+  pipeline's unavoidable fill and drain: a rank cannot start before microbatch 0's forward has crossed
+  the chunks before its first, and (schedules without deferred weight gradients) after its last backward
+  the same microbatch's backward must still cross those chunks. The compute-only times
+  (:func:`studies._sim.layer_compute_seconds`) are a cheaper first bound for every schedule.
+
+>>> from sim.catalog import load_model, load_cluster
+>>> from sim.specs import ParallelPlan
+>>> m, c = load_model("debug"), load_cluster("hgx-b200", n_gpus=8)
+>>> plan = ParallelPlan(ep=4, dp_shard=8, global_batch=16, seq_len=512)
+>>> 0 < peak_bound_s(m, c, plan) <= pipeline_compute_bound_s(m, c, plan, "torchtitan")
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sim.accounting import exact_flops_per_token
+from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
+from sim.workload import chunk_layers
+from studies._sim import layer_compute_seconds, layer_sim_seconds
+
+__all__ = ["peak_bound_s", "pipeline_compute_bound_s", "chunk_ranks", "layer_times", "compute_only_times",
+           "LayerTimes"]
+
+#: layer kind -> (forward s, backward s, forward compute s, backward compute s) of one microbatch
+LayerTimes = dict[str, tuple[float, float, float, float]]
+
+
+def layer_times(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str) -> LayerTimes:
+    """The layer times the pipeline bound uses: simulated layers where sim exposes them, else compute only."""
+    return layer_sim_seconds(model, cluster, plan, stack_name)
+
+
+def compute_only_times(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str) -> LayerTimes:
+    """Compute-only layer times (cheap: no simulation), valid as a lower bound for every schedule."""
+    return {k: (f, b, f, b) for k, (f, b) in layer_compute_seconds(model, cluster, plan, stack_name).items()}
+
+
+def peak_bound_s(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> float:
+    """Seconds the busiest GPU needs at least for its FLOPs at peak rate (see the module docstring)."""
+    passes = 4 if plan.ac == "full" else 3
+    fastest = cluster.gpu.bf16_flops if plan.precision == "bf16" else max(cluster.gpu.fp8_flops,
+                                                                          cluster.gpu.bf16_flops)
+    flops = exact_flops_per_token(model, plan.seq_len) / 3 * passes * plan.tokens_per_step / cluster.n_gpus
+    return flops / fastest
+
+
+def chunk_ranks(plan: ParallelPlan, n_chunks: int) -> list[int] | None:
+    """Pipeline rank of each chunk (virtual stage), or None where the layout is not a plain chain
+    (DualPipe's two model copies)."""
+    pp = plan.pp
+    if pp == 1:
+        return [0] * n_chunks
+    if plan.pp_schedule in ("1f1b", "interleaved-1f1b"):
+        return [c % pp for c in range(n_chunks)]
+    if plan.pp_schedule == "dualpipev":
+        return [c if c < pp else 2 * pp - 1 - c for c in range(n_chunks)]
+    return None
+
+
+_layer_times = layer_times
+
+
+def pipeline_compute_bound_s(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str,
+                             layer_times: LayerTimes | None = None,
+                             layer_times_fn: Callable[[], LayerTimes] | None = None) -> float:
+    """Seconds the simulator's step takes at least, from compute alone (see the module docstring).
+
+    ``layer_times`` (from :func:`layer_times`) may be passed in to share it between plans that differ only
+    in pipeline layout."""
+    times = layer_times or (layer_times_fn() if layer_times_fn else
+                            _layer_times(model, cluster, plan, stack_name))
+    chunks = chunk_layers(model, plan)
+    dual = plan.pp_schedule in ("dualpipe", "dualpipev") and plan.pp > 1
+    # Overlapped F&B pairs (DualPipe, Megatron's combined 1F1B) may hide communication: compute only.
+    fi, bi = (2, 3) if dual or plan.ep_overlap else (0, 1)
+    fwd, bwd = [], []
+    for ci, layers in enumerate(chunks):
+        kinds = ["dense" if li < model.n_dense_layers else "moe" for li in layers]
+        if ci == 0:
+            kinds.append("embed")
+        if ci == len(chunks) - 1:
+            kinds.append("head")
+        fwd.append(sum(times[k][fi] for k in kinds))
+        bwd.append(sum(times[k][bi] for k in kinds))
+    m = plan.n_microbatches
+    ranks = chunk_ranks(plan, len(chunks))
+    if ranks is None:  # DualPipe: every microbatch crosses every layer once; the busiest rank >= the mean.
+        return m * (sum(fwd) + sum(bwd)) / plan.pp
+    deferred_w = plan.pp_schedule == "dualpipev"
+    best = 0.0
+    for r in range(plan.pp):
+        mine = [c for c in range(len(chunks)) if ranks[c] == r]
+        work = m * sum(fwd[c] + bwd[c] for c in mine)
+        first = min(mine)
+        start = sum(fwd[:first])
+        end = 0.0 if deferred_w else sum(bwd[:first])
+        best = max(best, start + work + end)
+    return best

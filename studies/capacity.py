@@ -1,0 +1,216 @@
+"""Capacity sweeps: every point of a spec searched for its fastest plan, results appended as they finish.
+
+:func:`run_sweep` expands a :class:`~studies.capacity_spec.CapacitySpec` into points, skips the points
+already in the results table (a killed sweep resumes where it stopped), searches the rest over every
+core (``executor="process"``, or ``"ray"`` on a Ray cluster: the optional ``ray`` extra) and appends one
+CSV row per point the moment it finishes (:func:`sim.fileio.append_line_durably`, from the parent
+process only), so the table ends with every point exactly once.
+
+>>> from studies.capacity_spec import spec_from_mapping
+>>> spec = spec_from_mapping({"sweep": [{"models": ["deepseek-v3-16b"], "gpus": ["b200"],
+...                                      "gpu_counts": [64]}]})
+>>> row = run_point(spec.points()[0], spec)
+>>> row["status"], row["tokens_per_s_per_gpu"] > 0
+('ok', True)
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import os
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from sim.catalog import load_cluster, load_model
+from sim.errors import ConfigError
+from sim.fileio import append_line_durably, write_atomic
+from sim.specs import ClusterSpec
+from studies._sim import interval_for, memory_fits
+from studies.capacity_spec import CLUSTER_TEMPLATE, NVLINK_DOMAINS, CapacitySpec, Point
+from studies.report import ensure_dir
+from studies.search import enumerate_plans, search
+
+__all__ = ["COLUMNS", "run_point", "run_sweep", "read_results", "point_cluster", "check_counts_fit"]
+
+COLUMNS = ["point_id", "model", "gpu", "n_gpus", "nic_gbps", "nvlink_domain", "oversubscription", "precision",
+           "ep_backend", "stack", "seq_len", "global_batch", "status", "tp", "pp", "pp_schedule", "vpp", "ep",
+           "ac", "micro_batch", "tokens_per_s_per_gpu", "step_time_s", "tflops_per_gpu", "mfu",
+           "peak_memory_gib", "interval_low", "interval_high", "time_to_train_days", "cost_usd",
+           "plans_enumerated", "plans_valid", "plans_fit", "plans_evaluated", "plans_pruned", "search_s"]
+
+
+def point_cluster(point: Point) -> ClusterSpec:
+    """The cluster of ``point``: its GPU's template sized to ``n_gpus`` with its fabric options."""
+    cluster = load_cluster(CLUSTER_TEMPLATE[point.gpu], n_gpus=point.n_gpus, gpu=point.gpu)
+    changes: dict[str, Any] = {}
+    if point.nic_gbps:
+        changes["nic_bw_bytes_per_s"] = point.nic_gbps * 1e9 / 8
+    domain = NVLINK_DOMAINS[point.nvlink_domain]
+    if domain:
+        changes["nvlink_domain_gpus"] = domain
+    if point.oversubscription != 1.0:
+        changes["fabric"] = dataclasses.replace(cluster.fabric, leaf_oversubscription=point.oversubscription)
+    return dataclasses.replace(cluster, **changes) if changes else cluster
+
+
+def run_point(point: Point, spec: CapacitySpec) -> dict[str, Any]:
+    """Search ``point``'s plan space; one results row (``status`` ok, no-fit or no-valid-plan)."""
+    t0 = time.perf_counter()
+    model, cluster = load_model(point.model), point_cluster(point)
+    result = search(model, cluster, spec.space_for(point), point.stack, keep=1)
+    row: dict[str, Any] = {k: v for k, v in dataclasses.asdict(point).items()}
+    row["point_id"] = point.point_id
+    c = result.counts
+    row.update(plans_enumerated=c["enumerated"], plans_valid=c["valid"], plans_fit=c["fits"],
+               plans_evaluated=c["evaluated"], plans_pruned=c["pruned"])
+    if result.best is None:
+        if c["valid"] == 0:
+            top = max(result.reasons.items(), key=lambda kv: kv[1])[0] if result.reasons else "no plan"
+            row["status"] = f"no valid plan ({top})"
+        else:
+            row["status"] = "no plan fits in memory"
+    else:
+        plan, pred = result.best.plan, result.best.prediction
+        row["status"] = "ok"
+        row.update(tp=plan.tp, pp=plan.pp, pp_schedule=plan.pp_schedule, vpp=plan.vpp, ep=plan.ep, ac=plan.ac,
+                   micro_batch=plan.micro_batch, tokens_per_s_per_gpu=round(pred.tokens_per_s_per_gpu, 3),
+                   step_time_s=round(pred.step_time_s, 6), tflops_per_gpu=round(pred.tflops_per_gpu, 3),
+                   mfu=round(pred.mfu, 5), peak_memory_gib=round(pred.peak_memory_bytes / 2**30, 2))
+        interval = interval_for(pred)
+        if interval:
+            row["interval_low"], row["interval_high"] = round(interval[0], 3), round(interval[1], 3)
+        days = spec.tokens / (pred.tokens_per_s_per_gpu * point.n_gpus) / 86400
+        row["time_to_train_days"] = round(days, 4)
+        price = spec.price(point.gpu)
+        if price is not None:
+            row["cost_usd"] = round(days * 24 * point.n_gpus * price, 0)
+    row["search_s"] = round(time.perf_counter() - t0, 3)
+    return row
+
+
+def _csv_line(row: dict[str, Any]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="").writerow(["" if row.get(k) is None else row.get(k, "") for k in COLUMNS])
+    return buf.getvalue()
+
+
+def read_results(path: str | Path) -> list[dict[str, str]]:
+    """Rows of a results table (a final line without its newline, cut by a crash, is dropped)."""
+    text = Path(path).read_text(encoding="utf-8")
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+    reader = csv.DictReader(io.StringIO(text))
+    if reader.fieldnames is not None and list(reader.fieldnames) != COLUMNS:
+        raise ConfigError(f"{path}: not a moesim capacity results table (columns differ)")
+    return list(reader)
+
+
+def _prepare_table(path: Path, ids: set[str]) -> set[str]:
+    """Create the table (header) or repair its tail; the ids of the points it already holds."""
+    if not path.exists() or path.stat().st_size == 0:
+        write_atomic(path, ",".join(COLUMNS) + "\n")
+        return set()
+    text = path.read_text(encoding="utf-8")
+    if not text.endswith("\n"):  # a crash mid-append: drop the partial line before appending again
+        write_atomic(path, text[: text.rfind("\n") + 1])
+    rows = read_results(path)
+    done = {r["point_id"] for r in rows}
+    foreign = sorted(done - ids)
+    if foreign:
+        raise ConfigError(f"{path}: holds {len(foreign)} point(s) that are not in this spec (e.g. {foreign[0]}); "
+                          "use another --out folder or the spec that wrote it")
+    return done
+
+
+def check_counts_fit(spec: CapacitySpec) -> None:
+    """Raise :class:`ConfigError` for a (model, GPU count) of the spec on which no plan of the search space
+    fits in memory on any of the spec's GPU types (a sweep row for it could only say "nothing fits")."""
+    by_pair: dict[tuple[str, int], list[Point]] = {}
+    for p in spec.points():
+        by_pair.setdefault((p.model, p.n_gpus), []).append(p)
+    for (model_name, n), points in by_pair.items():
+        model = load_model(model_name)
+        seen: set[tuple[str, str, str]] = set()
+        fits = False
+        for p in points:
+            key = (p.gpu, p.precision, p.ep_backend)
+            if key in seen:
+                continue
+            seen.add(key)
+            cluster = point_cluster(p)
+            if any(memory_fits(model, cluster, plan, p.stack)
+                   for plan in enumerate_plans(model, cluster, spec.space_for(p))):
+                fits = True
+                break
+        if not fits:
+            gpus = ", ".join(sorted({p.gpu for p in points}))
+            raise ConfigError(f"{spec.source}: gpu_counts {n}: no plan of the search space runs and fits "
+                              f"{model_name} in memory on {n} GPUs of any listed type ({gpus}); drop the count "
+                              "or widen [search]")
+
+
+def _ray_results(todo: list[Point], spec: CapacitySpec, workers: int) -> Iterable[dict[str, Any]]:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--executor ray needs the optional ray extra: pip install 'moesim[ray]'") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        address = os.environ.get("RAY_ADDRESS")
+        ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
+                 log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
+    try:
+        remote = ray.remote(run_point)
+        pending = [remote.remote(p, spec) for p in todo]
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(ready[0])
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def run_sweep(spec: CapacitySpec, out_dir: str | Path, *, workers: int | None = None, executor: str = "process",
+              progress: Callable[[int, int], None] | None = None, limit: int | None = None) -> Path:
+    """Run (or resume) ``spec`` into ``out_dir/results.csv``; returns its path.
+
+    ``workers``: processes (default: every core). ``limit``: stop after that many new points (tests)."""
+    if executor not in ("process", "ray"):
+        raise ConfigError(f"--executor must be process or ray, got {executor!r}")
+    points = spec.points()
+    check_counts_fit(spec)  # before anything is written: a bad spec leaves no folder and no table
+    out = ensure_dir(out_dir)
+    table = out / "results.csv"
+    done = _prepare_table(table, {p.point_id for p in points})
+    todo = [p for p in points if p.point_id not in done]
+    if limit is not None:
+        todo = todo[:limit]
+    workers = workers or os.cpu_count() or 1
+    total, count = len(points), len(done)
+    if progress:
+        progress(count, total)
+    results: Iterable[dict[str, Any]]
+    if executor == "ray":
+        results = _ray_results(todo, spec, workers)
+    elif workers == 1:
+        results = (run_point(p, spec) for p in todo)
+    else:
+        results = _pool_results(todo, spec, workers)
+    for row in results:
+        append_line_durably(table, _csv_line(row))
+        count += 1
+        if progress:
+            progress(count, total)
+    return table
+
+
+def _pool_results(todo: list[Point], spec: CapacitySpec, workers: int) -> Iterable[dict[str, Any]]:
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(run_point, p, spec) for p in todo]
+        for fut in as_completed(futures):
+            yield fut.result()

@@ -1,0 +1,287 @@
+"""Plan search: the fastest parallel plan that fits in memory, every valid plan predicted or pruned.
+
+A :class:`PlanSpace` lists the choices (TP, PP with schedule and VPP, EP, recompute, micro-batch) at a
+fixed precision, EP backend, sequence length and global batch. :func:`search` enumerates the space,
+drops plans that cannot run (:func:`sim.predict.validate_plan`) or do not fit in memory, orders the rest
+by a proven lower bound (:mod:`studies.bounds`) and predicts in that order; once a plan's bound is at or
+above the step time of the ``keep``-th best plan predicted so far, it cannot enter the top ``keep``, so
+it (and every plan after it in bound order) is pruned. The result is exact: the same best plan and
+runner-ups as predicting everything.
+
+>>> from sim.catalog import load_model, load_cluster
+>>> space = PlanSpace(tp=(1, 2), pp=(1, 2), schedules=("1f1b",), vpp=(1,), ep=(2, 4), ac=("full",),
+...                   micro_batch=(1,), seq_len=512, global_batch=32)
+>>> r = search(load_model("debug"), load_cluster("hgx-b200", n_gpus=8), space)
+>>> r.best is not None and r.counts["evaluated"] + r.counts["pruned"] == r.counts["fits"]
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.errors import ConfigError, MoesimError
+from sim.predict import Prediction, validate_plan
+from sim.specs import (
+    AC_MODES,
+    EP_BACKENDS,
+    PP_SCHEDULES,
+    PRECISIONS,
+    ClusterSpec,
+    ModelSpec,
+    ParallelPlan,
+)
+from studies._sim import memory_fits, predict_run
+from studies.bounds import (
+    LayerTimes,
+    compute_only_times,
+    layer_times,
+    peak_bound_s,
+    pipeline_compute_bound_s,
+)
+
+__all__ = ["PlanSpace", "Candidate", "SearchResult", "search", "enumerate_plans"]
+
+
+@dataclass(frozen=True)
+class PlanSpace:
+    """The plans to search. ``ep`` empty: every power of two that divides the expert count."""
+
+    tp: tuple[int, ...] = (1, 2, 4, 8)
+    pp: tuple[int, ...] = (1, 2, 4, 8, 16)
+    schedules: tuple[str, ...] = ("1f1b", "interleaved-1f1b", "dualpipev", "dualpipe")
+    vpp: tuple[int, ...] = (2, 4)
+    ep: tuple[int, ...] = ()
+    ac: tuple[str, ...] = ("none", "selective", "full")
+    micro_batch: tuple[int, ...] = (1, 2, 4)
+    seq_len: int = 4096
+    global_batch: int = 4096
+    precision: str = "mxfp8"
+    ep_backend: str = "deepep"
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "vpp", "ep", "micro_batch"):
+            values = getattr(self, name)
+            if any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in values):
+                raise ConfigError(f"plan space: {name} must be positive integers, got {list(values)}")
+            if name != "ep" and not values:
+                raise ConfigError(f"plan space: {name} must list at least one value")
+        for name, choices in (("schedules", PP_SCHEDULES), ("ac", AC_MODES)):
+            bad = [v for v in getattr(self, name) if v not in choices]
+            if bad or not getattr(self, name):
+                raise ConfigError(f"plan space: {name} must be among {', '.join(choices)}; got {list(getattr(self, name))}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"plan space: precision must be one of {', '.join(PRECISIONS)}; got {self.precision!r}")
+        if self.ep_backend not in EP_BACKENDS:
+            raise ConfigError(f"plan space: ep_backend must be one of {', '.join(EP_BACKENDS)}; got {self.ep_backend!r}")
+        for name in ("seq_len", "global_batch"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ConfigError(f"plan space: {name} must be a positive integer, got {v!r}")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A predicted plan of a search."""
+
+    plan: ParallelPlan
+    prediction: Prediction
+    bound_s: float
+
+
+@dataclass
+class SearchResult:
+    """The best plan (None when nothing fits), runner-ups, and what happened to every plan."""
+
+    best: Candidate | None
+    runner_ups: list[Candidate]
+    counts: dict[str, int]
+    elapsed_s: float
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def plans_per_s(self) -> float:
+        return self.counts["enumerated"] / self.elapsed_s if self.elapsed_s else 0.0
+
+
+def _ep_options(model: ModelSpec, space: PlanSpace) -> tuple[int, ...]:
+    if space.ep:
+        return space.ep
+    out, e = [], 1
+    while e <= model.n_routed_experts:
+        if model.n_routed_experts % e == 0:
+            out.append(e)
+        e *= 2
+    return tuple(out)
+
+
+def enumerate_plans(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace,
+                    reasons: dict[str, int] | None = None) -> Iterator[ParallelPlan]:
+    """Every plan of ``space`` that can run ``model`` on ``cluster`` (invalid ones counted in ``reasons``
+    by the first words of their error)."""
+    n = cluster.n_gpus
+    for tp in space.tp:
+        for pp in space.pp:
+            if n % (tp * pp):
+                _count(reasons, "tp * pp does not divide the GPU count")
+                continue
+            dp = n // (tp * pp)
+            layouts = [("1f1b", 1)] if pp == 1 else [
+                (s, v) for s in space.schedules for v in ((1,) if s != "interleaved-1f1b" else space.vpp)]
+            for schedule, vpp in layouts:
+                for ep in _ep_options(model, space):
+                    for ac in space.ac:
+                        for mb in space.micro_batch:
+                            try:
+                                plan = ParallelPlan(tp=tp, pp=pp, pp_schedule=schedule, vpp=vpp, ep=ep,
+                                                    dp_shard=dp, seq_len=space.seq_len,
+                                                    global_batch=space.global_batch, micro_batch=mb, ac=ac,
+                                                    precision=space.precision, ep_backend=space.ep_backend)
+                                validate_plan(model, cluster, plan)
+                            except MoesimError as err:
+                                _count(reasons, " ".join(str(err).split()[:3]))
+                                continue
+                            yield plan
+
+
+def _count(reasons: dict[str, int] | None, key: str) -> None:
+    if reasons is not None:
+        reasons[key] = reasons.get(key, 0) + 1
+
+
+def _layer_key(plan: ParallelPlan) -> tuple[Any, ...]:
+    """The plan fields one layer's per-microbatch simulation depends on: not the pipeline layout (PP is the
+    outermost mesh dimension, so the representative rank's TP and EP groups do not move with it), and the
+    data-parallel width only where the layer holds per-layer FSDP traffic (PP 1)."""
+    return (plan.tp, plan.cp, plan.ep, plan.etp, plan.seq_len, plan.micro_batch, plan.ac, plan.precision,
+            plan.ep_backend, plan.deepep_sms, plan.routing, plan.pp == 1,
+            (plan.dp_shard, plan.dp_replicate) if plan.pp == 1 else None)
+
+
+def _predict_one(args: tuple[ModelSpec, ClusterSpec, ParallelPlan, str]) -> Prediction:
+    model, cluster, plan, stack = args
+    pred = predict_run(model, cluster, plan, stack)
+    pred.trace_data = None  # not needed by searches; keeps results small across processes
+    return pred
+
+
+def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str = "torchtitan", *,
+           keep: int = 4, workers: int = 1, prune: bool = True, max_step_s: float | None = None,
+           progress: Callable[[int, int], None] | None = None) -> SearchResult:
+    """The fastest plan of ``space`` that fits (and the next ``keep - 1``), see the module docstring.
+
+    ``workers`` > 1 predicts in that many processes; ``prune=False`` predicts every fitting plan (for
+    checking that pruning is exact). ``max_step_s``: only plans at least that fast matter (a target): plans
+    whose bound is above it are pruned too, and ``best`` is None when no fitting plan reaches it."""
+    t0 = time.perf_counter()
+    reasons: dict[str, int] = {}
+    plans = list(enumerate_plans(model, cluster, space, reasons))
+    enumerated = len(plans) + sum(reasons.values())
+    fitting = [p for p in plans if memory_fits(model, cluster, p, stack)]
+    cheap: dict[tuple[Any, ...], LayerTimes] = {}
+    tight: dict[tuple[Any, ...], LayerTimes] = {}
+
+    def cheap_times(p: ParallelPlan) -> LayerTimes:
+        key = _layer_key(p)
+        if key not in cheap:
+            cheap[key] = compute_only_times(model, cluster, p, stack)
+        return cheap[key]
+
+    def tight_times(p: ParallelPlan) -> LayerTimes:
+        key = _layer_key(p)
+        if key not in tight:
+            tight[key] = layer_times(model, cluster, p, stack)
+        return tight[key]
+
+    # Best first on a lazily tightened bound: every plan starts at its cheap bound (peak rates, compute-only
+    # layer times); the one with the lowest bound is tightened (simulated layer times, shared by every plan
+    # of the same layer key) and re-queued, and predicted once its tightened bound is still the lowest.
+    # A plan whose bound (cheap or tight) reaches the cutoff cannot enter the top ``keep``: it and every plan
+    # behind it are pruned.
+    heap: list[tuple[float, int, int, ParallelPlan]] = [
+        (max(peak_bound_s(model, cluster, p), pipeline_compute_bound_s(model, cluster, p, stack, cheap_times(p))),
+         0, i, p) for i, p in enumerate(fitting)]
+    heapq.heapify(heap)
+    done: list[Candidate] = []
+    no_fit_after = 0
+    target = float("inf") if max_step_s is None else max_step_s
+
+    def cutoff() -> float:
+        if not prune:
+            return float("inf")
+        steps = sorted(c.prediction.step_time_s for c in done)
+        return min(target * (1 + 1e-12), steps[keep - 1] if len(steps) >= keep else float("inf"))
+
+    violations = 0
+
+    def accept(pred: Prediction, plan: ParallelPlan, bound: float) -> None:
+        nonlocal no_fit_after, violations
+        if bound > pred.step_time_s * (1 + 1e-9):
+            violations += 1  # the bound is not a bound for this build of sim: pruning is off (below)
+        if not pred.fits_in_memory:
+            no_fit_after += 1
+            return
+        done.append(Candidate(plan, pred, bound))
+
+    def next_plan() -> tuple[float, ParallelPlan] | None:
+        """The next plan to predict, or None when the rest are pruned (or none is left)."""
+        while heap:
+            bound, tightened, i, plan = heap[0]
+            if bound >= cutoff():
+                return None
+            heapq.heappop(heap)
+            if tightened or not prune:
+                return bound, plan
+            tb = max(bound, pipeline_compute_bound_s(model, cluster, plan, stack, tight_times(plan)))
+            heapq.heappush(heap, (tb, 1, i, plan))
+        return None
+
+    evaluated = 0
+    if workers <= 1:
+        while (item := next_plan()) is not None:
+            bound, plan = item
+            accept(_predict_one((model, cluster, plan, stack)), plan, bound)
+            evaluated += 1
+            if progress:
+                progress(evaluated, len(fitting))
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            running: dict[Future[Prediction], tuple[float, ParallelPlan]] = {}
+            stop = False
+            while True:
+                while not stop and len(running) < 2 * workers:
+                    item = next_plan()
+                    if item is None:
+                        stop = True
+                        break
+                    running[pool.submit(_predict_one, (model, cluster, item[1], stack))] = item
+                if not running:
+                    break
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    bound, plan = running.pop(fut)
+                    accept(fut.result(), plan, bound)
+                    evaluated += 1
+                    if progress:
+                        progress(evaluated, len(fitting))
+                stop = False  # a better cutoff may prune the rest, or a slot may take the next plan
+    if violations and prune:
+        # A lower bound above a prediction means sim changed under the bounds: answer exactly, unpruned.
+        full = search(model, cluster, space, stack, keep=keep, workers=workers, prune=False, max_step_s=max_step_s,
+                      progress=progress)
+        full.counts["bound_violations"] = violations
+        return full
+    done.sort(key=lambda c: (c.prediction.step_time_s, sorted(dataclasses.asdict(c.plan).items())))
+    if max_step_s is not None:
+        done = [c for c in done if c.prediction.step_time_s <= max_step_s]
+    counts = {"enumerated": enumerated, "invalid": sum(reasons.values()), "valid": len(plans),
+              "no_fit": len(plans) - len(fitting), "fits": len(fitting), "evaluated": evaluated,
+              "pruned": len(fitting) - evaluated, "no_fit_predicted": no_fit_after, "bound_violations": violations,
+              "layer_keys_simulated": len(tight)}
+    return SearchResult(done[0] if done else None, done[1:keep], counts, time.perf_counter() - t0, reasons)

@@ -1,0 +1,76 @@
+"""``moesim plan`` (the inverse question) and ``moesim study seed``: answers, JSON, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from studies.plan import SMALL_SPACE, smallest_cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def moesim(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "moesim", *args], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT, env=env)
+
+
+def test_smallest_cluster_is_the_first_count_that_meets_the_target() -> None:
+    easy = smallest_cluster("deepseek-v3-16b", tokens=1e11, days=30, gpus=["b200"], space=SMALL_SPACE)
+    assert easy.best is not None and easy.best.n_gpus == 64 and easy.best.days <= 30
+    # A target ~100x harder needs a larger cluster, and every smaller count was ruled out.
+    need = 1e11 / (30 * 86400) * 100
+    hard = smallest_cluster("deepseek-v3-16b", tokens=1e13, days=30, gpus=["b200"], space=SMALL_SPACE)
+    assert hard.best is not None and hard.best.n_gpus > 64
+    assert hard.best.best.prediction.tokens_per_s_per_gpu * hard.best.n_gpus >= need
+    assert hard.skipped["b200"] == [n for n in (64, 128, 256, 512, 1024, 2048, 4096) if n < hard.best.n_gpus]
+
+
+def test_plan_json() -> None:
+    result = moesim("plan", "--model", "deepseek-v3-16b", "--tokens", "1e11", "--days", "30", "--gpu", "b200",
+                    "--price", "4", "--json", "--workers", "1")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    best = out["best"]
+    assert best["gpu"] == "b200" and best["n_gpus"] == 64 and best["days"] <= 30
+    assert best["cost_usd"] == pytest.approx(best["days"] * 24 * 64 * 4)
+    assert best["best"]["peak_memory_gib"] <= best["best"]["memory_capacity_gib"]
+    assert len(best["runner_ups"]) == 3
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--model", "deepseek-v3-16b", "--tokens", "0", "--days", "30"), "--tokens"),
+    (("--model", "deepseek-v3-16b", "--tokens", "1e11", "--days", "nan"), "--days"),
+    (("--model", "nope", "--tokens", "1e11", "--days", "30"), "unknown model"),
+    (("--model", "deepseek-v3-16b", "--tokens", "1e11", "--days", "30", "--gpu", "tpu"), "--gpu"),
+    (("--model", "deepseek-v3-16b", "--tokens", "1e11", "--days", "30", "--ep-backend", "x"), "--ep-backend"),
+])
+def test_plan_bad_input_exits_2(args: tuple[str, ...], needle: str) -> None:
+    result = moesim("plan", *args)
+    assert result.returncode == 2 and needle in result.stderr and "Traceback" not in result.stderr
+
+
+def test_study_seed_writes_the_report(tmp_path: Path) -> None:
+    result = moesim("study", "seed", "--out", str(tmp_path / "seed"), "--json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout[result.stdout.index("["):result.stdout.rindex("]") + 1])
+    names = [(r["variant"], r["measured"]) for r in rows]
+    assert names[:4] == [("bf16 (standard EP)", 651.0), ("bf16 + DeepEP", 859.0), ("mxfp8 grouped + DeepEP", 918.0),
+                         ("mxfp8 grouped (standard EP)", None)]
+    assert {r["prediction"]["model"] for r in rows} == {"deepseek-v3-671b", "deepseek-v3-16b"}
+    for r in rows[1:3]:
+        assert abs(r["prediction"]["tokens_per_s_per_gpu"] / r["measured"] - 1) < 0.10
+    html = (tmp_path / "seed" / "seed-report.html").read_text()
+    assert "Simulated timeline" in html and "Step-time breakdown" in html and "<script src=" not in html
+
+
+def test_study_seed_unwritable_out_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    result = moesim("study", "seed", "--out", str(tmp_path / "file" / "sub"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
