@@ -82,23 +82,41 @@ def predict_run(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stac
     return predict(model, cluster, plan, costs, name=name)
 
 
-def interval_for(pred: Prediction) -> tuple[float, float] | None:
-    """(low, high) tokens/s per GPU of ``pred`` from ``sim.uncertainty`` when it exists, else None."""
+def interval_for(pred: Prediction, stack_name: str = "torchtitan",
+                 log_residuals: list[float] | None = None) -> tuple[float, float] | None:
+    """(p10, p90) tokens/s per GPU of ``pred`` from ``sim.uncertainty`` when it exists, else None.
+
+    ``sim.uncertainty.interval(predicted, log_residuals, ...)`` takes the stack's validation residuals
+    (log measured / predicted of its held-out measured runs): ``log_residuals`` when given (validate passes
+    leave-one-out residuals), else those of the shipped dataset (:func:`studies.validate.stack_log_residuals`).
+    Fewer than two residuals, or an interface this adapter does not know, give None (never an error)."""
     try:
         unc = importlib.import_module("sim.uncertainty")
     except ImportError:
         return None
-    for attr in ("interval", "prediction_interval"):
-        fn = getattr(unc, attr, None)
-        if fn is not None:
-            out = fn(pred)
-            if out is None:
+    fn = getattr(unc, "interval", None)
+    if fn is None:
+        return None
+    try:
+        if "log_residuals" in inspect.signature(fn).parameters:
+            if log_residuals is None:
+                from studies.validate import stack_log_residuals
+
+                log_residuals = stack_log_residuals().get(stack_name, [])
+            if len(log_residuals) < 2:
                 return None
-            if isinstance(out, dict):
-                return float(out["low"]), float(out["high"])
-            low, high = out[0], out[1]
-            return float(low), float(high)
-    return None
+            out = fn(pred.tokens_per_s_per_gpu, log_residuals, stack=stack_name)
+        else:
+            out = fn(pred)
+        if out is None:
+            return None
+        if hasattr(out, "p10") and hasattr(out, "p90"):
+            return float(out.p10), float(out.p90)
+        if isinstance(out, dict):
+            return float(out["low"]), float(out["high"])
+        return float(out[0]), float(out[1])
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, ArithmeticError):
+        return None
 
 
 def interval_support() -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from studies._sim import interval_for, interval_support, predict_run, stack_supp
 from studies.dataset import MeasuredRun, load_runs, resolve_run
 
 __all__ = ["ValidationRow", "ValidationResult", "Thresholds", "validate_runs", "load_thresholds",
-           "check_thresholds", "fitted_run_ids", "format_result"]
+           "check_thresholds", "fitted_run_ids", "format_result", "stack_log_residuals"]
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def _row(run: MeasuredRun, fitted: bool, predicted: dict[str, float]) -> Validat
     predicted[run.id] = pred.tokens_per_s_per_gpu
     return ValidationRow(run.id, run.model, run.gpu, run.gpus, run.stack, fitted,
                          run.measured_tokens_per_s_per_gpu, pred.tokens_per_s_per_gpu, pred.fits_in_memory,
-                         run.baseline, None, None, interval_for(pred), run.source)
+                         run.baseline, None, None, None, run.source)
 
 
 def validate_runs(path: str | Path | None = None) -> ValidationResult:
@@ -143,8 +144,17 @@ def validate_runs(path: str | Path | None = None) -> ValidationResult:
     predicted: dict[str, float] = {}
     rows = [_row(r, r.id in fitted, predicted) for r in runs]
     measured = {r.id: r.measured_tokens_per_s_per_gpu for r in runs}
+    import math
+
+    held_out = {r.run_id: (r.stack, math.log(r.measured_tokens_per_s_per_gpu / r.predicted_tokens_per_s_per_gpu))
+                for r in rows if not r.fitted and r.predicted_tokens_per_s_per_gpu}
     out = []
     for row in rows:
+        if row.predicted_tokens_per_s_per_gpu is not None:
+            # Leave-one-out: this run's interval comes from the other held-out runs of its stack only.
+            others = [res for rid, (st, res) in held_out.items() if st == row.stack and rid != row.run_id]
+            pred_stub = _Stub(row.predicted_tokens_per_s_per_gpu)
+            row = ValidationRow(**{**asdict(row), "interval": interval_for(pred_stub, row.stack, others)})  # type: ignore[arg-type]
         if row.baseline is not None:
             ms = row.measured_tokens_per_s_per_gpu / measured[row.baseline]
             ps = (row.predicted_tokens_per_s_per_gpu / predicted[row.baseline]
@@ -155,6 +165,27 @@ def validate_runs(path: str | Path | None = None) -> ValidationResult:
         raise ConfigError(f"{path or 'dataset'}: no run could be predicted; first reason: {out[0].skipped}")
     return ValidationResult(str(path) if path else "shipped (studies/data/measured_runs.toml)", out,
                             ", ".join(sorted(sources)), [stack_support(), interval_support()])
+
+
+@dataclass(frozen=True)
+class _Stub:
+    """What :func:`studies._sim.interval_for` reads of a prediction."""
+
+    tokens_per_s_per_gpu: float
+
+
+@cache
+def stack_log_residuals() -> dict[str, list[float]]:
+    """``stack -> [log(measured / predicted)]`` over the shipped dataset's held-out, predictable runs
+    (what ``sim.uncertainty`` builds a stack's interval from); computed once per process."""
+    import math
+
+    result = validate_runs()
+    out: dict[str, list[float]] = {}
+    for r in result.rows:
+        if not r.fitted and r.predicted_tokens_per_s_per_gpu:
+            out.setdefault(r.stack, []).append(math.log(r.measured_tokens_per_s_per_gpu / r.predicted_tokens_per_s_per_gpu))
+    return out
 
 
 @dataclass(frozen=True)
