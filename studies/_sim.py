@@ -50,14 +50,21 @@ def predict_run(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stac
     return predict(model, cluster, plan, costs or costs_for(cluster.gpu), name=name, stack=stack_profile(stack_name))
 
 
-def interval_for(pred: Prediction) -> tuple[float, float] | None:
-    """(p10, p90) tokens/s per GPU of ``pred`` (:func:`sim.uncertainty.prediction_interval`); None when its
-    stack has no held-out measured runs to build one from."""
-    from sim.uncertainty import prediction_interval
+def interval_for(pred: Prediction, stack_name: str | None = None,
+                 log_residuals: list[float] | None = None) -> tuple[float, float] | None:
+    """(p10, p90) tokens/s per GPU of ``pred``: from ``log_residuals`` when given (validate's leave-one-out),
+    else from the held-out measured runs of its stack (:func:`sim.uncertainty.prediction_interval`). None
+    with fewer than two residuals (no spread to build an interval from)."""
+    from sim.uncertainty import interval, prediction_interval, stack_family
 
-    iv = prediction_interval(pred)
-    if iv.n_runs == 0:
-        return None
+    if log_residuals is not None:
+        if len(log_residuals) < 2:
+            return None
+        iv = interval(pred.tokens_per_s_per_gpu, log_residuals, stack=stack_family(stack_name or pred.stack))
+    else:
+        iv = prediction_interval(pred)
+        if iv.n_runs < 2:
+            return None
     return float(iv.p10), float(iv.p90)
 
 

@@ -81,7 +81,7 @@ def run_point(point: Point, spec: CapacitySpec) -> dict[str, Any]:
                    micro_batch=plan.micro_batch, tokens_per_s_per_gpu=round(pred.tokens_per_s_per_gpu, 3),
                    step_time_s=round(pred.step_time_s, 6), tflops_per_gpu=round(pred.tflops_per_gpu, 3),
                    mfu=round(pred.mfu, 5), peak_memory_gib=round(pred.peak_memory_bytes / 2**30, 2))
-        interval = interval_for(pred)
+        interval = interval_for(pred, point.stack)
         if interval:
             row["interval_low"], row["interval_high"] = round(interval[0], 3), round(interval[1], 3)
         days = spec.tokens / (pred.tokens_per_s_per_gpu * point.n_gpus) / 86400

@@ -115,7 +115,7 @@ def smallest_cluster(model_name: str, *, tokens: float, days: float, gpus: list[
             if took <= days:
                 per_gpu[gpu] = Option(gpu, n, result.best, result.runner_ups, took,
                                       None if price is None else took * 24 * n * price,
-                                      interval_for(result.best.prediction), result.counts)
+                                      interval_for(result.best.prediction, stack), result.counts)
                 break
             skipped[gpu].append(n)
     found = [o for o in per_gpu.values() if o is not None]

@@ -57,7 +57,7 @@ def seed_rows() -> list[SeedRow]:
             pred = predict_run(model, cluster, plan, "torchtitan", name=v.name)
             measured = v.measured_tokens_per_s_per_gpu if not overrides else None
             rows.append(SeedRow(group, v.name, pred, measured, v.fitted and not overrides,
-                                v.source if not overrides else "not measured", interval_for(pred)))
+                                v.source if not overrides else "not measured", interval_for(pred, "torchtitan")))
     return rows
 
 

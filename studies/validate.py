@@ -18,6 +18,7 @@ True
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -99,6 +100,14 @@ class ValidationResult:
                 "n_unpredicted": len(self.unpredicted)}
 
 
+@dataclass(frozen=True)
+class _Point:
+    """What an interval needs of a prediction."""
+
+    tokens_per_s_per_gpu: float
+    stack: str
+
+
 def _row(run: MeasuredRun, fitted: bool, predicted: dict[str, float]) -> ValidationRow:
     try:
         model, cluster, plan = resolve_run(run)
@@ -110,7 +119,7 @@ def _row(run: MeasuredRun, fitted: bool, predicted: dict[str, float]) -> Validat
     predicted[run.id] = pred.tokens_per_s_per_gpu
     return ValidationRow(run.id, run.model, run.gpu, run.gpus, run.stack, fitted,
                          run.measured_tokens_per_s_per_gpu, pred.tokens_per_s_per_gpu, pred.fits_in_memory,
-                         run.baseline, None, None, interval_for(pred), run.source)
+                         run.baseline, None, None, None, run.source)
 
 
 def validate_runs(path: str | Path | None = None) -> ValidationResult:
@@ -119,8 +128,15 @@ def validate_runs(path: str | Path | None = None) -> ValidationResult:
     predicted: dict[str, float] = {}
     rows = [_row(r, r.fitted, predicted) for r in runs]
     measured = {r.id: r.measured_tokens_per_s_per_gpu for r in runs}
+    held_out = {r.run_id: (r.stack, math.log(r.measured_tokens_per_s_per_gpu / r.predicted_tokens_per_s_per_gpu))
+                for r in rows if not r.fitted and r.predicted_tokens_per_s_per_gpu}
     out = []
     for row in rows:
+        if row.predicted_tokens_per_s_per_gpu is not None:
+            # Leave-one-out: a run's interval comes from the other held-out runs of its stack only.
+            others = [res for rid, (st, res) in held_out.items() if st == row.stack and rid != row.run_id]
+            iv = interval_for(_Point(row.predicted_tokens_per_s_per_gpu, row.stack), row.stack, others)  # type: ignore[arg-type]
+            row = ValidationRow(**{**asdict(row), "interval": iv})
         if row.baseline is not None:
             ms = row.measured_tokens_per_s_per_gpu / measured[row.baseline]
             ps = (row.predicted_tokens_per_s_per_gpu / predicted[row.baseline]
