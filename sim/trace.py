@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from sim.fileio import write_atomic
 from sim.predict import Prediction
 
 __all__ = ["chrome_trace_events", "write_chrome_trace"]
@@ -79,4 +80,4 @@ def write_chrome_trace(preds: list[Prediction], path: str | Path, *, detail_micr
     events: list[dict[str, Any]] = []
     for i, pred in enumerate(preds):
         events += chrome_trace_events(pred, detail_microbatches=detail_microbatches, pid_base=100 * i)
-    Path(path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}), encoding="utf-8")
+    write_atomic(Path(path), json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))

@@ -49,7 +49,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         report.longrepr = f"skipped under MOESIM_CI=1 (CI must not pass by skipping): {report.longrepr}"
 
 
-def pytest_collectreport(report: pytest.CollectReport) -> None:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-untyped-def]
     """Under CI a module skipped at collection (a missing import) is a failure."""
+    outcome = yield
+    report = outcome.get_result()
     if CI and report.skipped:
         report.outcome = "failed"
+        report.longrepr = f"collection skipped under MOESIM_CI=1 (CI must not pass by skipping): {report.longrepr}"
