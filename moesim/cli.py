@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,11 +36,18 @@ from sim.errors import ConfigError, MoesimError
 from sim.loaders import load_plan_file
 from sim.specs import ParallelPlan
 
-__all__ = ["main", "build_parser", "model_summary"]
+__all__ = ["main", "build_parser", "model_summary", "OneLineParser"]
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in moesim, not in the input
 GIB = float(1 << 30)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line (``prog: error: ...; see prog --help``), exit 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
 def model_summary(name: str, seq_len: int) -> dict[str, Any]:
@@ -160,7 +168,7 @@ def _missing_predict() -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="moesim", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="moesim", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"moesim {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -146,7 +146,7 @@ def _coerce(owner: str, field: str, value: Any, annotation: Any, bound: Bound | 
     base = _BASE_TYPES.get(annotation)
     if base is None:
         return value
-    if base is int and isinstance(value, float) and math.isfinite(value) and value.is_integer():
+    if base is int and isinstance(value, float) and value.is_integer() and abs(value) < 2.0**53:
         value = int(value)
     try:
         value = msgspec.convert(value, base, strict=True)
