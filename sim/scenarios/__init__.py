@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from sim.predict import Prediction
     from sim.specs import ClusterSpec, ModelSpec
 
-__all__ = ["Scenario", "Variant", "scenario_names", "load_scenario", "run_scenario", "DEFAULT_SCENARIO"]
+__all__ = ["Scenario", "Variant", "scenario_names", "load_scenario", "scenario_from_mapping", "run_scenario",
+           "DEFAULT_SCENARIO"]
 
 DEFAULT_SCENARIO = "dsv3-671b-b200"
 _HEAD_KEYS = {"name", "description", "model", "cluster", "gpus", "gpu"}
@@ -81,7 +82,7 @@ def scenario_names() -> list[str]:
 
 def _variant(where: str, data: Any) -> Variant:
     if not isinstance(data, dict) or not isinstance(data.get("name"), str) or set(data) - _VARIANT_KEYS:
-        got = ", ".join(sorted(data)) if isinstance(data, dict) else repr(data)
+        got = ", ".join(sorted(map(str, data))) if isinstance(data, dict) else repr(data)
         raise ConfigError(f"scenario {where!r}: each [[variant]] needs a name and may only hold "
                           f"{', '.join(sorted(_VARIANT_KEYS - {'name'}))} (got {got})")
     plan = check_plan_fields(data.get("plan", {}), f"scenario {where!r}: variant {data['name']!r}: plan")
@@ -110,10 +111,16 @@ def load_scenario(name_or_path: str) -> Scenario:
     else:
         raise ConfigError(f"unknown scenario {name_or_path!r}; built in: {', '.join(scenario_names())} "
                           "(or give a TOML path)")
-    where = name_or_path
+    return scenario_from_mapping(data, name_or_path)
+
+
+def scenario_from_mapping(data: Any, where: str) -> Scenario:
+    """A :class:`Scenario` from a parsed scenario table (``where`` names it in errors)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"scenario {where!r}: expected a table, got {data!r}")
     unknown = set(data) - {"scenario", "base", "variant"}
     if unknown:
-        raise ConfigError(f"scenario {where!r}: unknown table(s) {', '.join(sorted(unknown))}; "
+        raise ConfigError(f"scenario {where!r}: unknown table(s) {', '.join(sorted(map(str, unknown)))}; "
                           "allowed: scenario, base, variant")
     head = data.get("scenario", {})
     if not isinstance(head, dict):
@@ -123,7 +130,7 @@ def load_scenario(name_or_path: str) -> Scenario:
             raise ConfigError(f"scenario {where!r}: [scenario] needs {key!r}")
     extra = set(head) - _HEAD_KEYS
     if extra:
-        raise ConfigError(f"scenario {where!r}: unknown key(s) {', '.join(sorted(extra))} in [scenario]")
+        raise ConfigError(f"scenario {where!r}: unknown key(s) {', '.join(sorted(map(str, extra)))} in [scenario]")
     for key in ("name", "description", "model", "cluster", "gpu"):
         if key in head and (not isinstance(head[key], str) or (key != "description" and not head[key])):
             raise ConfigError(f"scenario {where!r}: [scenario] {key} must be a non-empty string, got {head[key]!r}")
