@@ -13,8 +13,8 @@ cd "$(dirname "$0")/.."
 # No PYTHONPATH: mutmut puts ./mutants first on sys.path, a PYTHONPATH entry for this tree would shadow it.
 unset PYTHONPATH
 JOBS="${JOBS:-1}"
-mutmut run --max-children "$JOBS" "$@" || true
-mutmut results --all true > mutants/results.txt 2>/dev/null || mutmut results > mutants/results.txt || true
+python -m mutmut run --max-children "$JOBS" "$@" || true
+python -m mutmut results --all true > mutants/results.txt 2>/dev/null || python -m mutmut results > mutants/results.txt || true
 python - "$@" <<'PY'
 import re, sys
 from collections import Counter
