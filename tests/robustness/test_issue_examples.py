@@ -207,3 +207,24 @@ def test_show_seq_len_follows_the_plan(tmp_path: Path, capsys: pytest.CaptureFix
     assert json.loads(out)["seq_len"] == 2048
     assert_user_error(run_cli(["show", "deepseek-v3-16b", "--plan", str(plan), "--seq-len", "4096"], capsys),
                       "--seq-len (4096)", "2048")
+
+
+def test_json_depth_counts_levels() -> None:
+    from sim.limits import json_depth
+
+    assert json_depth(1) == 0
+    assert json_depth([]) == 1 and json_depth({}) == 1
+    assert json_depth([1, [2, [3]]]) == 3
+    assert json_depth({"a": {"b": [1]}, "c": 2}) == 3
+    assert json_depth([[[]], [[[[]]]]]) == 5  # the deepest branch, not the first
+    deep: list = []
+    for _ in range(200):
+        deep = [deep]
+    assert json_depth(deep, limit=10) == 11  # stops counting past the limit
+    assert json_depth(deep, limit=500) == 201
+
+
+def test_toml_nesting_bound(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "plan.toml"
+    path.write_text("x = " + "[" * 70 + "]" * 70 + "\n")
+    assert_user_error(run_cli(["show", "debug", "--plan", str(path)], capsys), "nested deeper than 64")
