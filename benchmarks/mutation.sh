@@ -13,6 +13,9 @@ cd "$(dirname "$0")/.."
 # No PYTHONPATH: mutmut puts ./mutants first on sys.path, a PYTHONPATH entry for this tree would shadow it.
 unset PYTHONPATH
 JOBS="${JOBS:-1}"
+if [ -d mutants ]; then  # a previous run: test with today's tests, and re-collect which tests reach what
+  cp -r tests mutants/ && rm -f mutants/mutmut-stats.json
+fi
 python -m mutmut run --max-children "$JOBS" "$@" || true
 python -m mutmut results --all true > mutants/results.txt 2>/dev/null || python -m mutmut results > mutants/results.txt || true
 python - "$@" <<'PY'
