@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from moesim import __version__
+from moesim.argtypes import gpu_count, plan_int
 from moesim.calibrate_cmd import add_calibrate_parser
 from moesim.plan_cmd import add_plan
 from moesim.study_cmd import add_study
@@ -34,22 +37,22 @@ from sim.catalog import (
     load_model,
     model_names,
 )
-from sim.errors import MoesimError
+from sim.errors import ConfigError, MoesimError
 from sim.loaders import load_plan_file
+from sim.specs import ParallelPlan
 
-__all__ = ["main", "build_parser", "model_summary"]
+__all__ = ["main", "build_parser", "model_summary", "OneLineParser"]
 
 EXIT_USAGE = 2
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in moesim, not in the input
+GIB = float(1 << 30)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line (``prog: error: ...; see prog --help``), exit 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
 def model_summary(name: str, seq_len: int) -> dict[str, Any]:
@@ -71,18 +74,22 @@ def model_summary(name: str, seq_len: int) -> dict[str, Any]:
     }
 
 
-def _plan_memory(model_name: str, plan_path: str, gpu_name: str, n_gpus: int | None) -> dict[str, Any]:
+def _plan_memory(model_name: str, plan: ParallelPlan, gpu_name: str, n_gpus: int | None) -> dict[str, Any]:
     model = load_model(model_name)
-    plan = load_plan_file(plan_path)
     gpu = load_gpu(gpu_name)
     plan.check_fits(model, n_gpus if n_gpus is not None else plan.world_size)
     return memory_per_gpu(model, plan, gpu).as_dict()
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    summary = model_summary(args.model, args.seq_len)
-    if args.plan:
-        summary["memory"] = _plan_memory(args.model, args.plan, args.gpu, args.gpus)
+    plan = load_plan_file(args.plan) if args.plan else None
+    if plan is not None and args.seq_len is not None and args.seq_len != plan.seq_len:
+        raise ConfigError(f"--seq-len ({args.seq_len}) differs from the plan's seq_len ({plan.seq_len}) in {args.plan}")
+    seq_len = args.seq_len or (plan.seq_len if plan is not None else ParallelPlan().seq_len)
+    args.seq_len = seq_len
+    summary = model_summary(args.model, seq_len)
+    if plan is not None:
+        summary["memory"] = _plan_memory(args.model, plan, args.gpu, args.gpus)
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -99,7 +106,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         print(f"  memory per GPU on {args.gpu} (busiest pipeline rank {mem['pp_rank']}):")
         for key in ("weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
                     "transient_bytes", "reserve_bytes", "total_bytes", "capacity_bytes"):
-            print(f"    {key.removesuffix('_bytes'):<12} {mem[key] / 1e9:8.1f} GB")
+            print(f"    {key.removesuffix('_bytes'):<12} {mem[key] / GIB:8.1f} GiB")
         print(f"    fits         {'yes' if mem['fits'] else 'NO'}")
     return 0
 
@@ -166,7 +173,7 @@ def _missing_predict() -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="moesim", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="moesim", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"moesim {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -177,10 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     show = subparsers.add_parser("show", help="a model's parameters and FLOPs per token")
     show.add_argument("model", help="catalog name, HuggingFace config.json, or model TOML")
-    show.add_argument("--seq-len", type=_positive_int, default=8192, help="sequence length (default 8192)")
+    show.add_argument("--seq-len", type=plan_int("seq_len"), default=None,
+                      help=f"sequence length (default: the plan's, else {ParallelPlan().seq_len}, as moesim predict)")
     show.add_argument("--plan", help="a parallel-plan TOML: also show per-GPU memory under it")
     show.add_argument("--gpu", default="b200", help="GPU for --plan memory (default b200)")
-    show.add_argument("--gpus", type=_positive_int, help="GPU count for --plan (default: the plan's world size)")
+    show.add_argument("--gpus", type=gpu_count(), help="GPU count for --plan (default: the plan's world size)")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(handler=_cmd_show)
 
@@ -209,10 +217,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except MoesimError as err:
-        print(f"moesim: error: {err}", file=sys.stderr)
+        print(f"moesim: error: {_one_line(str(err))}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         return 0
+    except OSError as err:  # an output or input path the user gave (read-only, missing folder, full disk)
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"moesim: error: {where}{err.strerror or err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as err:  # a bug: one line, not a traceback (MOESIM_DEBUG=1 re-raises)
+        if os.environ.get("MOESIM_DEBUG") == "1":
+            raise
+        print(f"moesim: internal error (a bug, please report it): {type(err).__name__}: {_one_line(str(err))}",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

@@ -8,9 +8,9 @@
   ``[[variant]]`` tables with ``name``, optional ``plan`` overrides, ``measured_tokens_per_s_per_gpu``,
   ``source``).
 
-``--stack NAME|FILE`` picks the framework stack profile (named in the table's title and in each JSON
-prediction's ``stack``). ``--json`` prints one object with a ``predictions`` list; ``--trace FILE`` writes a
-Chrome trace. Errors a
+``--stack NAME|FILE`` picks the framework stack profile and ``--calibration FILE|NAME`` the kernel costs;
+both are named in the output, with a p10-p90 interval per prediction. ``--json`` prints one object with a
+``predictions`` list; ``--trace FILE`` writes a Chrome trace. Errors a
 user can cause print one line and return 2. Standalone: ``python -m moesim.predict_cmd``.
 """
 
@@ -23,58 +23,89 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from moesim.argtypes import bounded_int, finite_float, gpu_count, plan_int
+from moesim.render import render_table
 from sim.catalog import default_cluster, load_cluster, load_model
 from sim.errors import ConfigError, MoesimError
-from sim.loaders import derive_plan_fields, plan_from_mapping
+from sim.loaders import (
+    INTERLEAVED_DEFAULT_VPP,
+    derive_plan_fields,
+    parse_json,
+    plan_from_mapping,
+)
 from sim.scenarios import DEFAULT_SCENARIO, load_scenario, run_scenario
 from sim.specs import AC_MODES, EP_BACKENDS, PP_SCHEDULES, PRECISIONS, ClusterSpec
 
-__all__ = ["add_predict_arguments", "run_predict", "format_table", "main"]
+__all__ = ["add_predict_arguments", "run_predict", "format_table", "main", "JSON_SCHEMA_VERSION"]
+
+JSON_SCHEMA_VERSION = 2
+"""Version of ``moesim predict --json``'s layout (2: adds schema_version, moesim_version, provenance,
+settings_match_measured and notes beside the predictions)."""
 
 _PLAN_INTS = ("tp", "pp", "vpp", "ep", "etp", "dp_shard", "dp_replicate", "cp", "seq_len", "global_batch",
               "micro_batch", "deepep_sms", "routing_seed")
+_PLAN_HELP = {
+    "tp": "tensor-parallel degree (default 1)",
+    "pp": "pipeline-parallel degree (default 1)",
+    "vpp": "pipeline stages per rank for interleaved-1f1b (default 1; 2 when --pp-schedule interleaved-1f1b)",
+    "ep": "expert-parallel degree (default 1: every GPU holds all experts, as TorchTitan)",
+    "etp": "tensor-parallel degree inside each expert: 1 or --tp (default 1)",
+    "dp_shard": "FSDP degree (default: GPUs / (dp_replicate * cp * tp * pp))",
+    "dp_replicate": "replicated data-parallel (HSDP) degree (default 1)",
+    "cp": "context-parallel degree (default 1)",
+    "seq_len": "tokens per sequence (default 4096)",
+    "global_batch": "sequences per step over all data-parallel ranks (default: 8 microbatches per rank)",
+    "micro_batch": "sequences per microbatch (default 1)",
+    "deepep_sms": "SMs DeepEP's kernels take (default 20)",
+    "routing_seed": "seed of skewed routing (default 0)",
+}
+GIB = float(1 << 30)
+_NIC_GBPS_MAX = 8e6  # 8 Pb/s: sim.limits.CLUSTER_BOUNDS nic_bw_bytes_per_s maximum, in Gb/s
 
 
 def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``moesim predict``'s options to ``parser``."""
+    """Add ``moesim predict``'s options to ``parser`` (every number bounded by :mod:`moesim.argtypes`)."""
     g = parser.add_argument_group("what and where")
     g.add_argument("--scenario", help="scenario TOML file or built-in name (e.g. dsv3-671b-b200)")
     g.add_argument("--model", help="catalog model name or model file (config.json / TOML)")
     g.add_argument("--gpu", help="catalog GPU name (default: the cluster template's)")
-    g.add_argument("--gpus", type=int, help="number of GPUs")
+    g.add_argument("--gpus", type=gpu_count(), help="number of GPUs")
     g.add_argument("--cluster", default=None, help="cluster template or TOML (default: the GPU's first template, "
                    "e.g. hgx-b200, gb200-nvl72)")
-    g.add_argument("--nic-gbps", type=float, help="per-NIC line rate in Gb/s (overrides the cluster's)")
+    g.add_argument("--nic-gbps", type=finite_float(0.0, _NIC_GBPS_MAX, exclusive_minimum=True),
+                   help="per-NIC line rate in Gb/s (overrides the cluster's)")
     g.add_argument("--calibration", help="calibration file (moesim calibrate fit/run) or bundled name, e.g. "
                    "h800-deepseek-trace, instead of the defaults")
     g.add_argument("--stack", help="framework stack profile: torchtitan | megatron | megatron-26.02 | deepseek | "
                    "a stack TOML (default: the scenario's, else torchtitan)")
     p = parser.add_argument_group("parallel plan (ParallelPlan fields)")
     for name in _PLAN_INTS:
-        p.add_argument("--" + name.replace("_", "-"), type=int, dest=name)
-    p.add_argument("--pp-schedule", choices=PP_SCHEDULES, dest="pp_schedule")
-    p.add_argument("--ac", choices=AC_MODES)
+        p.add_argument("--" + name.replace("_", "-"), type=plan_int(name), dest=name, help=_PLAN_HELP[name])
+    p.add_argument("--pp-schedule", choices=PP_SCHEDULES, dest="pp_schedule", help="pipeline schedule (default 1f1b)")
+    p.add_argument("--ac", choices=AC_MODES, help="activation checkpointing (default full)")
     p.add_argument("--recompute-modules", dest="recompute_modules",
                    help="with --ac selective: comma-separated Megatron modules to recompute (e.g. mla_up_proj,moe_act); "
                         "default: the stack's")
-    p.add_argument("--precision", choices=PRECISIONS)
-    p.add_argument("--ep-backend", choices=EP_BACKENDS, dest="ep_backend")
+    p.add_argument("--precision", choices=PRECISIONS, help="precision recipe (default bf16)")
+    p.add_argument("--ep-backend", choices=EP_BACKENDS, dest="ep_backend", help="all-to-all backend (default nccl)")
     p.add_argument("--ep-overlap", action="store_true", default=None, dest="ep_overlap",
                    help="Megatron combined 1F1B: overlap one microbatch's all-to-alls with another's compute")
     p.add_argument("--routing", help="balanced | round-robin | zipf:<s> | dirichlet:<alpha> | tokens-per-expert file")
     o = parser.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON object with a 'predictions' list")
     o.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of representative ranks")
-    o.add_argument("--trace-microbatches", type=int, default=2, metavar="N", dest="trace_microbatches",
+    o.add_argument("--trace-microbatches", type=bounded_int(0, 64), default=2, metavar="N",
+                   dest="trace_microbatches",
                    help="microbatches expanded to ops (compute and comm threads) in the trace (default 2)")
 
 
 def _cluster(args: argparse.Namespace, name: str | None, gpus: int, gpu: str | None) -> ClusterSpec:
     cluster = load_cluster(name or default_cluster(gpu or "b200"), n_gpus=gpus, gpu=gpu)
-    if getattr(args, "nic_gbps", None):
-        if args.nic_gbps <= 0:
-            raise ConfigError(f"--nic-gbps must be positive, got {args.nic_gbps}")
-        cluster = dataclasses.replace(cluster, nic_bw_bytes_per_s=args.nic_gbps * 1e9 / 8)
+    nic_gbps = getattr(args, "nic_gbps", None)
+    if nic_gbps is not None:
+        if not nic_gbps > 0:
+            raise ConfigError(f"--nic-gbps must be positive, got {nic_gbps}")
+        cluster = dataclasses.replace(cluster, nic_bw_bytes_per_s=nic_gbps * 1e9 / 8)
     return cluster
 
 
@@ -123,8 +154,14 @@ def _legacy_costs(path: str) -> Any:
 
     try:
         with open(path, encoding="utf-8") as handle:
-            return CostModel.from_json(handle.read())
-    except (AttributeError, TypeError, ValueError) as err:
+            text = handle.read()
+        parse_json(text, path)  # strict JSON and bounded nesting before CostModel reads it
+        return CostModel.from_json(text)
+    except MoesimError:
+        raise
+    except OSError as err:
+        raise ConfigError(f"{path}: {err.strerror}") from None
+    except (AttributeError, TypeError, ValueError, KeyError, RecursionError) as err:
         raise ConfigError(f"{path}: malformed version-1 CostModel file: {err}") from None
 
 
@@ -153,7 +190,42 @@ def _stack_title(stack: Any) -> str:
     return f"stack: {stack.name} ({stack.release})" if stack.release else f"stack: {stack.name}"
 
 
+@dataclasses.dataclass
+class _Run:
+    """What one ``moesim predict`` computed and what the reader must know about it."""
+
+    predictions: list[Any]
+    title: str
+    notes: list[str]
+    provenance: dict[str, Any]
+    comparable: list[bool]
+
+
+def _notes(given: dict[str, Any], plan: dict[str, Any], model: Any, n_gpus: int) -> list[str]:
+    """Visible notes for defaults that give nonsense (or that a user may not expect)."""
+    notes = []
+    if "ep" not in given and plan["ep"] == 1 and model.n_routed_experts > 1 and n_gpus > 1:
+        notes.append(f"note: ep defaults to 1 (TorchTitan's default): each of the {n_gpus} GPUs holds all "
+                     f"{model.n_routed_experts} experts of every MoE layer; pass --ep to split them")
+    if plan["pp_schedule"] == "interleaved-1f1b" and "vpp" not in given and plan["pp"] > 1:
+        notes.append(f"note: interleaved-1f1b without --vpp: {INTERLEAVED_DEFAULT_VPP} stages per pipeline rank "
+                     "(TorchTitan's default for looped schedules)")
+    return notes
+
+
+def _calibration_name(args: argparse.Namespace) -> dict[str, Any] | str:
+    """What the provenance names as the kernel costs: the calibration's summary, or the built-in defaults."""
+    return getattr(args, "calibration_summary", None) or "built-in defaults (sim.costs: datasheets and published " \
+        "microbenchmarks)"
+
+
 def _run(args: argparse.Namespace) -> tuple[list[Any], str]:
+    """The predictions and the title (the older two-value form of :func:`_compute`)."""
+    run = _compute(args)
+    return run.predictions, run.title
+
+
+def _compute(args: argparse.Namespace) -> _Run:
     from sim.predict import predict
 
     plan_args = _plan_fields(args)
@@ -163,11 +235,15 @@ def _run(args: argparse.Namespace) -> tuple[list[Any], str]:
             raise ConfigError("--gpus is required with --model")
         model = load_model(args.model)
         cluster = _cluster(args, args.cluster, args.gpus, args.gpu)
-        plan = plan_from_mapping(derive_plan_fields(plan_args, args.gpus), "plan (command line)")
+        fields = derive_plan_fields(plan_args, args.gpus, "plan (command line)")
+        plan = plan_from_mapping(fields, "plan (command line)")
         stack = _stack(args)
-        return [predict(model, cluster, plan, _costs(args, cluster.gpu, stack), stack=stack)], _stack_title(stack)
-    if args.model is None and args.scenario is None and (plan_args or args.gpus or args.gpu):
-        raise ConfigError("--model is required when plan options are given (or use --scenario)")
+        pred = predict(model, cluster, plan, _costs(args, cluster.gpu, stack), stack=stack)
+        title = f"{model.name} on {cluster.n_gpus} x {cluster.gpu.name} ({cluster.name})\n{_stack_title(stack)}"
+        provenance = {"scenario": None, "model": model.name, "model_source": model.source, "cluster": cluster.name,
+                      "gpu": cluster.gpu.name, "n_gpus": cluster.n_gpus, "calibration": _calibration_name(args),
+                      "stack": stack.describe(), "overrides": plan_args}
+        return _Run([pred], title, _notes(plan_args, pred.plan, model, cluster.n_gpus), provenance, [False])
     sc = load_scenario(args.scenario or DEFAULT_SCENARIO)
     model = load_model(args.model or sc.model)
     gpus = args.gpus or sc.gpus
@@ -175,64 +251,136 @@ def _run(args: argparse.Namespace) -> tuple[list[Any], str]:
     stack = _stack(args, sc.stack)
     preds = run_scenario(sc, model=model, cluster=cluster, costs=_costs(args, cluster.gpu, stack), overrides=plan_args,
                          stack=stack)
-    return preds, "\n".join([f"{sc.name}: {sc.description}".strip(": "), _stack_title(stack)])
+    # What differs from the scenario as written (and so from the runs that were measured).
+    changed = {k: v for k, v in (("model", args.model), ("gpus", args.gpus), ("gpu", args.gpu),
+                                 ("cluster", args.cluster), ("nic_gbps", getattr(args, "nic_gbps", None)),
+                                 ("stack", getattr(args, "stack", None)),
+                                 ("calibration", getattr(args, "calibration", None)))
+               if v is not None}
+    if "stack" in changed and stack.name == _stack(argparse.Namespace(), sc.stack).name:
+        changed.pop("stack")
+    if "model" in changed and model.name == load_model(sc.model).name:
+        changed.pop("model")
+    if changed.get("gpus") == sc.gpus:
+        changed.pop("gpus")
+    comparable = []
+    for variant, pred in zip(sc.variants, preds, strict=True):
+        as_written = plan_from_mapping(derive_plan_fields({**sc.base, **variant.plan}, sc.gpus), "scenario")
+        same = not changed and as_written.as_dict() == pred.plan
+        comparable.append(same)
+        if not same:
+            pred.measured_tokens_per_s_per_gpu = None
+    overrides = {**changed, **plan_args}
+    shown = ", ".join(f"{k}={v}" for k, v in overrides.items())
+    where = f"{model.name} on {cluster.n_gpus} x {cluster.gpu.name} ({cluster.name})"
+    if not overrides:
+        title = f"{sc.name}: {sc.description}".strip(": ")
+    else:
+        title = f"{sc.name} modified ({shown}): {where}"
+    title += "\n" + _stack_title(stack)
+    notes = []
+    if overrides and not all(comparable):
+        notes.append(f"note: settings differ from the measured runs ({shown}): measured columns dropped")
+    for variant, pred in zip(sc.variants, preds, strict=True):
+        given = {**sc.base, **variant.plan, **plan_args}
+        for note in _notes(given, pred.plan, model, cluster.n_gpus):
+            if note not in notes:
+                notes.append(note)
+    provenance = {"scenario": sc.name, "model": model.name, "model_source": model.source, "cluster": cluster.name,
+                  "gpu": cluster.gpu.name, "n_gpus": cluster.n_gpus, "calibration": _calibration_name(args),
+                  "stack": stack.describe(), "overrides": overrides,
+                  "fitted_variants": [v.name for v in sc.variants if v.fitted]}
+    for variant, pred, same in zip(sc.variants, preds, comparable, strict=True):
+        if variant.fitted and same:  # fitted at the scenario's settings only
+            pred.name = f"{pred.name} [fitted]"
+    return _Run(preds, title, notes, provenance, comparable)
 
 
-def format_table(preds: list[Any], title: str = "") -> str:
-    """Predicted vs measured, speedups vs the first row, MFU and memory."""
-    lines = [title] if title else []
-    head = f"{'variant':<30} {'pred tok/s/GPU':>14} {'measured':>9} {'error':>7} {'speedup':>8} {'meas.':>7} " \
-           f"{'step s':>8} {'TFLOPS':>7} {'MFU':>6} {'mem GB':>7} {'fits':>5}"
-    lines += [head, "-" * len(head)]
+_GROUPS = (("compute", ("compute.",)), ("a2a", ("comm.a2a",)), ("other comm", ("comm.",)),
+           ("bubble", ("pipeline_bubble",)), ("other", ("",)))
+
+
+def breakdown_groups(breakdown: dict[str, float]) -> dict[str, float]:
+    """The step-time breakdown folded into the table's columns (each key in the first group it matches).
+
+    >>> breakdown_groups({"compute.attn.core": 1.0, "comm.a2a": 2.0, "comm.tp": 0.5, "host_sync": 0.1})
+    {'compute': 1.0, 'a2a': 2.0, 'other comm': 0.5, 'bubble': 0.0, 'other': 0.1}
+    """
+    out = dict.fromkeys((g for g, _ in _GROUPS), 0.0)
+    for key, seconds in breakdown.items():
+        group = next(g for g, prefixes in _GROUPS if any(key.startswith(p) for p in prefixes))
+        out[group] += seconds
+    return out
+
+
+def format_table(preds: list[Any], title: str = "", notes: list[str] | None = None) -> str:
+    """Predicted vs measured, speedups vs the first row, the step breakdown, MFU and memory (GiB)."""
+    headers = ["variant", "tok/s/GPU", "measured", "error", "speedup", "meas. speedup", "step s",
+               *(f"{g} s" for g, _ in _GROUPS), "TFLOPS", "MFU", "mem GiB", "fits"]
     base = preds[0]
+    rows = []
     for p in preds:
         meas = p.measured_tokens_per_s_per_gpu
-        err = f"{(p.tokens_per_s_per_gpu / meas - 1) * 100:+.1f}%" if meas else "-"
-        sp = f"{(p.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu - 1) * 100:+.1f}%"
+        fitted = p.name.endswith("[fitted]")
+        err = "(fitted)" if fitted and meas else f"{(p.tokens_per_s_per_gpu / meas - 1) * 100:+.1f}%" if meas else "-"
+        sp = "-" if p is base else f"{(p.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu - 1) * 100:+.1f}%"
         msp = f"{(meas / base.measured_tokens_per_s_per_gpu - 1) * 100:+.0f}%" if (
-            meas and base.measured_tokens_per_s_per_gpu) else "-"
-        lines.append(
-            f"{p.name[:30]:<30} {p.tokens_per_s_per_gpu:>14.1f} {meas if meas else '-':>9} {err:>7} {sp:>8} "
-            f"{msp:>7} {p.step_time_s:>8.1f} {p.tflops_per_gpu:>7.1f} {p.mfu * 100:>5.1f}% "
-            f"{p.peak_memory_bytes / 1e9:>7.1f} {'yes' if p.fits_in_memory else 'NO':>5}"
-        )
-    return "\n".join(lines)
+            meas and base.measured_tokens_per_s_per_gpu and p is not base) else "-"
+        tput = f"{p.tokens_per_s_per_gpu:.1f}" if p.fits_in_memory else f"{p.tokens_per_s_per_gpu:.1f} (does not fit)"
+        groups = breakdown_groups(p.breakdown)
+        rows.append([p.name, tput, f"{meas:g}" if meas else "-", err, sp, msp, f"{p.step_time_s:.1f}",
+                     *(f"{groups[g]:.1f}" for g, _ in _GROUPS), f"{p.tflops_per_gpu:.1f}", f"{p.mfu * 100:.1f}%",
+                     f"{p.peak_memory_bytes / GIB:.1f} / {p.memory_capacity_bytes / GIB:.0f}",
+                     "yes" if p.fits_in_memory else "NO: does not fit in memory"])
+    all_notes = list(notes or [])
+    if any(p.name.endswith("[fitted]") for p in preds):
+        all_notes.append("[fitted]: the stack profile's efficiency was fitted to this run (calibrate.stack_fit); "
+                         "its error is 0 by construction, not a prediction")
+    for p in preds:
+        total = sum(p.breakdown.values())
+        if abs(total - p.step_time_s) > 0.01 * p.step_time_s:
+            all_notes.append(f"warning: {p.name}: the breakdown sums to {total:.1f} s, not the step's "
+                             f"{p.step_time_s:.1f} s (overlapped time counted in several columns)")
+    all_notes.append("MFU: model FLOPs (TorchTitan formula) / the GPU's dense BF16 peak; memory: peak per GPU / HBM "
+                     "in GiB (2^30 bytes, as TorchTitan logs it)")
+    return render_table(headers, rows, title=title, notes=all_notes).rstrip("\n")
 
 
 def run_predict(args: argparse.Namespace) -> int:
     """Run ``moesim predict``; returns the exit code (2 and one message on a user error)."""
     try:
-        preds, title = _run(args)
+        run = _compute(args)
         if getattr(args, "trace", None):
             from sim.trace import write_chrome_trace
 
-            n_detail = getattr(args, "trace_microbatches", 2)
-            if n_detail is None or n_detail < 0:
-                raise ConfigError(f"--trace-microbatches must be zero or positive, got {n_detail}")
-            write_chrome_trace(preds, args.trace, detail_microbatches=n_detail)
+            write_chrome_trace(run.predictions, args.trace, detail_microbatches=getattr(args, "trace_microbatches", 2))
+        intervals = _intervals(run.predictions, args)
     except MoesimError as err:
         print(f"moesim predict: error: {err}", file=sys.stderr)
         return 2
     except OSError as err:
-        print(f"moesim predict: error: {err}", file=sys.stderr)
+        print(f"moesim predict: error: {getattr(err, 'filename', '') or ''}{': ' if getattr(err, 'filename', None) else ''}"
+              f"{err.strerror or err}", file=sys.stderr)
         return 2
-    try:
-        ivs = _intervals(preds, args)
-    except MoesimError as err:
-        print(f"moesim predict: error: {err}", file=sys.stderr)
-        return 2
-    cal = getattr(args, "calibration_summary", None)
     if getattr(args, "json", False):
-        print(json.dumps({"calibration": cal, "predictions": [{**p.to_dict(), "interval": iv.to_dict()}
-                                                              for p, iv in zip(preds, ivs)]}, indent=2))
+        from moesim import __version__
+
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "moesim_version": __version__,
+                          "title": run.title, "provenance": run.provenance, "notes": run.notes,
+                          "settings_match_measured": run.comparable,
+                          "calibration": getattr(args, "calibration_summary", None),
+                          "predictions": [{**p.to_dict(), "interval": iv.to_dict()}
+                                          for p, iv in zip(run.predictions, intervals, strict=True)]}, indent=2))
     else:
-        print(format_table(preds, title))
+        print(format_table(run.predictions, run.title, run.notes))
+        cal = getattr(args, "calibration_summary", None)
         print(f"calibration: {cal['name']} ({cal['path']}; {cal['gpu']}, {cal['method']}; sources: "
               f"{'; '.join(cal['sources'])})" if cal else "calibration: moesim defaults (datasheets and published "
               "microbenchmarks, sim.costs)")
-        for p, iv in zip(preds, ivs):
-            print(f"  {p.name[:30]:<30} p10-p90 tokens/s/GPU {iv.p10:8.1f} - {iv.p90:8.1f} (p50 {iv.p50:.1f}; "
-                  f"stack {iv.stack}, {iv.n_runs} measured runs)")
+        for p, iv in zip(run.predictions, intervals, strict=True):
+            runs = f"{iv.n_runs} held-out measured runs" if iv.n_runs else "no held-out measured run: calibration spread only"
+            print(f"  {p.name}: p10-p90 {iv.p10:.1f} - {iv.p90:.1f} tokens/s/GPU (p50 {iv.p50:.1f}; stack "
+                  f"{iv.stack}, {runs})")
     return 0
 
 

@@ -25,21 +25,28 @@ import argparse
 import datetime
 import importlib.util
 import json
+import math
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sim.errors import MoesimError
+from sim.fileio import write_atomic
 
-__all__ = ["RunConfig", "parse_args", "validate", "main"]
+__all__ = ["RunConfig", "parse_args", "validate", "main", "partial_dir"]
 
 PRECISIONS = ("fp32", "bf16", "mxfp8")
 DISPATCHES = ("local", "all_to_all", "deepep")
+MAX_TOKENS = 1 << 24  # tokens per rank per step
+MAX_STEPS = 100_000
+MAX_EP = 1024
+MAX_TIMEOUT_S = 7 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -116,10 +123,19 @@ def validate(args: argparse.Namespace) -> RunConfig:
     spec = load_model(args.model)
     world = _env_world()
     ep = args.ep if args.ep is not None else (world[1] if world else 1)
-    for name, value, low in (("--tokens", args.tokens, 1), ("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
-                             ("--profile-steps", args.profile_steps, 1), ("--ep", ep, 1)):
+    for name, value, low, high in (("--tokens", args.tokens, 1, MAX_TOKENS), ("--steps", args.steps, 1, MAX_STEPS),
+                                   ("--warmup", args.warmup, 0, MAX_STEPS),
+                                   ("--profile-steps", args.profile_steps, 1, MAX_STEPS), ("--ep", ep, 1, MAX_EP),
+                                   ("--seed", args.seed, 0, 2**63 - 1)):
         if value < low:
             raise ConfigError(f"{name} must be at least {low}, got {value}")
+        if value > high:
+            raise ConfigError(f"{name} must be at most {high}, got {value}")
+    if args.seq_len is not None and not 1 <= args.seq_len <= MAX_TOKENS:
+        raise ConfigError(f"--seq-len must lie in [1, {MAX_TOKENS}], got {args.seq_len}")
+    if not math.isfinite(args.timeout_s) or not 0 < args.timeout_s <= MAX_TIMEOUT_S:
+        raise ConfigError(f"--timeout-s must be a positive number of seconds, at most {MAX_TIMEOUT_S:g}, "
+                          f"got {args.timeout_s}")
     if world is not None and ep != world[1]:
         raise ConfigError(
             f"--ep ({ep}) must equal the number of processes ({world[1]}): the reference runs one "
@@ -152,23 +168,45 @@ def validate(args: argparse.Namespace) -> RunConfig:
             raise ConfigError("--dispatch deepep moves bf16 tokens: use --precision bf16 or mxfp8, not fp32")
         if not use_cuda:
             raise BackendUnavailableError("--dispatch deepep runs DeepEP's CUDA kernels: it needs GPUs (use --deepep-buffer fake on CPU)")
+    profile = None
     if args.profile is not None:
-        target = Path(args.profile)
+        if not args.profile.strip():
+            raise ConfigError("--profile needs a directory name, got ''")
+        target = Path(args.profile)  # "out/" and "out" name the same directory
+        profile = str(target)
         if target.exists() and (not target.is_dir() or any(target.iterdir())):
             raise ConfigError(f"--profile {target}: already exists and is not an empty directory")
         parent = target.resolve().parent
         while not parent.exists():
             parent = parent.parent
-        if not os.access(parent, os.W_OK):
-            raise ConfigError(f"--profile {target}: cannot write under {parent}")
+        if not parent.is_dir():
+            raise ConfigError(f"--profile {target}: {parent} is not a directory")
+        if not os.access(parent, os.W_OK) or not _can_create_in(parent):
+            raise ConfigError(f"--profile {target}: cannot write under {parent} (read-only?)")
     return RunConfig(
         model=args.model, layer_id=layer_id, ep=ep, precision=args.precision, dispatch=dispatch,
         deepep_api=args.deepep_api, deepep_buffer=args.deepep_buffer, a2a_payload=args.a2a_payload,
         mxfp8_kernels=args.mxfp8_kernels, tokens=args.tokens, seq_len=seq_len, steps=args.steps,
-        warmup=args.warmup, profile_steps=args.profile_steps, profile=args.profile,
+        warmup=args.warmup, profile_steps=args.profile_steps, profile=profile,
         device="cuda" if use_cuda else "cpu", seed=args.seed, timeout_s=args.timeout_s,
         under_launcher=world is not None,
     )
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Whether a directory can be made in ``folder`` (a probe, removed at once: root ignores mode bits)."""
+    try:
+        probe = tempfile.mkdtemp(prefix=".moesim-probe-", dir=folder)
+    except OSError:
+        return False
+    os.rmdir(probe)
+    return True
+
+
+def partial_dir(profile: str) -> Path:
+    """Where a run writes before the final rename: ``DIR.partial`` beside ``DIR`` (never inside it)."""
+    target = Path(profile)
+    return target.with_name(target.name + ".partial")
 
 
 def launch(config: RunConfig, argv: list[str]) -> int:
@@ -199,7 +237,7 @@ def launch(config: RunConfig, argv: list[str]) -> int:
         proc.wait()
         code = code or 1
     if code and config.profile:
-        shutil.rmtree(f"{config.profile}.partial", ignore_errors=True)
+        shutil.rmtree(partial_dir(config.profile), ignore_errors=True)
     return code
 
 
@@ -233,7 +271,7 @@ def run_worker(config: RunConfig, argv: list[str]) -> dict[str, Any]:
         pg_backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(pg_backend, timeout=datetime.timedelta(seconds=config.timeout_s),
                                 **({"device_id": device} if device.type == "cuda" else {}))
-    partial = Path(f"{config.profile}.partial") if config.profile else None
+    partial = partial_dir(config.profile) if config.profile else None
     done = False
     try:
         if partial is not None and rank == 0:
@@ -347,7 +385,7 @@ def run_worker(config: RunConfig, argv: list[str]) -> dict[str, Any]:
                 timing=timing, traces=traces, argv=["reference.run", *argv],
             )
             if partial is not None:
-                (partial / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+                write_atomic(partial / "meta.json", json.dumps(meta, indent=2) + "\n")
             print(
                 f"reference: {spec.name} layer {config.layer_id} ep={world_size} precision={config.precision}"
                 f"{' (' + gemm.kernel + ')' if gemm else ''} dispatch={config.dispatch}: "
@@ -389,6 +427,10 @@ def main(argv: list[str] | None = None) -> int:
         run_worker(config, argv)
     except MoesimError as exc:
         print(f"moesim reference: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the output folder became unwritable or the disk filled during the run
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"moesim reference: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     return 0
 

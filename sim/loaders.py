@@ -13,19 +13,34 @@ half-builds a spec.
 from __future__ import annotations
 
 import dataclasses
-import json
+import math
 import tomllib
 import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
+
 from sim.errors import ConfigError, PlanError
+from sim.limits import (
+    CLUSTER_BOUNDS,
+    FABRIC_BOUNDS,
+    GPU_BOUNDS,
+    MAX_JSON_DEPTH,
+    MODEL_BOUNDS,
+    PLAN_BOUNDS,
+    Bound,
+    check_fields,
+    json_depth,
+)
 from sim.specs import ClusterSpec, FabricSpec, GPUSpec, ModelSpec, ParallelPlan
 
 __all__ = [
     "read_toml",
     "read_json",
+    "parse_json",
+    "build_spec",
     "model_from_mapping",
     "model_from_hf_config",
     "gpu_from_mapping",
@@ -34,6 +49,8 @@ __all__ = [
     "load_model_file",
     "load_plan_file",
     "derive_plan_fields",
+    "check_plan_fields",
+    "INTERLEAVED_DEFAULT_VPP",
 ]
 
 SpecT = TypeVar("SpecT")
@@ -47,7 +64,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
         with path.open("rb") as handle:
-            return tomllib.load(handle)
+            data = tomllib.load(handle)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -56,64 +73,118 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: malformed TOML: {err}") from None
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
+    if json_depth(data) > MAX_JSON_DEPTH:
+        raise ConfigError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels")
+    return data
+
+
+def parse_json(text: str | bytes, where: str) -> Any:
+    """Parse JSON text strictly (msgspec): no ``NaN``/``Infinity`` literals, at most
+    :data:`~sim.limits.MAX_JSON_DEPTH` levels; any failure is a :class:`ConfigError` naming ``where``.
+
+    >>> parse_json('{"a": [1, 2]}', "x.json")
+    {'a': [1, 2]}
+    >>> parse_json('[NaN]', "x.json")
+    Traceback (most recent call last):
+    ...
+    sim.errors.ConfigError: x.json: malformed JSON: JSON is malformed: invalid character (byte 1)
+    """
+    if isinstance(text, str):
+        text = text.encode("utf-8", "surrogatepass")
+    depth = 0
+    for byte in text:  # cheap pre-scan: refuse deep nesting before the recursive decoder sees it
+        if byte in b"[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise ConfigError(f"{where}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        elif byte in b"]}":
+            depth -= 1
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError as err:
+        raise ConfigError(f"{where}: malformed JSON: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
 
 
 def read_json(path: str | Path) -> Any:
-    """Parse a JSON file; a missing or malformed file is a :class:`ConfigError`."""
+    """Parse a JSON file (strictly, see :func:`parse_json`); a missing or malformed file is a :class:`ConfigError`."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise ConfigError(f"{path}: is a directory, expected a JSON file") from None
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}: malformed JSON: {err}") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
+    try:
+        raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text: {err}") from None
+    return parse_json(raw, str(path))
 
 
-def _coerce(owner: str, field: str, value: Any, annotation: Any) -> Any:
-    """Check ``value`` against a dataclass field type; ints are accepted where floats are."""
-    if annotation in (float, "float"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{owner}: {field} must be a number, got {value!r}")
-        return float(value)
-    if annotation in (int, "int"):
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ConfigError(f"{owner}: {field} must be an integer, got {value!r}")
+_BOUNDS: dict[type, dict[str, Bound]] = {
+    ModelSpec: MODEL_BOUNDS,
+    GPUSpec: GPU_BOUNDS,
+    FabricSpec: FABRIC_BOUNDS,
+    ClusterSpec: CLUSTER_BOUNDS,
+    ParallelPlan: PLAN_BOUNDS,
+}
+_BASE_TYPES: dict[Any, type] = {int: int, "int": int, float: float, "float": float, bool: bool, "bool": bool,
+                                str: str, "str": str}
+
+
+def _coerce(owner: str, field: str, value: Any, annotation: Any, bound: Bound | None = None) -> Any:
+    """Check ``value`` against a field's type and bounds (msgspec, strict: ``true`` is no integer, ``"8"``
+    no number); ints are accepted where floats are, and integral floats where ints are."""
+    base = _BASE_TYPES.get(annotation)
+    if base is None:
         return value
-    if annotation in (bool, "bool"):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{owner}: {field} must be true or false, got {value!r}")
-        return value
-    if annotation in (str, "str"):
-        if not isinstance(value, str):
-            raise ConfigError(f"{owner}: {field} must be a string, got {value!r}")
-        return value
+    if base is int and isinstance(value, float) and value.is_integer() and abs(value) < 2.0**53:
+        value = int(value)
+    try:
+        value = msgspec.convert(value, base, strict=True)
+    except msgspec.ValidationError:
+        kind = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[base]
+        raise ConfigError(f"{owner}: {field} must be {kind}, got {value!r}") from None
+    if bound is not None and base in (int, float):
+        check_fields(owner, {field: value}, {field: bound})
     return value
 
 
 def build_spec(cls: type[SpecT], data: Mapping[str, Any], owner: str, *, fixed: Mapping[str, Any] | None = None) -> SpecT:
-    """Build dataclass ``cls`` from ``data``: unknown keys, missing required keys and wrong types fail."""
+    """Build dataclass ``cls`` from ``data``: unknown keys, missing required keys, wrong types and values
+    outside :mod:`sim.limits` fail, each naming ``owner``, the field and the value."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{owner}: expected a table, got {data!r}")
     fixed = dict(fixed or {})
     hints = typing.get_type_hints(cls)
+    bounds = _BOUNDS.get(cls, {})
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - set(fields) - set(fixed))
+    unknown = sorted(set(data) - set(fields) - set(fixed), key=str)
     if unknown:
         allowed = ", ".join(sorted(set(fields) - set(fixed)))
-        raise ConfigError(f"{owner}: unknown key(s) {', '.join(unknown)}; allowed: {allowed}")
+        raise ConfigError(f"{owner}: unknown key(s) {', '.join(map(str, unknown))}; allowed: {allowed}")
     kwargs: dict[str, Any] = dict(fixed)
     for name, field in fields.items():
         if name in fixed:
             continue
         if name in data:
-            kwargs[name] = _coerce(owner, name, data[name], hints[name])
+            kwargs[name] = _coerce(owner, name, data[name], hints[name], bounds.get(name))
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{owner}: missing required key {name!r}")
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError as err:
+        text = str(err)
+        # The spec names itself ("plan: ...", "model 'x': ..."); add the file/table when it is not there.
+        raise ConfigError(text if text.startswith(owner) else f"{owner}: {text}") from None
 
 
 def _rename_units(owner: str, data: Mapping[str, Any], units: Mapping[str, tuple[str, float]]) -> dict[str, Any]:
@@ -122,8 +193,8 @@ def _rename_units(owner: str, data: Mapping[str, Any], units: Mapping[str, tuple
     for key, value in data.items():
         if key in units:
             field, scale = units[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"{owner}: {key} must be a number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"{owner}: {key} must be a finite number, got {value!r}")
             out[field] = float(value) * scale
         elif key in {field for field, _ in units.values()}:
             raise ConfigError(f"{owner}: unknown key {key!r}; write it in human units as one of "
@@ -250,6 +321,9 @@ _HF_FAMILIES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
 }
 
 
+_MODEL_HINTS = typing.get_type_hints(ModelSpec)
+
+
 def model_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
     """A :class:`ModelSpec` from a HuggingFace ``config.json`` (DeepSeek-V3/V2, Kimi-K2, Qwen3-MoE, Mixtral).
 
@@ -260,7 +334,7 @@ def model_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
     if not isinstance(config, Mapping):
         raise ConfigError(f"{owner}: expected a JSON object, got {type(config).__name__}")
     model_type = config.get("model_type")
-    if model_type not in _HF_FAMILIES:
+    if not isinstance(model_type, str) or model_type not in _HF_FAMILIES:
         raise ConfigError(
             f"{owner}: model_type {model_type!r} is not supported; supported: {', '.join(_HF_FAMILIES)}"
         )
@@ -271,9 +345,12 @@ def model_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
             data[field] = config[hf_key]
     if model_type.startswith("deepseek") and config.get("q_lora_rank", 0) is None:
         data["q_lora_rank"] = 0
+    for field, value in data.items():  # types and bounds first: nothing below may do arithmetic on a string
+        hf_key = next((k for k, v in mapping.items() if v == field), field)
+        data[field] = _coerce(owner, hf_key, value, _MODEL_HINTS.get(field), MODEL_BOUNDS.get(field))
     if model_type in ("qwen3_moe", "mixtral") and "head_dim" not in data and "dim" in data and "n_heads" in data:
         data["head_dim"] = data["dim"] // data["n_heads"]
-    if model_type == "qwen3_moe" and config.get("decoder_sparse_step", 1) != 1:
+    if model_type == "qwen3_moe" and config.get("decoder_sparse_step", 1) not in (1, None):
         raise ConfigError(f"{owner}: decoder_sparse_step {config['decoder_sparse_step']} is not supported (only 1)")
     for field in ("n_layers", "dim", "n_heads", "vocab_size", "n_routed_experts", "top_k", "moe_inter_dim"):
         if field not in data:
@@ -295,9 +372,30 @@ def load_model_file(path: str | Path) -> ModelSpec:
     return model_from_mapping(data, name)
 
 
-def derive_plan_fields(fields: dict[str, Any], n_gpus: int) -> dict[str, Any]:
-    """Fill unset data-parallel degrees (and a default batch) from the GPU count, TorchTitan style."""
-    f = dict(fields)
+_PLAN_HINTS = typing.get_type_hints(ParallelPlan)
+
+INTERLEAVED_DEFAULT_VPP = 2
+"""Stages per pipeline rank of an interleaved (looped) schedule given without ``vpp``: TorchTitan builds
+two stages per rank for multi-stage schedules unless told otherwise."""
+
+
+def check_plan_fields(fields: Mapping[str, Any], owner: str = "plan") -> dict[str, Any]:
+    """Types and bounds of a partial table of plan fields (unknown keys fail), before any arithmetic on them."""
+    if not isinstance(fields, Mapping):
+        raise ConfigError(f"{owner}: expected a table of plan fields, got {fields!r}")
+    unknown = sorted(set(fields) - set(_PLAN_HINTS), key=str)
+    if unknown:
+        raise ConfigError(f"{owner}: unknown key(s) {', '.join(map(str, unknown))}; "
+                          f"allowed: {', '.join(sorted(_PLAN_HINTS))}")
+    return {k: _coerce(owner, k, v, _PLAN_HINTS[k], PLAN_BOUNDS.get(k)) for k, v in fields.items()}
+
+
+def derive_plan_fields(fields: Mapping[str, Any], n_gpus: int, owner: str = "plan") -> dict[str, Any]:
+    """Fill unset data-parallel degrees (and a default batch) from the GPU count, TorchTitan style.
+
+    The given fields are type- and bound-checked first (:func:`check_plan_fields`).
+    """
+    f = check_plan_fields(fields, owner)
     inner = f.get("tp", 1) * f.get("pp", 1) * f.get("cp", 1)
     if n_gpus % inner:
         raise PlanError(f"plan: tp ({f.get('tp', 1)}) * pp ({f.get('pp', 1)}) * cp ({f.get('cp', 1)}) = {inner} "
@@ -310,6 +408,8 @@ def derive_plan_fields(fields: dict[str, Any], n_gpus: int) -> dict[str, Any]:
         f["dp_replicate"] = max(1, dp // f["dp_shard"])
     if f.get("vpp", 1) > 1 and "pp_schedule" not in f:
         f["pp_schedule"] = "interleaved-1f1b"
+    if f.get("pp_schedule") == "interleaved-1f1b" and "vpp" not in f and f.get("pp", 1) > 1:
+        f["vpp"] = INTERLEAVED_DEFAULT_VPP
     if "global_batch" not in f:
         local = max(8, 2 * f.get("pp", 1) * f.get("vpp", 1)) * f.get("micro_batch", 1)
         f["global_batch"] = local * f.get("dp_shard", 1) * f.get("dp_replicate", 1)

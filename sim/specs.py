@@ -17,10 +17,22 @@ True
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from sim.errors import ConfigError, PlanError
+from sim.limits import (
+    CLUSTER_BOUNDS,
+    FABRIC_BOUNDS,
+    GPU_BOUNDS,
+    MAX_MICROBATCHES,
+    MAX_TOKENS_PER_STEP,
+    MODEL_BOUNDS,
+    PLAN_BOUNDS,
+    check_fields,
+    check_routing,
+)
 
 __all__ = [
     "ModelSpec",
@@ -52,13 +64,13 @@ AttentionKind = Literal["mla", "gqa"]
 
 def _require_positive(owner: str, **values: float) -> None:
     for field, value in values.items():
-        if value <= 0:
+        if not value > 0 or not math.isfinite(value):  # NaN fails `> 0`; inf is no size
             raise ConfigError(f"{owner}: {field} must be positive, got {value}")
 
 
 def _require_non_negative(owner: str, **values: float) -> None:
     for field, value in values.items():
-        if value < 0:
+        if not value >= 0 or not math.isfinite(value):
             raise ConfigError(f"{owner}: {field} must be zero or positive, got {value}")
 
 
@@ -109,6 +121,7 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         owner = f"model {self.name!r}"
+        check_fields(owner, vars(self), MODEL_BOUNDS)
         _require_positive(
             owner,
             n_layers=self.n_layers,
@@ -213,6 +226,7 @@ class GPUSpec:
 
     def __post_init__(self) -> None:
         owner = f"gpu {self.name!r}"
+        check_fields(owner, vars(self), GPU_BOUNDS)
         _require_positive(
             owner,
             bf16_flops=self.bf16_flops,
@@ -244,6 +258,7 @@ class FabricSpec:
 
     def __post_init__(self) -> None:
         _require_choice("fabric", "kind", self.kind, ("rail-optimized", "fat-tree"))
+        check_fields("fabric", vars(self), FABRIC_BOUNDS)
         if self.tiers not in (2, 3):
             raise ConfigError(f"fabric: tiers must be 2 or 3, got {self.tiers}")
         _require_positive(
@@ -278,6 +293,7 @@ class ClusterSpec:
 
     def __post_init__(self) -> None:
         owner = f"cluster {self.name!r}"
+        check_fields(owner, vars(self), CLUSTER_BOUNDS)
         _require_positive(
             owner,
             n_gpus=self.n_gpus,
@@ -356,6 +372,7 @@ class ParallelPlan:
 
     def __post_init__(self) -> None:
         owner = "plan"
+        check_fields(owner, vars(self), PLAN_BOUNDS)
         _require_positive(
             owner,
             tp=self.tp,
@@ -389,6 +406,18 @@ class ParallelPlan:
         if self.ep_overlap and self.ep == 1:
             raise ConfigError("plan: ep_overlap needs expert parallelism (ep > 1): with ep (1) there is no "
                               "all-to-all to overlap")
+        check_routing(self.routing, owner)
+        if self.global_batch // (self.dp * self.micro_batch) > MAX_MICROBATCHES:
+            raise ConfigError(
+                f"plan: global_batch ({self.global_batch}) / (dp ({self.dp}) * micro_batch ({self.micro_batch})) "
+                f"= {self.global_batch // (self.dp * self.micro_batch)} microbatches per step; at most "
+                f"{MAX_MICROBATCHES} are simulated (raise micro_batch or dp)"
+            )
+        if self.global_batch * self.seq_len > MAX_TOKENS_PER_STEP:
+            raise ConfigError(
+                f"plan: global_batch ({self.global_batch}) * seq_len ({self.seq_len}) = "
+                f"{self.global_batch * self.seq_len} tokens per step exceeds {MAX_TOKENS_PER_STEP}"
+            )
 
     @property
     def recompute_module_list(self) -> tuple[str, ...]:

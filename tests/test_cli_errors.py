@@ -122,7 +122,7 @@ def test_unknown_catalog_model() -> None:
 def test_show_json_pins_the_headline_numbers() -> None:
     import json
 
-    result = moesim("show", "deepseek-v3-671b", "--json")
+    result = moesim("show", "deepseek-v3-671b", "--json", "--seq-len", "8192")
     assert result.returncode == 0
     data = json.loads(result.stdout)
     assert abs(data["params_total"] / 671e9 - 1) < 0.01

@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sim.errors import CatalogError
+from sim.errors import CatalogError, ConfigError
 from sim.loaders import (
     cluster_from_mapping,
     gpu_from_mapping,
@@ -56,12 +56,18 @@ def _looks_like_path(name: str) -> bool:
     return name.endswith((".json", ".toml")) or "/" in name
 
 
+def _check_name(kind: str, name: object) -> None:
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{kind} must be a catalog name or a file path (a non-empty string), got {name!r}")
+
+
 def _unknown(kind: str, name: str, names: list[str]) -> CatalogError:
     return CatalogError(f"unknown {kind} {name!r}; the catalog has: {', '.join(names)} (or give a file path)")
 
 
 def load_model(name: str) -> ModelSpec:
     """A catalog model by name, or a model file (``config.json`` or TOML) by path."""
+    _check_name("model", name)
     if _looks_like_path(name) or Path(name).is_file():
         return load_model_file(name)
     table = _table("models")
@@ -72,6 +78,7 @@ def load_model(name: str) -> ModelSpec:
 
 def load_gpu(name: str) -> GPUSpec:
     """A catalog GPU by name."""
+    _check_name("gpu", name)
     table = _table("gpus")
     if name not in table:
         raise _unknown("gpu", name, gpu_names())
@@ -89,6 +96,7 @@ def default_cluster(gpu: str) -> str:
 
 def load_cluster(name: str, *, n_gpus: int | None = None, gpu: str | None = None) -> ClusterSpec:
     """A cluster template by name (or a TOML file path), optionally resized and with another GPU."""
+    _check_name("cluster", name)
     if _looks_like_path(name):
         from sim.loaders import read_toml
 
@@ -104,8 +112,6 @@ def load_cluster(name: str, *, n_gpus: int | None = None, gpu: str | None = None
     data = dict(data)
     gpu_name = gpu or data.get("gpu")
     if not isinstance(gpu_name, str):
-        from sim.errors import ConfigError
-
         raise ConfigError(f"cluster {cluster_name!r}: missing required key 'gpu'")
     if n_gpus is not None:
         data["n_gpus"] = n_gpus

@@ -31,7 +31,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sim.errors import ConfigError
-from sim.loaders import derive_plan_fields, plan_from_mapping, read_toml
+from sim.limits import CLUSTER_BOUNDS
+from sim.loaders import (
+    check_plan_fields,
+    derive_plan_fields,
+    plan_from_mapping,
+    read_toml,
+)
 
 if TYPE_CHECKING:
     from sim.costs import CostModel
@@ -39,7 +45,8 @@ if TYPE_CHECKING:
     from sim.specs import ClusterSpec, ModelSpec
     from sim.stacks import StackProfile
 
-__all__ = ["Scenario", "Variant", "scenario_names", "load_scenario", "run_scenario", "DEFAULT_SCENARIO"]
+__all__ = ["Scenario", "Variant", "scenario_names", "load_scenario", "scenario_from_mapping", "run_scenario",
+           "DEFAULT_SCENARIO"]
 
 DEFAULT_SCENARIO = "dsv3-671b-b200"
 _HEAD_KEYS = {"name", "description", "model", "cluster", "gpus", "gpu", "stack"}
@@ -78,49 +85,71 @@ def scenario_names() -> list[str]:
 
 
 def _variant(where: str, data: Any) -> Variant:
-    if not isinstance(data, dict) or "name" not in data or set(data) - _VARIANT_KEYS:
-        got = ", ".join(sorted(data)) if isinstance(data, dict) else repr(data)
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or set(data) - _VARIANT_KEYS:
+        got = ", ".join(sorted(map(str, data))) if isinstance(data, dict) else repr(data)
         raise ConfigError(f"scenario {where!r}: each [[variant]] needs a name and may only hold "
                           f"{', '.join(sorted(_VARIANT_KEYS - {'name'}))} (got {got})")
-    plan = data.get("plan", {})
-    if not isinstance(plan, dict):
-        raise ConfigError(f"scenario {where!r}: variant {data['name']!r}: plan must be a table, got {plan!r}")
+    plan = check_plan_fields(data.get("plan", {}), f"scenario {where!r}: variant {data['name']!r}: plan")
     measured = data.get("measured_tokens_per_s_per_gpu")
-    if measured is not None and (isinstance(measured, bool) or not isinstance(measured, (int, float)) or measured <= 0):
+    if measured is not None and (isinstance(measured, bool) or not isinstance(measured, (int, float))
+                                 or not 0 < measured < 1e12):
         raise ConfigError(f"scenario {where!r}: variant {data['name']!r}: measured_tokens_per_s_per_gpu must be "
                           f"a positive number, got {measured!r}")
     fitted = data.get("fitted", False)
     if not isinstance(fitted, bool):
         raise ConfigError(f"scenario {where!r}: variant {data['name']!r}: fitted must be true or false")
-    return Variant(str(data["name"]), dict(plan), None if measured is None else float(measured),
-                   str(data.get("source", "")), fitted)
+    source = data.get("source", "")
+    if not isinstance(source, str):
+        raise ConfigError(f"scenario {where!r}: variant {data['name']!r}: source must be a string, got {source!r}")
+    return Variant(data["name"], dict(plan), None if measured is None else float(measured), source, fitted)
 
 
 def load_scenario(name_or_path: str) -> Scenario:
     """A scenario by built-in name or TOML path (:class:`ConfigError` on unknown keys or a bad file)."""
     if name_or_path in scenario_names():
         data = tomllib.loads(resources.files(__package__).joinpath(f"{name_or_path}.toml").read_text(encoding="utf-8"))
+    elif not isinstance(name_or_path, str) or not name_or_path:
+        raise ConfigError(f"scenario: expected a built-in name or a TOML path, got {name_or_path!r}")
     elif Path(name_or_path).exists() or name_or_path.endswith(".toml"):
         data = read_toml(name_or_path)
     else:
         raise ConfigError(f"unknown scenario {name_or_path!r}; built in: {', '.join(scenario_names())} "
                           "(or give a TOML path)")
-    where = name_or_path
+    return scenario_from_mapping(data, name_or_path)
+
+
+def scenario_from_mapping(data: Any, where: str) -> Scenario:
+    """A :class:`Scenario` from a parsed scenario table (``where`` names it in errors)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"scenario {where!r}: expected a table, got {data!r}")
     unknown = set(data) - {"scenario", "base", "variant"}
     if unknown:
-        raise ConfigError(f"scenario {where!r}: unknown table(s) {', '.join(sorted(unknown))}; "
+        raise ConfigError(f"scenario {where!r}: unknown table(s) {', '.join(sorted(map(str, unknown)))}; "
                           "allowed: scenario, base, variant")
     head = data.get("scenario", {})
+    if not isinstance(head, dict):
+        raise ConfigError(f"scenario {where!r}: [scenario] must be a table, got {head!r}")
     for key in ("model", "gpus"):
         if key not in head:
             raise ConfigError(f"scenario {where!r}: [scenario] needs {key!r}")
     extra = set(head) - _HEAD_KEYS
     if extra:
-        raise ConfigError(f"scenario {where!r}: unknown key(s) {', '.join(sorted(extra))} in [scenario]")
+        raise ConfigError(f"scenario {where!r}: unknown key(s) {', '.join(sorted(map(str, extra)))} in [scenario]")
+    for key in ("name", "description", "model", "cluster", "gpu"):
+        if key in head and (not isinstance(head[key], str) or (key != "description" and not head[key])):
+            raise ConfigError(f"scenario {where!r}: [scenario] {key} must be a non-empty string, got {head[key]!r}")
     gpus = head["gpus"]
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
-        raise ConfigError(f"scenario {where!r}: gpus must be a positive integer, got {gpus!r}")
-    variants = tuple(_variant(where, v) for v in data.get("variant", [{"name": "base"}]))
+    low, high = CLUSTER_BOUNDS["n_gpus"]
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not low <= gpus <= high:
+        raise ConfigError(f"scenario {where!r}: gpus must be an integer in [{low}, {high}], got {gpus!r}")
+    raw_variants = data.get("variant", [{"name": "base"}])
+    if not isinstance(raw_variants, list) or not raw_variants:
+        raise ConfigError(f"scenario {where!r}: variant must be one or more [[variant]] tables, got {raw_variants!r}")
+    variants = tuple(_variant(where, v) for v in raw_variants)
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"scenario {where!r}: variant names must be unique, got {names}")
+    base = check_plan_fields(data.get("base", {}), f"scenario {where!r}: [base]")
     from sim.catalog import default_cluster
 
     cluster = head.get("cluster") or default_cluster(head.get("gpu", "b200"))
@@ -128,7 +157,7 @@ def load_scenario(name_or_path: str) -> Scenario:
     if not isinstance(stack, str):
         raise ConfigError(f"scenario {where!r}: stack must be a stack profile name or file, got {stack!r}")
     return Scenario(head.get("name", where), head.get("description", ""), head["model"], cluster, gpus,
-                    dict(data.get("base", {})), variants, stack)
+                    base, variants, stack)
 
 
 def run_scenario(
@@ -156,8 +185,8 @@ def run_scenario(
     predictions = []
     for variant in scenario.variants:
         fields = {**scenario.base, **variant.plan, **(overrides or {})}
-        plan = plan_from_mapping(derive_plan_fields(fields, cluster.n_gpus),
-                                 f"scenario {scenario.name!r} variant {variant.name!r}")
+        owner = f"scenario {scenario.name!r} variant {variant.name!r}"
+        plan = plan_from_mapping(derive_plan_fields(fields, cluster.n_gpus, owner), owner)
         prediction = predict(model, cluster, plan, costs, name=variant.name, stack=profile)
         prediction.measured_tokens_per_s_per_gpu = variant.measured_tokens_per_s_per_gpu
         prediction.source = variant.source

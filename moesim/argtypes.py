@@ -1,0 +1,85 @@
+"""argparse ``type=`` callables with bounds: every numeric flag is checked where it is read.
+
+A bad value makes argparse print ``usage`` plus one ``error: argument --tp: ...`` line and exit with
+code 2, before any arithmetic. Bounds default to the spec tables of :mod:`sim.limits`.
+
+>>> positive_int(maximum=8)("4")
+4
+>>> finite_float(minimum=0.0, exclusive_minimum=True)("nan")
+Traceback (most recent call last):
+...
+argparse.ArgumentTypeError: expected a finite number, got 'nan'
+>>> plan_int("tp")("0")
+Traceback (most recent call last):
+...
+argparse.ArgumentTypeError: must be at least 1, got 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+from sim.limits import CLUSTER_BOUNDS, PLAN_BOUNDS
+
+__all__ = ["bounded_int", "positive_int", "finite_float", "plan_int", "gpu_count"]
+
+
+def bounded_int(minimum: int, maximum: int) -> Callable[[str], int]:
+    """An integer in ``[minimum, maximum]`` (decimal digits only: no ``1e3``, no ``0x10``)."""
+
+    def parse(text: str) -> int:
+        stripped = text.strip()
+        if not stripped.lstrip("+-").isdigit() or not stripped.isascii():
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+        if len(stripped) > 30:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {text[:30]!r}...")
+        value = int(stripped)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
+        return value
+
+    parse.__name__ = "integer"  # argparse names the type in some messages
+    return parse
+
+
+def positive_int(maximum: int = 1 << 30) -> Callable[[str], int]:
+    """An integer in ``[1, maximum]``."""
+    return bounded_int(1, maximum)
+
+
+def finite_float(minimum: float = -math.inf, maximum: float = math.inf, *,
+                 exclusive_minimum: bool = False) -> Callable[[str], float]:
+    """A finite float in the range (``nan``, ``inf`` and non-numbers are rejected)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if value < minimum or (exclusive_minimum and value == minimum):
+            raise argparse.ArgumentTypeError(
+                f"must be {'above' if exclusive_minimum else 'at least'} {minimum:g}, got {value:g}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum:g}, got {value:g}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def plan_int(field: str) -> Callable[[str], int]:
+    """The argparse type of a ParallelPlan integer field, bounded as in :data:`sim.limits.PLAN_BOUNDS`."""
+    low, high = PLAN_BOUNDS[field]
+    return bounded_int(int(low), int(high))
+
+
+def gpu_count() -> Callable[[str], int]:
+    """A GPU count, bounded as the cluster's ``n_gpus``."""
+    low, high = CLUSTER_BOUNDS["n_gpus"]
+    return bounded_int(int(low), int(high))

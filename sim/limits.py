@@ -1,0 +1,246 @@
+"""Bounds of every spec field, in one table: the sane range a value may take before any arithmetic runs.
+
+Each spec's ``__post_init__`` calls :func:`check_fields` with its table, and :mod:`sim.loaders` builds its
+typed schema (msgspec ``Annotated`` constraints) from the same tables, so a file, a flag and a Python
+caller meet the same limits. Maxima are far above any real system (they only exist to bound the work
+of one prediction and to stop overflow): a value outside them is a typo or a fuzzer, not a plan.
+
+Floats must be finite; integers must be ``int`` (not ``bool``). Messages name the owner, the field and
+the value.
+
+>>> check_fields("plan", {"tp": 0}, {"tp": (1, 1024)})
+Traceback (most recent call last):
+...
+sim.errors.ConfigError: plan: tp must be positive, got 0
+>>> check_finite("cluster 'x'", "nic_latency_s", float("inf"))
+Traceback (most recent call last):
+...
+sim.errors.ConfigError: cluster 'x': nic_latency_s must be a finite number, got inf
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sim.errors import ConfigError
+
+__all__ = [
+    "Bound",
+    "MODEL_BOUNDS",
+    "GPU_BOUNDS",
+    "FABRIC_BOUNDS",
+    "CLUSTER_BOUNDS",
+    "PLAN_BOUNDS",
+    "MAX_MICROBATCHES",
+    "MAX_TOKENS_PER_STEP",
+    "MAX_JSON_DEPTH",
+    "check_fields",
+    "check_finite",
+    "check_routing",
+    "json_depth",
+]
+
+Bound = tuple[float, float]
+"""Inclusive ``(low, high)`` range of one field."""
+
+_BIG = 1 << 24  # 16.7 M: model widths, vocabularies
+TERA = 1e12
+
+MODEL_BOUNDS: dict[str, Bound] = {
+    "n_layers": (1, 4096),
+    "dim": (1, 1 << 20),
+    "n_heads": (1, 1 << 16),
+    "vocab_size": (1, _BIG),
+    "n_routed_experts": (1, 1 << 16),
+    "top_k": (1, 1 << 12),
+    "moe_inter_dim": (1, 1 << 22),
+    "n_dense_layers": (0, 4096),
+    "dense_inter_dim": (0, 1 << 22),
+    "n_shared_experts": (0, 1 << 12),
+    "q_lora_rank": (0, 1 << 20),
+    "kv_lora_rank": (0, 1 << 20),
+    "qk_nope_head_dim": (0, 1 << 16),
+    "qk_rope_head_dim": (0, 1 << 16),
+    "v_head_dim": (0, 1 << 16),
+    "n_kv_heads": (0, 1 << 16),
+    "head_dim": (0, 1 << 16),
+    "n_group": (1, 1 << 16),
+    "topk_group": (1, 1 << 16),
+    "route_scale": (1e-6, 1e6),
+    "n_mtp_layers": (0, 64),
+}
+
+GPU_BOUNDS: dict[str, Bound] = {
+    "bf16_flops": (1e9, 1e18),  # 1 GFLOPS .. 1 EFLOPS per GPU
+    "fp8_flops": (1e9, 1e18),
+    "fp4_flops": (0.0, 1e18),
+    "hbm_bytes": (1e6, 1e15),  # 1 MB .. 1 PB
+    "hbm_bw_bytes_per_s": (1e6, 1e15),
+    "num_sms": (1, 1 << 16),
+    "nvlink_bw_bytes_per_s": (1e6, 1e15),
+}
+
+FABRIC_BOUNDS: dict[str, Bound] = {
+    "tiers": (2, 3),
+    "nodes_per_leaf": (1, 1 << 16),
+    "leaf_oversubscription": (1e-3, 1e3),
+    "spine_oversubscription": (1e-3, 1e3),
+    "hop_latency_s": (0.0, 1.0),
+    "nic_latency_s": (0.0, 1.0),
+}
+
+CLUSTER_BOUNDS: dict[str, Bound] = {
+    "n_gpus": (1, 1 << 20),  # 1 M GPUs
+    "gpus_per_node": (1, 1024),
+    "nvlink_domain_gpus": (1, 1 << 14),
+    "nvlink_bw_bytes_per_s": (0.0, 1e15),
+    "nvlink_latency_s": (0.0, 1.0),
+    "nics_per_gpu": (1, 64),
+    "nic_bw_bytes_per_s": (1e6, 1e15),  # 8 Mb/s .. 8 Pb/s per NIC
+}
+
+PLAN_BOUNDS: dict[str, Bound] = {
+    "tp": (1, 1 << 12),
+    "pp": (1, 1 << 12),
+    "vpp": (1, 256),
+    "ep": (1, 1 << 16),
+    "etp": (1, 1 << 12),
+    "dp_shard": (1, 1 << 20),
+    "dp_replicate": (1, 1 << 20),
+    "cp": (1, 1 << 12),
+    "seq_len": (1, 1 << 24),
+    "micro_batch": (1, 1 << 20),
+    "global_batch": (1, 1 << 30),
+    "deepep_sms": (1, 1 << 12),
+    "routing_seed": (0, (1 << 63) - 1),
+}
+
+MAX_MICROBATCHES = 8192
+"""Microbatches per data-parallel rank per step: the simulator's work grows with this count."""
+
+MAX_TOKENS_PER_STEP = 1 << 40
+"""Tokens per step (``global_batch * seq_len``): far above any real run, below float trouble."""
+
+MAX_JSON_DEPTH = 64
+"""Nesting depth of a JSON input (configs, calibrations, traces); real files use fewer than 10 levels."""
+
+
+def check_finite(owner: str, field: str, value: float) -> None:
+    """A :class:`ConfigError` unless ``value`` is a finite number."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"{owner}: {field} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ConfigError(f"{owner}: {field} must be a finite number, got {value!r}")
+
+
+def check_fields(owner: str, values: Mapping[str, Any], bounds: Mapping[str, Bound]) -> None:
+    """Check each ``values[field]`` named in ``bounds``: the right kind of number, finite, in range.
+
+    Integer fields (those whose bounds are ints) must hold ``int``; float fields any finite number.
+    """
+    for field, (low, high) in bounds.items():
+        if field not in values:
+            continue
+        value = values[field]
+        integer = isinstance(low, int) and isinstance(high, int)
+        if integer and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+            raise ConfigError(f"{owner}: {field} must be an integer, got {value!r}")
+        check_finite(owner, field, value)
+        if value < low:
+            if (low == 1 and integer) or (low == 0 and value == 0):
+                raise ConfigError(f"{owner}: {field} must be positive, got {value!r}")
+            if low == 0:
+                raise ConfigError(f"{owner}: {field} must be zero or positive, got {value!r}")
+            raise ConfigError(f"{owner}: {field} must be at least {low:g}, got {value!r}")
+        if value > high:
+            raise ConfigError(f"{owner}: {field} must be at most {high:g}, got {value!r}"
+                              if not integer else f"{owner}: {field} must be at most {high}, got {value!r}")
+
+
+def json_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
+    """Nesting depth of a parsed JSON value, counting no further than ``limit + 1`` (iterative: no recursion).
+
+    >>> json_depth({"a": [1, {"b": 2}]})
+    3
+    """
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1 if isinstance(value, (dict, list)) else 0)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+    return deepest
+
+
+_ROUTING_FORMS = "'balanced', 'round-robin', 'zipf:<s>', 'dirichlet:<alpha>' or a tokens-per-expert file"
+
+
+def check_routing(routing: str, owner: str = "plan") -> None:
+    """Check a routing spec's form before any arithmetic: known names, finite parameters, a readable file.
+
+    A file must be UTF-8 text: whitespace-separated numbers, or (``.json``) a list of numbers, each finite
+    and non-negative, not all zero. Its length is checked against the model's experts later
+    (:func:`sim.routing.expert_load`).
+
+    >>> check_routing("zipf:1.2")
+    >>> check_routing("zipf:nan")
+    Traceback (most recent call last):
+    ...
+    sim.errors.ConfigError: plan: routing 'zipf:nan': the parameter must be a finite number, got 'nan'
+    """
+    if not isinstance(routing, str) or not routing:
+        raise ConfigError(f"{owner}: routing must be {_ROUTING_FORMS}, got {routing!r}")
+    if routing in ("balanced", "round-robin"):
+        return
+    for prefix, low, inclusive in (("zipf:", 0.0, True), ("dirichlet:", 0.0, False)):
+        if routing.startswith(prefix):
+            text = routing[len(prefix):]
+            try:
+                value = float(text)
+            except ValueError:
+                raise ConfigError(f"{owner}: routing {routing!r}: expected a number after ':', got {text!r}") from None
+            if not math.isfinite(value):
+                raise ConfigError(f"{owner}: routing {routing!r}: the parameter must be a finite number, got {text!r}")
+            if value < low or (value == low and not inclusive) or value > 1e3:
+                bound = "zero or more" if inclusive else "positive"
+                raise ConfigError(f"{owner}: routing {routing!r}: the parameter must be {bound} and at most 1000, "
+                                  f"got {value:g}")
+            return
+    path = Path(routing)
+    if not path.is_file():
+        raise ConfigError(f"{owner}: routing {routing!r}: not {_ROUTING_FORMS} (no such file)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{owner}: routing {routing!r}: a tokens-per-expert file must be UTF-8 text "
+                          "(numbers), this one is binary") from None
+    except OSError as err:
+        raise ConfigError(f"{owner}: routing {routing!r}: cannot read: {err.strerror}") from None
+    values: Any
+    try:
+        if path.suffix == ".json":
+            values = json.loads(text)
+            if json_depth(values) > 1:
+                raise ValueError("expected a flat list of numbers")
+        else:
+            values = [float(x) for x in text.split()]
+    except (ValueError, RecursionError) as err:
+        raise ConfigError(f"{owner}: routing {routing!r}: malformed tokens-per-expert file: {err}") from None
+    if not isinstance(values, list) or not values:
+        raise ConfigError(f"{owner}: routing {routing!r}: expected a non-empty list of tokens-per-expert numbers")
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ConfigError(f"{owner}: routing {routing!r}: entry {i} must be a finite non-negative number, "
+                              f"got {v!r}")
+    if not any(values):
+        raise ConfigError(f"{owner}: routing {routing!r}: tokens per expert are all zero")

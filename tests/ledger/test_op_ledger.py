@@ -1,0 +1,146 @@
+"""Ledger tests, per op: FLOPs and bytes from the shapes, seconds from the op's curve (closed forms).
+
+Each number is recomputed here from the model's shapes and the cost model's public curves, so a change
+to one op's FLOPs, its dtype, its efficiency curve or its load scaling fails a test by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sim.catalog import load_cluster, load_model
+from sim.costs import default_costs
+from sim.predict import predict
+from sim.routing import expert_load, rank_load_factors
+from sim.specs import ParallelPlan
+from sim.workload import Workload
+
+MODEL = load_model("deepseek-v3-16b")
+CLUSTER = load_cluster("hgx-b200", n_gpus=16)
+GPU = CLUSTER.gpu
+COSTS = default_costs(GPU)
+PLAN = ParallelPlan(ep=8, dp_shard=16, seq_len=1024, global_batch=32)
+T = PLAN.micro_batch * PLAN.seq_len  # tokens per microbatch per rank (tp = cp = 1)
+D, F, E, K = MODEL.dim, MODEL.moe_inter_dim, MODEL.n_routed_experts, MODEL.top_k
+from sim.stacks import StackProfile, load_stack  # noqa: E402
+
+#: efficiency 1 and no launch gap: the op's time is the hardware curve's alone (stack factors: tests/sim/test_stacks.py)
+_NEUTRAL = StackProfile(name="neutral", kernel_overhead_s=0.0)
+
+
+def _ops(kind: str = "moe", phase: str = "fwd", plan: ParallelPlan = PLAN) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for op in Workload(MODEL, plan).layer_ops(kind, phase):
+        out.setdefault(op.name, []).append(op)
+    return out
+
+
+def test_token_counts() -> None:
+    wl = Workload(MODEL, PLAN)
+    assert wl.tokens == T
+    assert wl.expert_rows == T * K  # every token copy lands on one of this rank's e = E / ep experts (balanced)
+    assert wl.local_experts == E // PLAN.ep
+
+
+def test_dense_gemm_flops_are_2_rows_k_n() -> None:
+    for name in ("attn.q_proj", "attn.o_proj", "moe.shared_expert"):
+        for op in (o for o in _ops()[name] if o.kind == "gemm"):
+            assert op.flops == pytest.approx(2 * T * op.k_in * op.n_out), name
+
+
+def test_attention_projection_shapes() -> None:
+    q = _ops()["attn.q_proj"][0]
+    assert (q.k_in, q.n_out) == (D, MODEL.n_heads * MODEL.qk_head_dim)  # no q compression in the 16B model
+    o = _ops()["attn.o_proj"][0]
+    assert (o.k_in, o.n_out) == (MODEL.n_heads * MODEL.v_head_dim, D)
+
+
+def test_router_flops() -> None:
+    router = next(o for o in _ops()["moe.router"] if o.kind == "gemm")
+    assert router.flops == pytest.approx(2 * T * D * E)
+
+
+def test_expert_gemm_flops_and_rows() -> None:
+    gate_up = [o for o in _ops()["moe.expert_gemm.gate_up"] if o.kind == "grouped_gemm"]
+    down = [o for o in _ops()["moe.expert_gemm.down"] if o.kind == "grouped_gemm"]
+    assert len(gate_up) == 2 and len(down) == 1  # w1 and w3, then w2
+    for op in gate_up + down:
+        assert op.rows == T * K
+        assert op.flops == pytest.approx(2 * T * K * D * F)
+        assert op.load_scaled  # routed experts follow the EP rank's load
+
+
+def test_shared_expert_flops() -> None:
+    shared = [o for o in _ops()["moe.shared_expert"] if o.kind == "gemm"]
+    total = sum(o.flops for o in shared)
+    assert total == pytest.approx(3 * 2 * T * D * F * MODEL.n_shared_experts)
+
+
+def test_dispatch_and_combine_bytes() -> None:
+    ops = _ops()
+    dispatch, combine = ops["moe.dispatch"][0], ops["moe.combine"][0]
+    assert dispatch.nbytes == pytest.approx(T * K * D * 2)  # bf16 token copies
+    assert combine.nbytes == pytest.approx(T * K * D * 2)
+
+
+def test_backward_has_twice_the_forward_gemm_flops() -> None:
+    fwd = sum(o.flops for o in Workload(MODEL, dataclasses.replace(PLAN, ac="none")).layer_ops("moe", "fwd")
+              if o.kind in ("gemm", "grouped_gemm"))
+    bwd = sum(o.flops for o in Workload(MODEL, dataclasses.replace(PLAN, ac="none")).layer_ops("moe", "bwd")
+              if o.kind in ("gemm", "grouped_gemm"))
+    assert bwd == pytest.approx(2 * fwd, rel=1e-9)
+
+
+def test_gemm_seconds_from_the_curve() -> None:
+    op = _ops()["attn.q_proj"][0]
+    eff = COSTS.gemm_eff["bf16"](op.flops) * 1.0
+    expected = op.flops / (GPU.bf16_flops * eff) + 0.0
+    assert COSTS.op_seconds(op, GPU, _NEUTRAL) == pytest.approx(expected, rel=1e-12)
+
+
+def test_grouped_gemm_seconds_follow_the_load_factor() -> None:
+    op = next(o for o in _ops()["moe.expert_gemm.down"] if o.kind == "grouped_gemm")
+    for factor in (0.5, 1.0, 2.7):
+        eff = COSTS.grouped_gemm_eff["bf16"](op.rows * factor) * 1.0
+        expected = op.flops * factor / (GPU.bf16_flops * eff) + 0.0
+        assert COSTS.op_seconds(op, GPU, _NEUTRAL, load_factor=factor) == pytest.approx(expected, rel=1e-12)
+
+
+def test_memory_op_seconds_from_bandwidth() -> None:
+    op = next(o for o in _ops()["moe.permute"] if o.kind == "mem")
+    expected = op.nbytes / (GPU.hbm_bw_bytes_per_s * COSTS.mem_bw_eff * 1.0) \
+        + 0.0
+    assert COSTS.op_seconds(op, GPU, _NEUTRAL) == pytest.approx(expected, rel=1e-12)
+
+
+def test_mxfp8_quantize_ops_cost_what_they_move() -> None:
+    plan = dataclasses.replace(PLAN, precision="mxfp8-grouped")
+    quants = [o for o in Workload(MODEL, plan).layer_ops("moe", "fwd") if o.kind == "quant"]
+    assert quants, "MXFP8 grouped GEMMs quantize their inputs"
+    for op in quants:
+        nbytes = op.elems * (2 + 1 + 1 / 32)
+        expected = nbytes / (GPU.hbm_bw_bytes_per_s * COSTS.quantize_bw_eff * 1.0) \
+            + 0.0
+        assert COSTS.op_seconds(op, GPU, _NEUTRAL) == pytest.approx(expected, rel=1e-12)
+
+
+def test_skewed_routing_slows_the_expert_gemms() -> None:
+    """The busiest EP rank sets the pace: its expert GEMMs take longer by (about) its load factor."""
+    skewed = dataclasses.replace(PLAN, routing="zipf:1.2")
+    factor = rank_load_factors(expert_load("zipf:1.2", E, 0), PLAN.ep).max()
+    balanced_s = predict(MODEL, CLUSTER, PLAN).breakdown["compute.moe.expert_gemm"]
+    skewed_s = predict(MODEL, CLUSTER, skewed).breakdown["compute.moe.expert_gemm"]
+    # More rows raise the grouped GEMM's efficiency, so the time grows by less than the factor, but by most of it.
+    assert 1 + 0.5 * (factor - 1) < skewed_s / balanced_s <= factor * 1.001
+
+
+def test_host_sync_counted_once_per_dispatch() -> None:
+    """One host sync per MoE layer forward (the dispatch's count exchange), again in full recompute."""
+    pred = predict(MODEL, CLUSTER, PLAN)
+    per_layer = sum(o.kind == "host_sync" for o in Workload(MODEL, PLAN).layer_ops("moe", "fwd"))
+    assert per_layer == 1
+    runs = 2 if PLAN.ac == "full" else 1  # forward, then the recompute in backward
+    expected = runs * MODEL.n_moe_layers * PLAN.n_microbatches * load_stack('torchtitan').host_sync_s
+    assert pred.breakdown["host_sync"] == pytest.approx(expected, rel=1e-9)
