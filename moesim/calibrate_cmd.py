@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from sim.errors import ConfigError, MoesimError
+from sim.errors import ConfigError
 
-__all__ = ["add_calibrate_parser", "main"]
+__all__ = ["add_calibrate_parser"]
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
@@ -137,16 +136,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _guard(fn: Any) -> Any:
-    """OS errors (unreadable input, unwritable output) are user errors: one line, exit 2."""
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return int(fn(args))
-        except OSError as err:
-            raise ConfigError(str(err)) from None
-    return run
-
-
 def add_calibrate_parser(subparsers: Any) -> None:
     """Register ``moesim calibrate`` and its subcommands."""
     parser = subparsers.add_parser("calibrate", help="profile, fit, show and compare calibrations",
@@ -157,11 +146,11 @@ def add_calibrate_parser(subparsers: Any) -> None:
     fit.add_argument("--out", required=True, help="calibration file to write")
     fit.add_argument("--gpu", help="catalog GPU the trace ran on (default: from the trace's deviceProperties)")
     fit.add_argument("--name", help="calibration name (default: the output file's stem)")
-    fit.set_defaults(handler=_guard(_cmd_fit))
+    fit.set_defaults(handler=_cmd_fit)
     show = sub.add_parser("show", help="print a calibration file")
     show.add_argument("file", help="calibration file or bundled name (h800-deepseek-trace, b200-published, ...)")
     show.add_argument("--json", action="store_true")
-    show.set_defaults(handler=_guard(_cmd_show))
+    show.set_defaults(handler=_cmd_show)
     cmp_ = sub.add_parser("compare", help="measured vs simulated per op and for the traced window")
     cmp_.add_argument("trace")
     cmp_.add_argument("--calibration", help="calibration to simulate with (default: fit this trace)")
@@ -169,7 +158,7 @@ def add_calibrate_parser(subparsers: Any) -> None:
     cmp_.add_argument("--gpu", help="catalog GPU (default: from the trace)")
     cmp_.add_argument("--sim-trace", metavar="FILE", help="write the simulated window as a Chrome trace")
     cmp_.add_argument("--json", action="store_true")
-    cmp_.set_defaults(handler=_guard(_cmd_compare))
+    cmp_.set_defaults(handler=_cmd_compare)
     for name, handler, text in (("profile", _cmd_profile, "microbenchmarks + reference runs into DIR/profile.json"),
                                 ("run", _cmd_run, "profile and fit on this machine")):
         p = sub.add_parser(name, help=text)
@@ -179,22 +168,5 @@ def add_calibrate_parser(subparsers: Any) -> None:
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
         if name == "run":
             p.add_argument("--name", help="calibration name")
-        p.set_defaults(handler=_guard(handler))
+        p.set_defaults(handler=handler)
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="moesim")
-    add_calibrate_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.handler(args))
-    except MoesimError as err:
-        print(f"moesim calibrate: error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        print(f"moesim calibrate: error: {err}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(["calibrate", *sys.argv[1:]]))

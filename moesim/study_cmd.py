@@ -17,19 +17,13 @@ import sys
 import time
 from typing import Any
 
+from moesim.argtypes import bounded_int
 from sim.errors import MoesimError
 
 __all__ = ["add_study", "run_seed", "run_capacity"]
 
 
-def _workers(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if not 1 <= value <= 4096:
-        raise argparse.ArgumentTypeError(f"must be in 1..4096, got {value}")
-    return value
+_workers = bounded_int(1, 4096)
 
 
 def add_study(subparsers: Any) -> None:

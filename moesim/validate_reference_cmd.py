@@ -16,9 +16,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sim.errors import ConfigError, MoesimError
+from sim.errors import ConfigError
 
-__all__ = ["HELD_OUT", "QUICK", "validate_reference", "add_validate_reference_parser", "main"]
+__all__ = ["HELD_OUT", "QUICK", "validate_reference", "add_validate_reference_parser"]
 
 
 def _cases() -> tuple[Any, ...]:
@@ -103,17 +103,3 @@ def add_validate_reference_parser(subparsers: Any) -> None:
     p.add_argument("--quick", action="store_true", help="one tiny case (the CI check of the loop)")
     p.set_defaults(handler=_run)
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="moesim")
-    add_validate_reference_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.handler(args))
-    except MoesimError as err:
-        print(f"moesim validate-reference: error: {err}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(["validate-reference", *sys.argv[1:]]))

@@ -18,6 +18,7 @@ from sim import comm
 from sim.accounting import count_params
 from sim.costs import CostModel
 from sim.layout import Coords, Layout
+from sim.placement import distinct_ep_groups
 from sim.routing import expert_load, is_balanced, rank_load_factors
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 from sim.stacks import StackProfile
@@ -76,28 +77,12 @@ class Context:
         self._op_times: dict[tuple[OpSpec, int], OpTime] = {}
         self._node_times: dict[tuple[int, int], list[OpTime]] = {}
         self.node_cache: dict[tuple[str, str], list] = {}  # type: ignore[type-arg]
-        self._ep_groups = self._distinct_ep_groups()
+        self._ep_groups = distinct_ep_groups(self.layout, self.cluster)
         self.ep_internode = any(self.crosses_nic(g) for g in self._ep_groups)
 
     @property
     def n_classes(self) -> int:
         return len(self.factors)
-
-    def _distinct_ep_groups(self) -> list[list[int]]:
-        """One EP group per distinct placement on the fabric (a group straddling nodes/racks differs from
-        one inside a node): the slowest of them decides each all-to-all, not rank 0's."""
-        seen: dict[tuple[int, ...], list[int]] = {}
-        gpn, dom = self.cluster.gpus_per_node, self.cluster.nvlink_domain_gpus
-        covered = np.zeros(self.plan.world_size, dtype=bool)
-        for r in range(self.plan.world_size):
-            if covered[r]:
-                continue
-            ranks = self.layout.ep_group(r)
-            arr = np.asarray(ranks)
-            covered[arr] = True
-            key = tuple(np.unique(arr // dom, return_counts=True)[1].tolist()) + (len(set((arr // gpn).tolist())),)
-            seen.setdefault(key, list(ranks))
-        return list(seen.values())
 
     def a2a(self, coll: str) -> comm.AllToAllResult:
         """The dispatch or combine (``coll`` = ``a2a.dispatch`` / ``a2a.combine``) of the slowest EP group."""
