@@ -46,7 +46,8 @@ import simpy
 
 from sim.errors import PlanError
 
-__all__ = ["PipelineResult", "PipelineSpec", "combined_orders", "dualpipev_steps", "rank_orders", "simulate_pipeline", "stage_of"]
+__all__ = ["PipelineResult", "PipelineSpec", "combined_orders", "dualpipev_steps", "overlapped_pairs", "rank_orders",
+           "simulate_pipeline", "stage_of"]
 
 DUAL = ("dualpipe", "dualpipev")
 
@@ -167,6 +168,30 @@ def simulate_pipeline(spec: PipelineSpec) -> PipelineResult:
     return _fixed(spec)
 
 
+def overlapped_pairs(spec: PipelineSpec) -> set[tuple[int, int]]:
+    """The (forward stage, backward stage) pairs the schedule runs overlapped: the keys of ``pair_s`` it will
+    read (durations in ``spec`` are not used). Empty when nothing overlaps.
+
+    >>> sorted(overlapped_pairs(PipelineSpec("dualpipev", 2, 1, 8, [1.0] * 4, [2.0] * 4)))
+    [(0, 3), (1, 2), (2, 1), (3, 0)]
+    """
+    if spec.pp == 1:
+        return {(0, 0)} if spec.combined and spec.n_stages == 1 and spec.n_micro > 1 else set()
+    if spec.schedule in DUAL:
+        _check_dual(spec)
+        lanes = _Lanes(spec)
+        out: set[tuple[int, int]] = set()
+        for p in range(spec.pp):
+            for kind, f, b in _dual_order(lanes, p):
+                if kind == "FB":
+                    assert f is not None and b is not None
+                    out.update(zip(lanes.chunks(f[0]), lanes.chunks(b[0])[::-1]))
+        return out
+    if not spec.combined:
+        return set()
+    return {(keys[0][1], keys[1][1]) for order in combined_orders(spec) for keys in order if len(keys) == 2}
+
+
 def _extra(spec: PipelineSpec, stage: int) -> float:
     return spec.first_f_extra_s[stage] if spec.first_f_extra_s else 0.0
 
@@ -203,44 +228,46 @@ def _single_rank(spec: PipelineSpec) -> PipelineResult:
 
 
 class _Deps:
-    """Completion and arrival events of every (phase, position, mb) along a pipeline of ``n_pos`` positions
-    whose position ``pos`` runs microbatch ``mb`` on rank ``rank_of(pos, mb)``."""
+    """Completions and arrivals of every (phase, position, mb) along a pipeline of ``n_pos`` positions whose
+    position ``pos`` runs microbatch ``mb`` on rank ``rank_of(pos, mb)``. A SimPy event exists only for a
+    key some rank waits on before it has happened; the rest are just remembered as done."""
 
     def __init__(self, env: simpy.Environment, n_pos: int, rank_of: Callable[[int, int], int], p2p_s: float) -> None:
         self.env, self.n_pos, self.rank_of, self.p2p_s = env, n_pos, rank_of, p2p_s
         self.events: dict[tuple[str, int, int], simpy.Event] = {}
+        self.happened: set[tuple[str, int, int]] = set()
 
-    def event(self, key: tuple[str, int, int]) -> simpy.Event:
-        ev = self.events.get(key)
-        if ev is None:
-            ev = self.events[key] = self.env.event()
-        return ev
-
-    def needs(self, phase: str, pos: int, mb: int) -> list[tuple[str, int, int]]:
+    def needs(self, phase: str, pos: int, mb: int) -> tuple[str, int, int] | None:
+        """What ``phase`` of ``(pos, mb)`` waits for: the arrival from the neighbour (or, the last
+        position's backward, its own forward); None for the first position's forward."""
         if phase == "F":
-            return [("Fa", pos - 1, mb)] if pos > 0 else []
-        return [("Ba", pos + 1, mb)] if pos < self.n_pos - 1 else [("F", pos, mb)]
+            return ("Fa", pos - 1, mb) if pos > 0 else None
+        return ("Ba", pos + 1, mb) if pos < self.n_pos - 1 else ("F", pos, mb)
 
     def wait(self, phase: str, pos: int, mb: int) -> Iterator[simpy.Event]:
-        """The events still pending before ``phase`` of ``(pos, mb)`` may start (yield each from a process)."""
-        for key in self.needs(phase, pos, mb):
-            ev = self.event(key)
-            if not ev.processed:
-                yield ev
+        """The event still pending before ``phase`` of ``(pos, mb)`` may start (yield each from a process)."""
+        key = self.needs(phase, pos, mb)
+        if key is not None and key not in self.happened:
+            ev = self.events.get(key)
+            if ev is None:
+                ev = self.events[key] = self.env.event()
+            yield ev
+
+    def _happen(self, key: tuple[str, int, int]) -> None:
+        self.happened.add(key)
+        ev = self.events.pop(key, None)
+        if ev is not None:
+            ev.succeed()
 
     def done(self, phase: str, pos: int, mb: int) -> None:
-        self.event((phase, pos, mb)).succeed()
+        self._happen((phase, pos, mb))
         arrival = ("Fa" if phase == "F" else "Ba", pos, mb)
         nxt = pos + 1 if phase == "F" else pos - 1
         same = 0 <= nxt < self.n_pos and self.rank_of(nxt, mb) == self.rank_of(pos, mb)
         if same or self.p2p_s <= 0:
-            self.event(arrival).succeed()
-        else:
-            self.env.process(self._later(arrival, self.p2p_s))
-
-    def _later(self, key: tuple[str, int, int], delay: float):  # type: ignore[no-untyped-def]
-        yield self.env.timeout(delay)
-        self.event(key).succeed()
+            self._happen(arrival)
+        else:  # the activation (or gradient) arrives one p2p transfer later
+            self.env.timeout(self.p2p_s).callbacks.append(lambda _t: self._happen(arrival))
 
 
 def _fixed(spec: PipelineSpec) -> PipelineResult:

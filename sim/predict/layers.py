@@ -52,20 +52,29 @@ class SimResult:
     """One simulated layer (or pair) on the critical symmetry class: its span and where the span went.
 
     ``compute_s`` + ``exposed_s`` sum to ``time_s`` exactly; ``hidden_s``: communication seconds that ran
-    under compute, by kind; ``log``: (name, stream, phase, start, end) of every op (compute runs expanded).
+    under compute, by kind; :attr:`log`: (name, stream, phase, start, end) of every op (compute runs
+    expanded), built on first use from ``records`` (the critical class's engine records, each with the
+    parts of its merged compute run or None).
     """
 
     time_s: float
     compute_s: dict[str, float]
     exposed_s: dict[str, float]
     hidden_s: dict[str, float]
-    log: list[tuple[str, str, str, float, float]]
+    records: list[tuple[Record, list[tuple[str, str, float]] | None]]
     comm_s: float = 0.0
     wgrad_s: float = 0.0
     parts: dict[str, float] = field(default_factory=dict)
+    _log: list[tuple[str, str, str, float, float]] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.parts = {**self.compute_s, **self.exposed_s}
+
+    @property
+    def log(self) -> list[tuple[str, str, str, float, float]]:
+        if self._log is None:
+            self._log = [item for r, parts in self.records for item in _expand(r, parts)]
+        return self._log
 
 
 @dataclass(frozen=True)
@@ -164,22 +173,25 @@ class _Builder:
         ``start`` is the engine handle standing for the layer input (-1 deps)."""
         run: list[int] = []
         times = self.ctx.node_times(nodes, self.cls)
+        eng, rank = self.eng, self.rank
 
-        def dep_handles(i: int) -> tuple[int, ...]:
-            out = []
+        def dep_handles(i: int) -> list[int]:
+            out: list[int] = []
             for d in nodes[i].deps:
                 h = start if d < 0 else handles.get(d)
-                if h is not None:
+                if h is not None and h not in out:
                     out.append(h)
-            return tuple(dict.fromkeys(out))
+            return out
 
         def flush() -> None:
-            if not run:
-                return
             parts = [(nodes[i].op.name, nodes[i].phase, times[i].seconds) for i in run]
-            deps = tuple(dict.fromkeys(h for i in run for h in dep_handles(i)))
-            h = self.eng.add(self.rank, Task(parts[0][0], "compute", sum(x[2] for x in parts), deps,
-                                             phase=parts[0][1], args={"parts": parts}))
+            deps: list[int] = []
+            for i in run:
+                for h in dep_handles(i):
+                    if h not in deps:
+                        deps.append(h)
+            h = eng.add(rank, Task(parts[0][0], "compute", sum(x[2] for x in parts), tuple(deps),
+                                   phase=parts[0][1], args={"parts": parts}))
             for i in run:
                 handles[i] = h
             run.clear()
@@ -188,23 +200,26 @@ class _Builder:
             node = nodes[i]
             op = node.op
             if op.kind in ("comm", "host_sync"):
-                flush()
+                if run:
+                    flush()
                 t = times[i]
                 coll = (self.key, tag, i) if self.n_cls > 1 and op.coll.startswith("a2a") else None
                 stream = "comm" if op.kind == "comm" else "compute"
                 flow = t.flow if is_a2a(op) and self.ctx.fsdp_per_layer else None
-                task = Task(op.name, stream, 0.0 if flow else t.seconds, dep_handles(i), sms=t.sms if op.kind == "comm" else 0,
+                task = Task(op.name, stream, 0.0 if flow else t.seconds, tuple(dep_handles(i)),
+                            sms=t.sms if op.kind == "comm" else 0,
                             collective=coll, host_sync=op.kind == "host_sync", phase=node.phase,
                             link=NIC if flow else None, nbytes=flow.nbytes if flow else 0.0,
                             max_rate=flow.max_rate if flow else float("inf"))
-                handles[i] = self.eng.add(self.rank, task)
+                handles[i] = eng.add(rank, task)
             else:
                 # a run is a pure chain: a node that waits on anything outside the run starts a new one (so
                 # a merged task never waits for what only its later members need)
                 if run and any(d not in run for d in node.deps):
                     flush()
                 run.append(i)
-        flush()
+        if run:
+            flush()
 
 
 def _segments(nodes: Sequence[Node]) -> list[list[int]]:
@@ -322,9 +337,12 @@ def _pair_program(ctx: Context, f_kinds: Sequence[str], b_kinds: Sequence[str], 
                 prev[side] = max(chain)
 
 
-def _compress(f_kinds: Sequence[str], b_kinds: Sequence[str], cap: int) -> tuple[list[str], list[str], int]:
+def _compress(f_kinds: Sequence[str], b_kinds: Sequence[str], cap: int, min_saving: int = 0
+              ) -> tuple[list[str], list[str], int]:
     """Shorten the longest run of identical (F kind, B kind) layer pairs to ``cap``; returns the new kind lists
-    and how many pairs were removed."""
+    and how many pairs were removed. ``min_saving`` > 0: leave the run whole unless the two shortened
+    simulations (``cap`` and ``cap - 1`` long, see :func:`simulate_pair`) together cover at least
+    ``min_saving`` fewer layer pairs than the one whole simulation."""
     n = max(len(f_kinds), len(b_kinds))
     pairs = [(f_kinds[i] if i < len(f_kinds) else None, b_kinds[i] if i < len(b_kinds) else None) for i in range(n)]
     best, best_len, i = 0, 0, 0
@@ -335,7 +353,8 @@ def _compress(f_kinds: Sequence[str], b_kinds: Sequence[str], cap: int) -> tuple
         if j - i > best_len:
             best, best_len = i, j - i
         i = j
-    if best_len <= cap:
+    short = n - best_len + cap  # layer pairs of the shortened chunk (the second run has one fewer)
+    if best_len <= cap or (min_saving and n - (2 * short - 1) < min_saving):
         return list(f_kinds), list(b_kinds), 0
     keep = pairs[:best + cap] + pairs[best + best_len:]
     return ([f for f, _ in keep if f is not None], [b for _, b in keep if b is not None], best_len - cap)
@@ -343,7 +362,7 @@ def _compress(f_kinds: Sequence[str], b_kinds: Sequence[str], cap: int) -> tuple
 
 def simulate_pair(ctx: Context, f_kinds: Sequence[str], b_kinds: Sequence[str]) -> SimResult:
     """The overlapped pair of a forward chunk of ``f_kinds`` layers and a backward chunk of ``b_kinds``."""
-    f3, b3, removed = _compress(f_kinds, b_kinds, 3)
+    f3, b3, removed = _compress(f_kinds, b_kinds, 3, min_saving=1)
     res3 = _run_pair(ctx, f3, b3)
     if not removed:
         return res3
@@ -369,7 +388,7 @@ def _extend(r3: SimResult, r2: SimResult, extra: int) -> SimResult:
 
     compute, exposed, hidden = ext(r3.compute_s, r2.compute_s), ext(r3.exposed_s, r2.exposed_s), ext(r3.hidden_s, r2.hidden_s)
     time = sum(compute.values()) + sum(exposed.values())
-    return SimResult(time, compute, exposed, hidden, r3.log, r3.comm_s + extra * (r3.comm_s - r2.comm_s),
+    return SimResult(time, compute, exposed, hidden, r3.records, r3.comm_s + extra * (r3.comm_s - r2.comm_s),
                      r3.wgrad_s + extra * (r3.wgrad_s - r2.wgrad_s))
 
 
@@ -404,14 +423,14 @@ def summarize(eng: Engine) -> SimResult:
     recs = sorted(per_cls.get(crit, []), key=lambda r: (r.start, r.handle))
     compute: dict[str, float] = defaultdict(float)
     wgrad = 0.0  # filled by callers that need it (W of DualPipe's zero-bubble split)
-    log: list[tuple[str, str, str, float, float]] = []
+    records: list[tuple[Record, list[tuple[str, str, float]] | None]] = []
     comp_iv: list[tuple[float, float]] = []
     other_iv: list[tuple[float, float, str]] = []
     comm_total = 0.0
     for r in recs:
         a = args[r.handle] or {}
         parts = a.get("parts")
-        log += _expand(r, parts)
+        records.append((r, parts))
         if r.stream == "compute" and r.name != ops.A2A_HOST_SYNC:
             comp_iv.append((r.start, r.end))
             total = sum(p[2] for p in parts) if parts else 0.0
@@ -424,7 +443,7 @@ def summarize(eng: Engine) -> SimResult:
             if r.stream == "comm":
                 comm_total += r.end - r.start
     exposed, hidden = _sweep(makespan, comp_iv, other_iv)
-    return SimResult(makespan, dict(compute), exposed, hidden, log, comm_total, wgrad)
+    return SimResult(makespan, dict(compute), exposed, hidden, records, comm_total, wgrad)
 
 
 def _sweep(span: float, comp: list[tuple[float, float]], other: list[tuple[float, float, str]]

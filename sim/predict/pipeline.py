@@ -12,6 +12,7 @@ schedule (:mod:`sim.schedule`), then the gradient reductions, replica all-reduce
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ from sim import comm
 from sim.layout import Coords
 from sim.predict.layers import SimResult, simulate_layer, simulate_pair
 from sim.predict.timing import BF16, FP32, Context
-from sim.schedule import DUAL, PipelineResult, PipelineSpec, simulate_pipeline, stage_of
+from sim.schedule import DUAL, PipelineResult, PipelineSpec, overlapped_pairs, simulate_pipeline
 from sim.workload import chunk_layers
 
 __all__ = ["Chunk", "Step", "assemble"]
@@ -123,23 +124,19 @@ def assemble(ctx: Context) -> Step:
         chunk_rs.append(rs)
     dual = plan.pp_schedule in DUAL and plan.pp > 1
     combined = plan.ep_overlap and not dual
-    pairs: dict[tuple[int, int], SimResult] = {}
-    if dual or combined:
-        by_sig: dict[tuple[tuple[str, ...], tuple[str, ...]], SimResult] = {}
-        local = {"dualpipev": 2, "dualpipe": 4}.get(plan.pp_schedule, plan.vpp) if plan.pp > 1 else len(chunks)
-        owner = {stage_of(plan.pp_schedule, plan.pp, p, j) if plan.pp > 1 else j: p
-                 for p in range(plan.pp) for j in range(local)}
-        for i, fc in enumerate(chunks):
-            for j, bc in enumerate(chunks):
-                if owner[i] != owner[j]:
-                    continue  # a pair runs on one rank: only its own chunks meet
-                sig = (tuple(fc.layers), tuple(reversed(bc.layers)))
-                if sig not in by_sig:
-                    by_sig[sig] = simulate_pair(ctx, *sig)
-                pairs[(i, j)] = by_sig[sig]
     spec = PipelineSpec(plan.pp_schedule, plan.pp, plan.vpp, plan.n_microbatches, [c.f_s for c in chunks],
-                        [c.b_s for c in chunks], p2p, first_ag, {k: v.time_s for k, v in pairs.items()},
-                        [c.w_s for c in chunks] if dual else (), combined=combined)
+                        [c.b_s for c in chunks], p2p, first_ag, {}, [c.w_s for c in chunks] if dual else (),
+                        combined=combined)
+    # Simulate only the overlapped pairs the schedule runs, each distinct (forward layers, backward layers)
+    # once; a pair always runs on one rank, so it meets only that rank's own chunks.
+    pairs: dict[tuple[int, int], SimResult] = {}
+    by_sig: dict[tuple[tuple[str, ...], tuple[str, ...]], SimResult] = {}
+    for i, j in sorted(overlapped_pairs(spec)):
+        sig = (tuple(chunks[i].layers), tuple(reversed(chunks[j].layers)))
+        if sig not in by_sig:
+            by_sig[sig] = simulate_pair(ctx, *sig)
+        pairs[(i, j)] = by_sig[sig]
+    spec = dataclasses.replace(spec, pair_s={k: v.time_s for k, v in pairs.items()})
     pipe = simulate_pipeline(spec)
     last_rank = max(range(len(pipe.actions)), key=lambda p: pipe.actions[p][-1][4])
     last_stage = pipe.actions[last_rank][-1][1]
