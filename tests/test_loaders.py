@@ -136,3 +136,41 @@ def test_kimi_k2_config_uses_deepseek_field_names(tmp_path: Path) -> None:
     path = tmp_path / "kimi.json"
     path.write_text(json.dumps(config))
     assert count_params(load_model_file(path)).total == count_params(load_model("kimi-k2")).total
+
+
+def test_qwen3_without_head_dim_takes_hidden_over_heads(tmp_path: Path) -> None:
+    qwen = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 32,
+            "num_key_value_heads": 4, "num_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 512,
+            "vocab_size": 1000}
+    path = tmp_path / "qwen.json"
+    path.write_text(json.dumps(qwen))
+    assert load_model_file(path).head_dim == 64
+    path.write_text(json.dumps({**qwen, "head_dim": 128}))
+    assert load_model_file(path).head_dim == 128
+    path.write_text(json.dumps({**qwen, "decoder_sparse_step": 2}))
+    with pytest.raises(ConfigError, match="decoder_sparse_step 2"):
+        load_model_file(path)
+    path.write_text(json.dumps({**qwen, "hidden_size": 10 ** 9}))
+    with pytest.raises(ConfigError, match="hidden_size"):
+        load_model_file(path)
+
+
+def test_plan_unknown_key_message_lists_the_allowed_keys(tmp_path: Path) -> None:
+    path = tmp_path / "plan.toml"
+    path.write_text("expert_parallel = 4\n")
+    with pytest.raises(ConfigError, match=r"allowed: ac, .*, dp_replicate, dp_shard, .*tp, vpp"):
+        load_plan_file(path)
+
+
+def test_derived_plan_fields_follow_torchtitan() -> None:
+    from sim.loaders import INTERLEAVED_DEFAULT_VPP, derive_plan_fields
+
+    assert derive_plan_fields({"tp": 2, "dp_replicate": 4}, 64)["dp_shard"] == 8
+    assert derive_plan_fields({"tp": 2, "dp_shard": 4}, 64)["dp_replicate"] == 8
+    assert derive_plan_fields({"pp": 2, "vpp": 2}, 8)["pp_schedule"] == "interleaved-1f1b"
+    assert "pp_schedule" not in derive_plan_fields({"pp": 2, "vpp": 1}, 8)
+    assert derive_plan_fields({"pp": 2, "pp_schedule": "interleaved-1f1b"}, 8)["vpp"] == INTERLEAVED_DEFAULT_VPP
+    assert "vpp" not in derive_plan_fields({"pp": 1, "pp_schedule": "interleaved-1f1b"}, 8)
+    # default batch: max(8, 2 * pp * vpp) microbatches of micro_batch per data-parallel rank
+    assert derive_plan_fields({"pp": 2, "vpp": 4, "micro_batch": 2}, 16)["global_batch"] == 16 * 2 * 8
+    assert derive_plan_fields({}, 8)["global_batch"] == 8 * 8

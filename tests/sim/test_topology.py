@@ -205,3 +205,15 @@ def test_4000_flow_alltoall_closed_form():
     np.testing.assert_allclose(
         transfer_times_ids(paths, np.full(4032, 1e6), topo.graph["capacity"], topo.graph["latency"]), t
     )
+
+
+def test_fat_tree_leaf_takes_every_nic_of_its_nodes():
+    c = load_cluster("hgx-b200", n_gpus=512)
+    fat = dataclasses.replace(c, fabric=dataclasses.replace(c.fabric, kind="fat-tree"))
+    topo = build_topology(fat)
+    per_leaf = c.fabric.nodes_per_leaf * c.gpus_per_node * c.nics_per_gpu
+    assert topo.edges[("leaf", 0, 0), ("spine", 0)]["bw_bytes_per_s"] == per_leaf * NIC
+    assert {v for u, v in topo.out_edges(("leaf", 0, 0)) if v[0] == "nic"} == {
+        ("nic", g, 0) for g in range(c.fabric.nodes_per_leaf * c.gpus_per_node)}
+    # one leaf per group of nodes, not one per rail: a cross-rail pair inside a leaf never climbs to a spine
+    assert all(hop[0] != "spine" for edge in route(topo, 0, 9) for hop in edge)

@@ -1,0 +1,50 @@
+"""A cost model survives its JSON file field for field, and the file's format is what docs/calibration.md says."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from sim.catalog import load_gpu
+from sim.costs import CALIBRATION_VERSION, CostModel, Curve
+from sim.errors import ConfigError
+from sim.predict import default_costs
+
+
+def _changed() -> CostModel:
+    base = default_costs(load_gpu("h100"))
+    return dataclasses.replace(
+        base, gpu="h100-test", attn_fwd_eff=0.31, attn_bwd_eff=0.27, mem_bw_eff=0.66, quantize_bw_eff=0.44,
+        nccl_sms=24, rearrange_s_per_elem={"bf16": 1.5e-12}, comm={"ib_fraction": 0.8},
+        sources={"attn_fwd_eff": "a test"}, provenance="tests/sim/test_costs_file.py",
+        gemm_eff={"bf16": Curve((1e9, 1e12), (0.2, 0.7))}, grouped_gemm_eff={"bf16": Curve((128.0,), (0.5,))})
+
+
+def test_every_field_round_trips() -> None:
+    costs = _changed()
+    again = CostModel.from_json(costs.to_json())
+    assert again == costs
+    for f in dataclasses.fields(CostModel):
+        assert getattr(again, f.name) == getattr(costs, f.name), f.name
+
+
+def test_file_keys_are_the_documented_ones() -> None:
+    data = json.loads(_changed().to_json())
+    assert set(data) == {"version", "provenance", "gpu", "gemm_eff", "grouped_gemm_eff", "attn_fwd_eff",
+                         "attn_bwd_eff", "mem_bw_eff", "quantize_bw_eff", "rearrange_s_per_elem", "nccl_sms",
+                         "comm", "sources"}
+    assert data["version"] == CALIBRATION_VERSION and data["nccl_sms"] == 24
+    assert data["gemm_eff"]["bf16"] == {"sizes": [1e9, 1e12], "values": [0.2, 0.7]}
+
+
+def test_missing_field_and_legacy_stack_are_named() -> None:
+    data = json.loads(_changed().to_json())
+    del data["attn_fwd_eff"]
+    with pytest.raises(ConfigError, match="attn_fwd_eff"):
+        CostModel.from_dict(data)
+    with pytest.raises(ConfigError, match="no longer part of a calibration"):
+        CostModel.from_dict({**json.loads(_changed().to_json()), "stack": {"compute_scale": 0.5}})
+    with pytest.raises(ConfigError, match="expected a JSON object"):
+        CostModel.from_dict([])  # type: ignore[arg-type]

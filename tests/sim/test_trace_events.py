@@ -1,0 +1,96 @@
+"""The Chrome trace, event by event: slices in microseconds where the simulation put them.
+
+Pipeline slices are the schedule's actions; layer slices tile their action back to back (backward chunks
+in reverse layer order); op slices lie inside their layer; overlapped pairs show inside their FB action.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.catalog import load_cluster, load_model
+from sim.predict import Prediction, predict
+from sim.specs import ParallelPlan
+from sim.trace import chrome_trace_events
+
+US = 1e6
+
+
+@pytest.fixture(scope="module")
+def pp2() -> Prediction:
+    return predict(load_model("debug"), load_cluster("hgx-b200", n_gpus=16),
+                   ParallelPlan(pp=2, ep=4, dp_shard=8, global_batch=32, seq_len=256))
+
+
+def _threads(events: list[dict]) -> dict[tuple[int, int], str]:
+    return {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+
+
+def test_pipeline_slices_are_the_schedule_actions_in_microseconds(pp2: Prediction) -> None:
+    events = chrome_trace_events(pp2)
+    pipe = pp2.trace_data["pipeline"]
+    procs = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert procs == {r: f"{pp2.name}: pp rank {r} (representative)" for r in range(2)}
+    for rank, actions in enumerate(pipe.actions):
+        got = [e for e in events if e.get("cat") == "pipeline" and e["pid"] == rank]
+        assert all(e["ph"] == "X" for e in got)
+        assert [(e["name"], e["args"]) for e in got] == [
+            (f"{ph} chunk {st} mb {mb}", {"stage": st, "microbatch": mb}) for ph, st, mb, _s, _e in actions]
+        for e, (_ph, _st, _mb, s, end) in zip(got, actions, strict=True):
+            assert e["ts"] == pytest.approx(s * US) and e["dur"] == pytest.approx((end - s) * US)
+        assert sum(e["dur"] for e in got) == pytest.approx(pipe.busy(rank) * US)
+
+
+def test_layer_slices_tile_their_action_and_ops_lie_inside(pp2: Prediction) -> None:
+    events = chrome_trace_events(pp2, detail_microbatches=1)
+    data = pp2.trace_data
+    threads = _threads(events)
+    for rank, actions in enumerate(data["pipeline"].actions):
+        for ph, stage, mb, start, end in actions:
+            layers = [e for e in events if e.get("cat") == "layer" and e["pid"] == rank
+                      and e["args"]["microbatch"] == mb and start * US - 1e-6 <= e["ts"] < end * US - 1e-9]
+            if mb >= 1:
+                assert not layers  # only the first detail_microbatches are expanded
+                continue
+            phase = "fwd" if ph == "F" else "bwd"
+            kinds = data["chunks"][stage].layers
+            assert [e["name"] for e in layers] == [f"layer {k}" for k in (kinds if ph == "F" else kinds[::-1])]
+            assert [e["args"]["layer"] for e in layers] == list(range(len(kinds)))
+            assert {e["args"]["phase"] for e in layers} == {phase}
+            assert {threads[(rank, e["tid"])] for e in layers} == {"layers"}
+            t = start * US
+            for e in layers:
+                assert e["ts"] == pytest.approx(t) and e["dur"] > 0
+                t += e["dur"]
+            assert t == pytest.approx(end * US)  # the chunk is its layers back to back
+            for lay in layers:
+                ops = [e for e in events if e["pid"] == rank and e.get("cat") in ("compute", "comm")
+                       and e["args"].get("microbatch") == mb and e["args"].get("layer") == lay["args"]["layer"]
+                       and lay["ts"] - 1e-6 <= e["ts"] <= lay["ts"] + lay["dur"] + 1e-6]
+                assert ops, lay
+                for op in ops:
+                    assert op["dur"] >= 0 and op["ts"] + op["dur"] <= lay["ts"] + lay["dur"] + 1e-6
+                    assert threads[(rank, op["tid"])] == op["cat"]
+
+
+def test_detail_microbatches_bounds_the_expansion(pp2: Prediction) -> None:
+    few = chrome_trace_events(pp2, detail_microbatches=0)
+    assert not [e for e in few if e.get("cat") in ("layer", "compute", "comm")]
+    more = chrome_trace_events(pp2, detail_microbatches=2)
+    assert {e["args"]["microbatch"] for e in more if e.get("cat") == "layer"} == {0, 1}
+
+
+def test_pair_ops_lie_inside_their_fb_action() -> None:
+    model, cluster = load_model("deepseek-v3-16b"), load_cluster("hgx-b200", n_gpus=16)
+    plan = ParallelPlan(pp=2, pp_schedule="dualpipev", ep=8, dp_shard=8, seq_len=4096, global_batch=32,
+                        ep_backend="deepep", ac="none")
+    pred = predict(model, cluster, plan)
+    events = chrome_trace_events(pred, detail_microbatches=8, pid_base=10)
+    fb = [e for e in events if e.get("cat") == "pipeline" and e["name"].startswith("FB")]
+    assert fb and {e["pid"] for e in events} == {10, 11}
+    pair_ops = [e for e in events if "pair" in e.get("args", {})]
+    for op in pair_ops:
+        host = [a for a in fb if a["pid"] == op["pid"] and a["ts"] - 1e-6 <= op["ts"]
+                and op["ts"] + op["dur"] <= a["ts"] + a["dur"] + 1e-6]
+        assert host, op
+        assert op["args"]["pair"] == f"F mb {host[0]['args']['microbatch']} + B"

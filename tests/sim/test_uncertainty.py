@@ -1,0 +1,98 @@
+"""Prediction intervals in closed form, and the measured-run pairs they are built from."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pytest
+
+from sim.catalog import load_cluster, load_model
+from sim.errors import ConfigError
+from sim.predict import predict
+from sim.specs import ParallelPlan
+from sim.stacks import load_stack
+from sim.uncertainty import T90, interval, measured_run_pairs, prediction_interval, stack_family
+
+RS = [0.05, -0.02, 0.01, 0.08, -0.03]
+
+
+def test_interval_is_the_student_t_prediction_interval_in_log_space() -> None:
+    iv = interval(1000.0, RS, stack="torchtitan")
+    n, mean, sd = len(RS), statistics.fmean(RS), statistics.stdev(RS)
+    half = T90[n - 2] * sd * math.sqrt(1 + 1 / n)
+    assert iv.p50 == pytest.approx(1000.0 * math.exp(mean), rel=1e-12)
+    assert iv.p10 == pytest.approx(iv.p50 * math.exp(-half), rel=1e-12)
+    assert iv.p90 == pytest.approx(iv.p50 * math.exp(half), rel=1e-12)
+    assert (iv.n_runs, iv.stack, iv.validation_sd, iv.calibration_sd) == (n, "torchtitan", sd, 0.0)
+    assert iv.to_dict() == {"p10_tokens_per_s_per_gpu": iv.p10, "p50_tokens_per_s_per_gpu": iv.p50,
+                            "p90_tokens_per_s_per_gpu": iv.p90, "validation_runs": n, "stack": "torchtitan",
+                            "calibration_log_sd": 0.0, "validation_log_sd": sd}
+    assert iv.contains(iv.p10) and iv.contains(iv.p90) and not iv.contains(iv.p90 * 1.0001)
+
+
+def test_calibration_spread_adds_in_quadrature() -> None:
+    base, wide = interval(1000.0, RS), interval(1000.0, RS, calibration_sd=0.04)
+    n, sd = len(RS), statistics.stdev(RS)
+    half = math.hypot(T90[n - 2] * sd * math.sqrt(1 + 1 / n), 1.2816 * 0.04)
+    assert wide.p90 / wide.p50 == pytest.approx(math.exp(half), rel=1e-12)
+    assert wide.p50 == base.p50 and wide.p90 > base.p90
+
+
+def test_few_runs_one_run_and_none() -> None:
+    one = interval(500.0, [0.1])
+    assert one.p50 == pytest.approx(500.0 * math.exp(0.1))
+    assert one.p90 / one.p50 == pytest.approx(math.exp(0.1 * T90[0]))
+    assert (one.n_runs, one.validation_sd) == (1, 0.0)
+    none = interval(500.0, [])
+    assert (none.p10, none.p50, none.p90) == (0.0, 500.0, math.inf)
+    calibrated = interval(500.0, [], calibration_sd=0.05)
+    assert calibrated.p90 / calibrated.p50 == pytest.approx(math.exp(1.2816 * 0.05))
+    assert interval(500.0, [float("nan"), 0.1]).n_runs == 1  # non-finite residuals are dropped
+    many = interval(500.0, [0.01 * (i % 7) for i in range(40)])
+    rs = [0.01 * (i % 7) for i in range(40)]
+    half = 1.2816 * statistics.stdev(rs) * math.sqrt(1 + 1 / 40)  # beyond 30 dof: the normal quantile
+    assert many.p90 / many.p50 == pytest.approx(math.exp(half), rel=1e-12)
+    with pytest.raises(ConfigError, match="positive"):
+        interval(0.0, RS)
+
+
+def test_stack_family_and_prediction_interval_use_the_framework() -> None:
+    assert stack_family("megatron-26.04") == "megatron" and stack_family("torchtitan") == "torchtitan"
+    pred = predict(load_model("debug"), load_cluster("hgx-b200", n_gpus=8),
+                   ParallelPlan(ep=4, dp_shard=8, global_batch=16, seq_len=512), stack=load_stack("megatron"))
+    iv = prediction_interval(pred)
+    assert iv.stack == "megatron" and iv.n_runs >= 2 and iv.p10 < iv.p50 < iv.p90
+
+
+RUN = """
+[[run]]
+id = "{rid}"
+{extra}
+model = "debug"
+gpu = "b200"
+gpus = 8
+cluster = "hgx-b200"
+stack = "torchtitan"
+release = "x"
+measured_tokens_per_s_per_gpu = 1234.5
+source = "a test"
+[run.plan]
+ep = 4
+seq_len = 512
+global_batch = 16
+"""
+
+
+def test_measured_run_pairs_predict_held_out_runs_and_skip_the_rest(tmp_path) -> None:
+    f = tmp_path / "runs.toml"
+    f.write_text(RUN.format(rid="held", extra="") + RUN.format(rid="fit", extra="fitted = true")
+                 + RUN.format(rid="bad", extra="").replace('model = "debug"', 'model = "no-such-model"'))
+    pairs, skipped = measured_run_pairs(f)
+    want = predict(load_model("debug"), load_cluster("hgx-b200", n_gpus=8),
+                   ParallelPlan(ep=4, dp_shard=8, global_batch=16, seq_len=512), stack=load_stack("torchtitan"))
+    assert pairs == [("held", "torchtitan", pytest.approx(want.tokens_per_s_per_gpu, rel=1e-12), 1234.5)]
+    assert len(skipped) == 2 and skipped[0].startswith("fit: fitted") and skipped[1].startswith("bad: ")
+    f.write_text("[[run]\n")
+    with pytest.raises(ConfigError, match="cannot read"):
+        measured_run_pairs(f)
