@@ -61,13 +61,19 @@ def seed_rows() -> list[SeedRow]:
     return rows
 
 
+#: All-to-alls (dispatch and combine, both microbatches) an overlapped-pair timeline shows: two MoE layer pairs.
+PAIR_WINDOW_A2AS = 8
+
+
 def timeline_window(pred: Prediction) -> tuple[str, list[dict[str, Any]]]:
     """(title, op slices) of the timeline to draw: the first overlapped F&B pair with op detail, else the
     forward and the backward of the first MoE layer of microbatch 0 on pipeline rank 0 (times in us,
     relative to the window's start; each slice has ``stream``, ``name``, ``start``, ``end``)."""
     from sim.trace import chrome_trace_events
 
-    events = chrome_trace_events(pred, detail_microbatches=1)
+    pipe = pred.trace_data["pipeline"] if pred.trace_data else None
+    first_pair = min((a[2] for a in pipe.actions[0] if a[0] == "FB"), default=0) if pipe else 0
+    events = chrome_trace_events(pred, detail_microbatches=first_pair + 1)
     pid = 0
     ops = [e for e in events if e.get("ph") == "X" and e.get("pid") == pid and e.get("cat") not in ("pipeline", "layer")]
     pairs = [e for e in events if e.get("ph") == "X" and e.get("pid") == pid and e.get("cat") == "pipeline"
@@ -75,6 +81,12 @@ def timeline_window(pred: Prediction) -> tuple[str, list[dict[str, Any]]]:
     for pair in pairs:
         inside = [e for e in ops if pair["ts"] <= e["ts"] < pair["ts"] + pair["dur"]]
         if inside:
+            a2a_ends = sorted(e["ts"] + e["dur"] for e in inside if e["name"] in ("moe.dispatch", "moe.combine"))
+            if len(a2a_ends) > PAIR_WINDOW_A2AS:  # a chunk pair has many layers: show its first layer pairs
+                cut = a2a_ends[PAIR_WINDOW_A2AS - 1]
+                inside = [e for e in inside if e["ts"] < cut]
+                return (f"overlapped F&B pair ({pair['name']}), its first {PAIR_WINDOW_A2AS} all-to-alls",
+                        _relative(inside, pair["ts"]))
             return f"overlapped F&B pair ({pair['name']})", _relative(inside, pair["ts"])
     layers = [e for e in events if e.get("ph") == "X" and e.get("pid") == pid and e.get("cat") == "layer"
               and e["name"] == "layer moe" and e["args"].get("microbatch") == 0]
@@ -92,6 +104,25 @@ def timeline_window(pred: Prediction) -> tuple[str, list[dict[str, Any]]]:
             out.append(s)
         offset += layer["dur"]
     return "one MoE layer: forward, then backward with recompute (no overlapped pair with op detail in this build)", out
+
+
+#: The what-if of the timeline section: the seed's fastest measured variant under DualPipeV.
+WHATIF_VARIANT = "mxfp8 grouped + DeepEP"
+WHATIF_SCHEDULE = "pp_schedule dualpipev"
+WHATIF_NOTE = "PyTorch's ScheduleDualPipeV, same TP2 PP2 EP32 layout and batch"
+
+
+def overlapped_whatif(rows: list[SeedRow]) -> Prediction | None:
+    """The seed's :data:`WHATIF_VARIANT` re-planned with DualPipeV (its forward/backward pairs overlapped);
+    None when the rows lack that variant."""
+    row = next((r for r in rows if r.variant == WHATIF_VARIANT), None)
+    if row is None:
+        return None
+    p = row.prediction
+    plan = plan_from_mapping({**p.plan, "pp_schedule": "dualpipev", "vpp": 1}, "seed what-if")
+    model = load_model(p.model)
+    cluster = load_cluster(load_scenario(DEFAULT_SCENARIO).cluster, n_gpus=p.n_gpus)
+    return predict_run(model, cluster, plan, "torchtitan", name=f"{WHATIF_VARIANT}, dualpipev")
 
 
 def _relative(events: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
@@ -150,8 +181,11 @@ def seed_sections(rows: list[SeedRow]) -> list[Section]:
     sections.append(Section("Throughput", "", bar_figs))
     sections.append(Section("Step-time breakdown", "", stack_figs))
     figs = []
-    for r in rows[:4]:
-        title, slices = timeline_window(r.prediction)
+    whatif = overlapped_whatif(rows)
+    timelines = ([(f"what-if {whatif.name}", whatif)] if whatif is not None else []) + [
+        (r.variant, r.prediction) for r in rows[:4]]
+    for label, pred in timelines:
+        title, slices = timeline_window(pred)
         fig = go.Figure()
         for stream in dict.fromkeys(s["stream"] for s in slices):
             mine = [s for s in slices if s["stream"] == stream]
@@ -159,12 +193,16 @@ def seed_sections(rows: list[SeedRow]) -> list[Section]:
                                  x=[s["end"] - s["start"] for s in mine], name=stream,
                                  text=[s["name"] for s in mine], textposition="none", hovertemplate="%{text}<br>start %{base:.0f} us, "
                                  "%{x:.0f} us"))
-        fig.update_layout(title=f"{r.variant}: {title}", xaxis_title="microseconds", barmode="overlay",
+        fig.update_layout(title=f"{label}: {title}", xaxis_title="microseconds", barmode="overlay",
                           height=320)
         figs.append(fig)
-    sections.append(Section("Simulated timeline", "Compute and communication streams of the representative rank "
-                            "(pipeline rank 0, microbatch 0), from the simulator's Chrome trace events (sim.trace).",
-                            figs))
+    sections.append(Section(
+        "Simulated timeline", "Compute and communication streams of the representative rank (pipeline rank 0, "
+        "microbatch 0), from the simulator's Chrome trace events (sim.trace). The published runs overlap no "
+        "all-to-all with compute (TorchTitan's interleaved 1F1B runs one microbatch at a time), so the first "
+        f"timeline is a what-if: the {WHATIF_VARIANT} variant with {WHATIF_SCHEDULE} ({WHATIF_NOTE}), whose "
+        "overlapped forward/backward pair hides each microbatch's dispatch and combine behind the other's "
+        "compute. Then one MoE layer's forward and backward of each variant as run.", figs))
     return sections
 
 

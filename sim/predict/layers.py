@@ -2,7 +2,8 @@
 
 A layer's ops (:class:`sim.workload.Workload`) become engine tasks with data dependencies (not a serial
 chain): consecutive compute ops on the ``compute`` stream are one task (their parts kept for the trace
-and breakdown), TP collectives and all-to-alls run on the ``comm`` stream, host stalls block the rank,
+and breakdown), all-to-alls run on the ``comm`` stream and TP collectives on ``tp`` (one stream per process
+group, as NCCL gives each communicator its own), host stalls block the rank,
 FSDP gathers and reductions run on their own streams and share the NIC with the all-to-alls. Where the
 stack overlaps the shared expert with the dispatch (``StackProfile.shared_expert_overlap``), the shared
 expert is a side branch issued right after the dispatch. (DeepEP's in-place data path, with no
@@ -204,7 +205,7 @@ class _Builder:
                     flush()
                 t = times[i]
                 coll = (self.key, tag, i) if self.n_cls > 1 and op.coll.startswith("a2a") else None
-                stream = "comm" if op.kind == "comm" else "compute"
+                stream = _stream_of(op)
                 flow = t.flow if is_a2a(op) and self.ctx.fsdp_per_layer else None
                 task = Task(op.name, stream, 0.0 if flow else t.seconds, tuple(dep_handles(i)),
                             sms=t.sms if op.kind == "comm" else 0,
@@ -220,6 +221,17 @@ class _Builder:
                 run.append(i)
         if run:
             flush()
+
+
+def _stream_of(op: OpSpec) -> str:
+    """The stream an op runs on: one per process group, as NCCL (and DeepEP's buffer) give each communicator
+    its own stream: ``comm`` for the EP all-to-alls and their count exchange, ``tp`` for the tensor-parallel
+    collectives, ``compute`` for kernels and host stalls. (Within a layer the data dependencies serialise
+    them anyway; in an overlapped pair one microbatch's TP gather need not queue behind the other's dispatch.)
+    """
+    if op.kind != "comm":
+        return "compute"
+    return "tp" if op.coll.startswith("tp.") else "comm"
 
 
 def _segments(nodes: Sequence[Node]) -> list[list[int]]:

@@ -68,6 +68,21 @@ def test_study_seed_writes_the_report(tmp_path: Path) -> None:
         assert abs(r["prediction"]["tokens_per_s_per_gpu"] / r["measured"] - 1) < 0.10
     html = (tmp_path / "seed" / "seed-report.html").read_text()
     assert "Simulated timeline" in html and "Step-time breakdown" in html and "<script src=" not in html
+    assert "what-if mxfp8 grouped + DeepEP, dualpipev: overlapped F&B pair" in html
+
+
+def test_seed_whatif_timeline_shows_dispatch_under_the_other_microbatchs_compute() -> None:
+    from studies.seed import overlapped_whatif, seed_rows, timeline_window
+
+    whatif = overlapped_whatif(seed_rows())
+    assert whatif is not None and whatif.plan["pp_schedule"] == "dualpipev"
+    title, slices = timeline_window(whatif)
+    assert title.startswith("overlapped F&B pair")
+    assert {"compute", "comm"} <= {s["stream"] for s in slices}
+    dispatches = [s for s in slices if s["name"] == "moe.dispatch"]
+    compute = [s for s in slices if s["stream"] == "compute" and s["name"] != "a2a.host_sync"]
+    hidden = sum(max(0.0, min(d["end"], c["end"]) - max(d["start"], c["start"])) for d in dispatches for c in compute)
+    assert hidden > 0.5 * sum(d["end"] - d["start"] for d in dispatches)
 
 
 def test_study_seed_unwritable_out_exits_2(tmp_path: Path) -> None:
