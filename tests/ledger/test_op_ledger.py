@@ -144,3 +144,24 @@ def test_host_sync_counted_once_per_dispatch() -> None:
     runs = 2 if PLAN.ac == "full" else 1  # forward, then the recompute in backward
     expected = runs * MODEL.n_moe_layers * PLAN.n_microbatches * load_stack('torchtitan').host_sync_s
     assert pred.breakdown["host_sync"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_mxfp8_curve_reproduces_the_published_fwd_bwd_speedups() -> None:
+    """The MXFP8 grouped-GEMM curves, with their quantize and rearrange kernels and the wgrad kernel's own
+    slowdown, give back published.md s4's fwd+bwd speedups over BF16 at every M they were derived at."""
+    from sim.catalog import load_gpu
+    from sim.costs import _MXFP8_SPEEDUP, _QUANT_BW_EFF, _REF_K, _REF_N, _mxfp8_pass_overhead
+    from sim.predict import default_costs
+
+    gpu = load_gpu("b200")
+    costs = default_costs(gpu)
+    for m, speedup in _MXFP8_SPEEDUP:
+        flops = 2 * m * _REF_N * _REF_K
+        bf16 = 3 * costs.grouped_gemm_time(flops, m, gpu.bf16_flops, "bf16")
+        mx = (2 * costs.grouped_gemm_time(flops, m, gpu.fp8_flops, "mxfp8")
+              + costs.grouped_gemm_time(flops, m, gpu.fp8_flops, "mxfp8_wgrad")
+              + _mxfp8_pass_overhead(m, _QUANT_BW_EFF, gpu.hbm_bw_bytes_per_s))
+        assert bf16 / mx == pytest.approx(speedup, rel=1e-9), m
+    # the wgrad kernel is the per-kernel breakdown's 2103.3 / 1671.2 slower than the forward
+    fwd = costs.grouped_gemm_time(1e12, 131072, gpu.fp8_flops, "mxfp8")
+    assert costs.grouped_gemm_time(1e12, 131072, gpu.fp8_flops, "mxfp8_wgrad") / fwd == pytest.approx(2103.3 / 1671.2)
