@@ -24,7 +24,7 @@ fi
 selection=("$@")
 if [ -n "${SAMPLE:-}" ]; then
   # Generate every mutant and the test map without running any, then draw the sample.
-  python -m mutmut run --max-children "$JOBS" 'no.such.module.*' > /dev/null || true
+  python -m mutmut run --max-children "$JOBS" 'no.such.module.*' > /dev/null 2>&1 || true  # nothing matches: generate and map only
   python -m mutmut results --all true > mutants/all.txt 2>/dev/null
   mapfile -t selection < <(python - "$SAMPLE" "${SEED:-0}" <<'PY'
 import random, sys

@@ -92,7 +92,8 @@ class StackProfile:
     ep_overlap_available: bool = False
     #: shared-expert compute overlaps the dispatch (Megatron ``moe_shared_expert_overlap``).
     shared_expert_overlap: bool = False
-    #: how work reaches the GPU: eager launches, compiled regions, or CUDA graphs.
+    #: how work reaches the GPU: eager launches, compiled regions, or CUDA graphs. Descriptive: its cost enters
+    #: through ``kernel_overhead_s`` and ``host_sync_s``, which each profile sets (and sources) for its launch mode.
     launch: str = "compiled"
     #: SMs DeepEP's kernels take when the plan does not say (DeepEP v1 ``Buffer.num_sms`` = 20).
     deepep_sms: int = 20
