@@ -58,7 +58,7 @@ def _plan_text(c: Any) -> str:
 def run_plan(args: argparse.Namespace) -> int:
     import os
 
-    from studies._sim import interval_support
+    from studies._sim import INTERVAL_NOTE
     from studies.plan import smallest_cluster
 
     try:
@@ -75,7 +75,7 @@ def run_plan(args: argparse.Namespace) -> int:
                           "best": answer.best.as_dict() if answer.best else None,
                           "per_gpu": {g: (o.as_dict() if o else None) for g, o in answer.per_gpu.items()},
                           "counts_ruled_out": answer.skipped, "elapsed_s": answer.elapsed_s,
-                          "notes": [interval_support()]}, indent=2))
+                          "notes": [INTERVAL_NOTE]}, indent=2))
         return 0 if answer.best else 1
     if answer.best is None:
         print(f"no cluster of up to 65,536 GPUs of {', '.join(answer.per_gpu)} trains {answer.model} on "

@@ -106,11 +106,11 @@ def run_capacity(args: argparse.Namespace) -> int:
         rows = read_results(table)
         report = None
         if not args.no_report:
-            from studies._sim import interval_support, stack_support
+            from studies._sim import INTERVAL_NOTE, STACK_NOTE
 
             report = write_capacity_report(rows, table.parent / "capacity-report.html",
-                                           f"{spec.source}: {len(rows)} points. {stack_support()}. "
-                                           f"{interval_support()}.")
+                                           f"{spec.source}: {len(rows)} points. {STACK_NOTE}. "
+                                           f"{INTERVAL_NOTE}.")
     except (MoesimError, OSError) as err:
         progress.close()
         print(f"moesim study capacity: error: {err}", file=sys.stderr)

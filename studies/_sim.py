@@ -19,7 +19,7 @@ from sim.predict import Prediction, predict
 from sim.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
 from sim.stacks import StackProfile, load_stack, stack_names
 
-__all__ = ["predict_run", "stack_profile", "stack_support", "interval_for", "interval_support",
+__all__ = ["predict_run", "stack_profile", "STACK_NOTE", "interval_for", "INTERVAL_NOTE",
            "memory_fits", "layer_compute_seconds", "layer_sim_seconds",
            "compute_seconds", "costs_for", "KNOWN_STACKS"]
 
@@ -33,9 +33,8 @@ def stack_profile(name: str) -> StackProfile:
     return load_stack(name)
 
 
-def stack_support() -> str:
-    """A line for reports: how stacks reach the simulator."""
-    return "stack profiles: applied per run (sim.stacks; predict(stack=...))"
+#: A line for reports: how stacks reach the simulator.
+STACK_NOTE = "stack profiles: applied per run (sim.stacks; predict(stack=...))"
 
 
 @cache
@@ -68,9 +67,8 @@ def interval_for(pred: Prediction, stack_name: str | None = None,
     return float(iv.p10), float(iv.p90)
 
 
-def interval_support() -> str:
-    """A line for reports: where intervals come from."""
-    return "intervals: p10-p90 from the held-out measured runs of each stack (sim.uncertainty)"
+#: A line for reports: where intervals come from.
+INTERVAL_NOTE = "intervals: p10-p90 from the held-out measured runs of each stack (sim.uncertainty)"
 
 
 def compute_seconds(op: Any, gpu: GPUSpec, costs: CostModel, stack_name: str) -> float:

@@ -18,7 +18,7 @@ from sim.catalog import load_cluster, load_model
 from sim.loaders import derive_plan_fields, plan_from_mapping
 from sim.predict import Prediction
 from sim.scenarios import DEFAULT_SCENARIO, load_scenario
-from studies._sim import interval_for, interval_support, predict_run, stack_support
+from studies._sim import INTERVAL_NOTE, STACK_NOTE, interval_for, predict_run
 from studies.report import Section, ensure_dir, table_html, write_report
 
 __all__ = ["SeedRow", "seed_rows", "timeline_window", "seed_sections", "write_seed_report", "SMALL_MODEL"]
@@ -150,7 +150,7 @@ def seed_sections(rows: list[SeedRow]) -> list[Section]:
                           "yes" if p.fits_in_memory else "NO"])
     sections.append(Section("Predicted vs measured", "Measured: pytorch.org blog 2026-03-25 (TorchTitan, 256 HGX "
                             "B200, 400G IB). The BF16 baseline is the one run the stack is fitted to; the others are "
-                            f"predicted. {stack_support()}. {interval_support()}.", [], [table_html(
+                            f"predicted. {STACK_NOTE}. {INTERVAL_NOTE}.", [], [table_html(
                                 ["group", "variant", "predicted tok/s/GPU", "measured", "error", "interval",
                                  "pred. speedup", "meas. speedup", "step s", "MFU", "peak GiB", "fits"], table)]))
     bar_figs, stack_figs = [], []

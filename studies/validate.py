@@ -28,7 +28,7 @@ from typing import Any
 from sim.errors import ConfigError, MoesimError
 from sim.loaders import read_toml
 from sim.stacks import profile_for
-from studies._sim import interval_for, interval_support, predict_run, stack_support
+from studies._sim import INTERVAL_NOTE, STACK_NOTE, interval_for, predict_run
 from studies.dataset import MeasuredRun, load_runs, resolve_run
 
 __all__ = ["ValidationRow", "ValidationResult", "Thresholds", "validate_runs", "load_thresholds",
@@ -147,7 +147,7 @@ def validate_runs(path: str | Path | None = None) -> ValidationResult:
         raise ConfigError(f"{path or 'dataset'}: no run could be predicted; first reason: {out[0].skipped}")
     return ValidationResult(str(path) if path else "shipped (studies/data/measured_runs.toml)", out,
                             "the dataset's `fitted` marks (docs/seed-protocol.md, docs/stack-protocol.md)",
-                            [stack_support(), interval_support()])
+                            [STACK_NOTE, INTERVAL_NOTE])
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from sim.comm.case import Case
 from sim.comm.costs import MOE_BACKENDS, PHASES, AllToAllResult, CommCosts
 from sim.comm.deepep import deepep_alltoall
 from sim.comm.deepep_ll import deepep_ll_alltoall
-from sim.comm.fabric import _canonical, _check_ranks, _topo
+from sim.comm.fabric import canonical_ranks, check_ranks, topology_of
 from sim.comm.hybridep import hybridep_alltoall
 from sim.comm.nccl import nccl_alltoall
 from sim.errors import ConfigError
@@ -85,7 +85,7 @@ def moe_alltoall(
         raise ConfigError(f"moe_alltoall: backend must be one of {', '.join(MOE_BACKENDS)}; got {backend!r}")
     if phase not in PHASES:
         raise ConfigError(f"moe_alltoall: phase must be one of {', '.join(PHASES)}; got {phase!r}")
-    rk = _check_ranks(cluster, ep_ranks, "moe_alltoall")
+    rk = check_ranks(cluster, ep_ranks, "moe_alltoall")
     n_exp = model.n_routed_experts
     if n_exp % len(rk):
         raise ConfigError(
@@ -112,7 +112,7 @@ def moe_alltoall(
         raise ConfigError(f"moe_alltoall: routing must be 'random' or 'round-robin', got {routing!r}")
     if routing == "round-robin" and expert_load is not None:
         raise ConfigError("moe_alltoall: routing 'round-robin' is balanced by construction; pass expert_load=None")
-    c, shifted = _canonical(cluster, rk)
+    c, shifted = canonical_ranks(cluster, rk)
     return _moe_cached(
         c, shifted, int(tokens_per_rank), model, backend, phase, costs, float(bytes_per_elem),
         int(num_sms), load_key, int(seed), routing,
@@ -139,11 +139,11 @@ def _moe_cached(
     rank_load = np.full(n, 1.0 / n) if load is None else load.reshape(n, -1).sum(axis=1)
     dom = np.asarray(ranks) // cluster.nvlink_domain_gpus
     case = Case(cluster, ranks, tokens, model, backend, phase, costs, bytes_per_elem, num_sms, load, seed, routing,
-                _topo(cluster, ranks), rank_load, dom)
+                topology_of(cluster, ranks), rank_load, dom)
     return BACKENDS[backend](case)
 
 
 def clear_caches() -> None:
     """Forget memoised topologies and all-to-all results (benchmarks measuring cold starts)."""
     _moe_cached.cache_clear()
-    _topo.cache_clear()
+    topology_of.cache_clear()

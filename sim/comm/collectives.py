@@ -9,7 +9,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from sim.comm.costs import CommCosts
-from sim.comm.fabric import _check_ranks, _nvlink_fraction, _prepare, _scaled_capacity
+from sim.comm.fabric import (
+    check_ranks,
+    nvlink_fraction,
+    prepare_alltoall,
+    scaled_capacity,
+)
 from sim.errors import ConfigError
 from sim.specs import ClusterSpec
 from sim.topology import route_edge_ids, transfer_times_ids
@@ -17,10 +22,10 @@ from sim.topology import route_edge_ids, transfer_times_ids
 __all__ = ["allgather_time", "allreduce_time", "p2p_time", "reduce_scatter_time"]
 
 def _ring(cluster: ClusterSpec, ranks: Sequence[int], nbytes: float, costs: CommCosts, what: str) -> tuple[int, float, float]:
-    rk = _check_ranks(cluster, ranks, what)
+    rk = check_ranks(cluster, ranks, what)
     if nbytes < 0:
         raise ConfigError(f"{what}: bytes_per_rank must be non-negative, got {nbytes}")
-    nvl = cluster.nvlink_bw * _nvlink_fraction(cluster, costs)
+    nvl = cluster.nvlink_bw * nvlink_fraction(cluster, costs)
     arr = np.asarray(rk)
     if len(set((arr // cluster.nvlink_domain_gpus).tolist())) == 1:
         return len(rk), nvl, costs.nccl_step_nvlink_s
@@ -73,13 +78,13 @@ def p2p_time(cluster: ClusterSpec, src: int, dst: int, nbytes: float, costs: Com
     >>> round(p2p_time(load_cluster("hgx-b200", n_gpus=16), 0, 8, 48.5e9, CommCosts.default()), 6)
     1.000012
     """
-    rk = _check_ranks(cluster, (src, dst), "p2p_time") if src != dst else (src,)
+    rk = check_ranks(cluster, (src, dst), "p2p_time") if src != dst else (src,)
     if nbytes < 0:
         raise ConfigError(f"p2p_time: nbytes must be non-negative, got {nbytes}")
     if src == dst:
         return 0.0
-    topo, sh = _prepare(cluster, rk, "p2p_time")
-    cap = _scaled_capacity(topo, costs, "nccl")
+    topo, sh = prepare_alltoall(cluster, rk, "p2p_time")
+    cap = scaled_capacity(topo, costs, "nccl")
     paths = route_edge_ids(topo, np.array([sh[0]]), np.array([sh[1]]))
     t = transfer_times_ids(paths, np.array([float(nbytes)]), cap, topo.graph["latency"])
     return costs.nccl_launch_s + float(t[0])

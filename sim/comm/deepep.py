@@ -12,11 +12,11 @@ import numpy as np
 from sim.comm.case import Case
 from sim.comm.costs import AllToAllResult, CommCosts
 from sim.comm.fabric import (
-    _flows_from_matrix,
-    _interp,
-    _nic_bytes,
-    _result,
-    _scaled_capacity,
+    alltoall_result,
+    flows_from_matrix,
+    interpolate,
+    nic_bytes_of,
+    scaled_capacity,
 )
 from sim.routing import part_hit_probabilities
 
@@ -57,7 +57,7 @@ def deepep_nvlink_bw(num_sms: int, phase: str, bytes_per_elem: float, costs: Com
         ys = costs.deepep_combine_bw
     else:
         ys = costs.deepep_dispatch_fp8_bw if bytes_per_elem < 1.5 else costs.deepep_dispatch_bf16_bw
-    return _interp(num_sms, costs.deepep_sms, ys)
+    return interpolate(num_sms, costs.deepep_sms, ys)
 
 
 def deepep_alltoall(c: Case, sm_scale: float = 1.0) -> AllToAllResult:
@@ -98,8 +98,8 @@ def deepep_alltoall(c: Case, sm_scale: float = 1.0) -> AllToAllResult:
     np.fill_diagonal(nvl, 0.0)
     if phase == "combine":
         nvl, rdma = nvl.T.copy(), rdma.T.copy()
-    cap = _scaled_capacity(topo, costs, "deepep", internode=len(domains) > 1)
-    done, edge_bytes, _ = _flows_from_matrix(topo, ranks, nvl + rdma, cap, pxn=True)
+    cap = scaled_capacity(topo, costs, "deepep", internode=len(domains) > 1)
+    done, edge_bytes, _ = flows_from_matrix(topo, ranks, nvl + rdma, cap, pxn=True)
     scale = sm_scale
     nvl_work = np.maximum(nvl.sum(1), nvl.sum(0)) + self_bytes
     rdma_work = np.maximum(rdma.sum(1), rdma.sum(0))
@@ -110,6 +110,6 @@ def deepep_alltoall(c: Case, sm_scale: float = 1.0) -> AllToAllResult:
     slowest = float(np.maximum(done, sm_time).max()) if tokens else 0.0
     time = np.full(n, slowest + costs.deepep_overhead_s)
     moved = nvl + rdma
-    return _result(time, moved.sum(1), moved.sum(0), nvl.sum(1), rdma.sum(1), _nic_bytes(topo, ranks, edge_bytes),
+    return alltoall_result(time, moved.sum(1), moved.sum(0), nvl.sum(1), rdma.sum(1), nic_bytes_of(topo, ranks, edge_bytes),
                    sms_used=num_sms, host_sync_s=0.0, backend=backend, phase=phase)
 

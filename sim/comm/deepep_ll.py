@@ -10,12 +10,12 @@ import numpy as np
 from sim.comm.case import Case
 from sim.comm.costs import AllToAllResult
 from sim.comm.fabric import (
-    _flows_from_matrix,
-    _interp,
-    _nic_bytes,
-    _nvlink_fraction,
-    _result,
-    _scaled_capacity,
+    alltoall_result,
+    flows_from_matrix,
+    interpolate,
+    nic_bytes_of,
+    nvlink_fraction,
+    scaled_capacity,
 )
 
 __all__ = ["deepep_ll_alltoall"]
@@ -26,20 +26,20 @@ def deepep_ll_alltoall(c: Case) -> AllToAllResult:
     n, costs, cluster, phase = c.n, c.costs, c.cluster, c.phase
     n_exp, k = c.model.n_routed_experts, c.model.top_k
     flat, nvl, rdma = c.flat_matrix()
-    cap = _scaled_capacity(c.topo, costs, "deepep")
-    done, edge_bytes, _ = _flows_from_matrix(c.topo, c.ranks, flat, cap, pxn=False)
+    cap = scaled_capacity(c.topo, costs, "deepep")
+    done, edge_bytes, _ = flows_from_matrix(c.topo, c.ranks, flat, cap, pxn=False)
     spans = len(set(c.dom.tolist())) > 1
     table = costs.deepep_ll_dispatch_s if phase == "dispatch" else costs.deepep_ll_combine_s
     ref_bytes = costs.deepep_ll_ref_copy_bytes * (1.0 if phase == "dispatch" else 2.0)
     if spans:
         rate_ratio = costs.deepep_ll_ref_nic_bw_bytes_per_s / cluster.nic_bw_bytes_per_s
     else:
-        nvl_bw = cluster.nvlink_bw * _nvlink_fraction(cluster, costs)
+        nvl_bw = cluster.nvlink_bw * nvlink_fraction(cluster, costs)
         rate_ratio = costs.deepep_ll_ref_nvlink_bw_bytes_per_s / nvl_bw
-    scaled = _interp(n, costs.deepep_ll_ep, table, log_x=True)
+    scaled = interpolate(n, costs.deepep_ll_ep, table, log_x=True)
     scaled *= c.tokens * k * c.token_bytes / ref_bytes * rate_ratio
     time = np.full(n, max(float(done.max()) + costs.deepep_overhead_s, scaled))
     # DeepEP low_latency launch: ceil(E / ceil(E / SMs)) SMs (DeepEP v1 internode_ll.cu).
     sms = -(-n_exp // -(-n_exp // cluster.gpu.num_sms))
-    return _result(time, flat.sum(1), flat.sum(0), nvl.sum(1), rdma.sum(1), _nic_bytes(c.topo, c.ranks, edge_bytes),
+    return alltoall_result(time, flat.sum(1), flat.sum(0), nvl.sum(1), rdma.sum(1), nic_bytes_of(c.topo, c.ranks, edge_bytes),
                    sms_used=sms, host_sync_s=0.0, backend=c.backend, phase=phase)

@@ -18,20 +18,20 @@ from sim.specs import ClusterSpec
 from sim.topology import EDGE_KINDS, build_topology, route_edge_ids, transfer_times_ids
 
 __all__ = [
+    "alltoall_result",
     "alltoall_times",
-    "canonical",
+    "canonical_ranks",
     "check_ranks",
     "flows_from_matrix",
-    "interp",
-    "nic_bytes",
+    "interpolate",
+    "nic_bytes_of",
     "nvlink_fraction",
-    "prepare",
-    "result",
+    "prepare_alltoall",
     "scaled_capacity",
-    "topo",
+    "topology_of",
 ]
 
-def _check_ranks(cluster: ClusterSpec, ranks: Sequence[int], what: str) -> tuple[int, ...]:
+def check_ranks(cluster: ClusterSpec, ranks: Sequence[int], what: str) -> tuple[int, ...]:
     rk = tuple(int(r) for r in ranks)
     if not rk:
         raise ConfigError(f"{what}: ranks must not be empty")
@@ -42,7 +42,7 @@ def _check_ranks(cluster: ClusterSpec, ranks: Sequence[int], what: str) -> tuple
     return rk
 
 
-def _canonical(cluster: ClusterSpec, ranks: tuple[int, ...]) -> tuple[ClusterSpec, tuple[int, ...]]:
+def canonical_ranks(cluster: ClusterSpec, ranks: tuple[int, ...]) -> tuple[ClusterSpec, tuple[int, ...]]:
     """Shift ranks to the first leaf group/domain period and size the cluster to them (cache key)."""
     gpn, dom = cluster.gpus_per_node, cluster.nvlink_domain_gpus
     group = gpn * cluster.fabric.nodes_per_leaf
@@ -61,11 +61,11 @@ def _canonical(cluster: ClusterSpec, ranks: tuple[int, ...]) -> tuple[ClusterSpe
 
 
 @lru_cache(maxsize=256)
-def _topo(cluster: ClusterSpec, ranks: tuple[int, ...]) -> nx.DiGraph:
+def topology_of(cluster: ClusterSpec, ranks: tuple[int, ...]) -> nx.DiGraph:
     return build_topology(cluster, gpus=ranks)
 
 
-def _nvlink_fraction(cluster: ClusterSpec, costs: CommCosts) -> float:
+def nvlink_fraction(cluster: ClusterSpec, costs: CommCosts) -> float:
     if cluster.nvlink_bw_bytes_per_s > 0 and costs.nvlink_override_is_achievable:
         return 1.0
     digits = "".join(ch for ch in cluster.gpu.arch if ch.isdigit())
@@ -73,9 +73,9 @@ def _nvlink_fraction(cluster: ClusterSpec, costs: CommCosts) -> float:
     return costs.nvlink_fraction_nvl5 if nvl5 else costs.nvlink_fraction_nvl4
 
 
-def _scaled_capacity(topo: nx.DiGraph, costs: CommCosts, kind: str, *, internode: bool = False) -> np.ndarray:
+def scaled_capacity(topo: nx.DiGraph, costs: CommCosts, kind: str, *, internode: bool = False) -> np.ndarray:
     cluster: ClusterSpec = topo.graph["cluster"]
-    nvl = _nvlink_fraction(cluster, costs)
+    nvl = nvlink_fraction(cluster, costs)
     if kind == "nccl":
         frac = {"nvlink": nvl, "pcie": costs.ib_fraction, "nic": costs.ib_fraction, "fabric": costs.ib_fraction}
     else:
@@ -86,7 +86,7 @@ def _scaled_capacity(topo: nx.DiGraph, costs: CommCosts, kind: str, *, internode
     return topo.graph["capacity"] * scale[topo.graph["edge_kind"]]
 
 
-def _interp(x: float, xs: Sequence[float], ys: Sequence[float], *, log_x: bool = False) -> float:
+def interpolate(x: float, xs: Sequence[float], ys: Sequence[float], *, log_x: bool = False) -> float:
     """Piecewise linear in x (or log x), flat beyond the last point, proportional below the first."""
     if x <= xs[0]:
         return ys[0] * x / xs[0] if not log_x else ys[0]
@@ -94,7 +94,7 @@ def _interp(x: float, xs: Sequence[float], ys: Sequence[float], *, log_x: bool =
     return float(np.interp(f(x), f(np.asarray(xs, dtype=float)), ys))
 
 
-def _flows_from_matrix(
+def flows_from_matrix(
     topo: nx.DiGraph, ranks: tuple[int, ...], send: np.ndarray, capacity: np.ndarray, pxn: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-rank completion (max over the rank's flows), per-edge bytes, and the flow times matrix."""
@@ -114,20 +114,20 @@ def _flows_from_matrix(
     return np.maximum(tm.max(axis=1), tm.max(axis=0)), edge_bytes, tm
 
 
-def _nic_bytes(topo: nx.DiGraph, ranks: tuple[int, ...], edge_bytes: np.ndarray) -> np.ndarray:
+def nic_bytes_of(topo: nx.DiGraph, ranks: tuple[int, ...], edge_bytes: np.ndarray) -> np.ndarray:
     loc = np.searchsorted(topo.graph["gpus"], np.asarray(ranks))
     up = topo.graph["e_gpu_nic"][loc]  # (n, nics)
     return np.maximum(edge_bytes[up].sum(axis=1), edge_bytes[up + 1].sum(axis=1))
 
 
-def _prepare(
+def prepare_alltoall(
     topo_or_cluster: nx.DiGraph | ClusterSpec, ranks: Sequence[int], what: str
 ) -> tuple[nx.DiGraph, tuple[int, ...]]:
     if isinstance(topo_or_cluster, nx.DiGraph):
         return topo_or_cluster, tuple(int(r) for r in ranks)
-    rk = _check_ranks(topo_or_cluster, ranks, what)
-    c, shifted = _canonical(topo_or_cluster, rk)
-    return _topo(c, shifted), shifted
+    rk = check_ranks(topo_or_cluster, ranks, what)
+    c, shifted = canonical_ranks(topo_or_cluster, rk)
+    return topology_of(c, shifted), shifted
 
 
 def alltoall_times(
@@ -159,15 +159,15 @@ def alltoall_times(
         raise ConfigError(f"alltoall_times: send_bytes must be ({n} x {n}) for {n} ranks, got {send.shape}")
     if np.any(send < 0) or not np.all(np.isfinite(send)):
         raise ConfigError("alltoall_times: send_bytes must be finite and non-negative")
-    topo, rk = _prepare(topo_or_cluster, ranks, "alltoall_times")
-    cap = _scaled_capacity(topo, costs, "nccl" if kind == "nccl" else "deepep")
-    done, _, _ = _flows_from_matrix(topo, rk, send, cap, pxn=kind != "deepep-ll")
+    topo, rk = prepare_alltoall(topo_or_cluster, ranks, "alltoall_times")
+    cap = scaled_capacity(topo, costs, "nccl" if kind == "nccl" else "deepep")
+    done, _, _ = flows_from_matrix(topo, rk, send, cap, pxn=kind != "deepep-ll")
     if kind == "nccl":
         return done + costs.nccl_launch_s + costs.nccl_a2a_per_peer_s * (n - 1)
     return done + costs.deepep_overhead_s
 
 
-def _result(time: np.ndarray, sent: np.ndarray, recv: np.ndarray, nvl: np.ndarray, rdma: np.ndarray,
+def alltoall_result(time: np.ndarray, sent: np.ndarray, recv: np.ndarray, nvl: np.ndarray, rdma: np.ndarray,
             nic: np.ndarray, *, sms_used: int, host_sync_s: float, backend: str, phase: str) -> AllToAllResult:
     """An :class:`AllToAllResult` whose arrays are read-only (results are memoised and shared)."""
     for array in (time, sent, recv, nvl, rdma, nic):
@@ -177,5 +177,5 @@ def _result(time: np.ndarray, sent: np.ndarray, recv: np.ndarray, nvl: np.ndarra
 
 
 check_ranks, canonical, topo, nvlink_fraction, scaled_capacity, interp = (
-    _check_ranks, _canonical, _topo, _nvlink_fraction, _scaled_capacity, _interp)
-flows_from_matrix, nic_bytes, prepare, result = _flows_from_matrix, _nic_bytes, _prepare, _result
+    check_ranks, canonical_ranks, topology_of, nvlink_fraction, scaled_capacity, interpolate)
+flows_from_matrix, nic_bytes, prepare, result = flows_from_matrix, nic_bytes_of, prepare_alltoall, alltoall_result

@@ -20,7 +20,13 @@ from sim import comm
 from sim.layout import Coords
 from sim.predict.layers import SimResult, simulate_layer, simulate_pair
 from sim.predict.timing import BF16, FP32, Context
-from sim.schedule import DUAL, PipelineResult, PipelineSpec, overlapped_pairs, simulate_pipeline
+from sim.schedule import (
+    DUAL,
+    PipelineResult,
+    PipelineSpec,
+    overlapped_pairs,
+    simulate_pipeline,
+)
 from sim.workload import chunk_layers
 
 __all__ = ["Chunk", "Step", "assemble"]
