@@ -150,7 +150,13 @@ def test_mxfp8_curve_reproduces_the_published_fwd_bwd_speedups() -> None:
     """The MXFP8 grouped-GEMM curves, with their quantize and rearrange kernels and the wgrad kernel's own
     slowdown, give back published.md s4's fwd+bwd speedups over BF16 at every M they were derived at."""
     from sim.catalog import load_gpu
-    from sim.costs import _MXFP8_SPEEDUP, _QUANT_BW_EFF, _REF_K, _REF_N, _mxfp8_pass_overhead
+    from sim.costs import (
+        _MXFP8_SPEEDUP,
+        _QUANT_BW_EFF,
+        _REF_K,
+        _REF_N,
+        _mxfp8_pass_overhead,
+    )
     from sim.predict import default_costs
 
     gpu = load_gpu("b200")

@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 
 from sim.catalog import load_cluster, load_model
-from sim.predict import predict
+from sim.predict import default_costs, predict
 from sim.predict.layers import _compress, _pair_order, _run_pair, simulate_pair
 from sim.predict.timing import Context
-from sim.predict import default_costs
 from sim.specs import ParallelPlan
 from sim.stacks import load_stack
 

@@ -12,7 +12,13 @@ from sim.errors import ConfigError
 from sim.predict import predict
 from sim.specs import ParallelPlan
 from sim.stacks import load_stack
-from sim.uncertainty import T90, interval, measured_run_pairs, prediction_interval, stack_family
+from sim.uncertainty import (
+    T90,
+    interval,
+    measured_run_pairs,
+    prediction_interval,
+    stack_family,
+)
 
 RS = [0.05, -0.02, 0.01, 0.08, -0.03]
 
