@@ -23,20 +23,18 @@ from __future__ import annotations
 
 import math
 import statistics
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, MoesimError
+from sim.measured_runs import MEASURED_RUNS
 
 __all__ = ["Interval", "interval", "prediction_interval", "stack_family", "calibration_sd", "loo_coverage", "measured_run_pairs", "residuals_by_stack",
            "MEASURED_RUNS", "T90"]
 
-#: The measured-runs dataset shipped with the project (read as a file; sim imports nothing from studies).
-MEASURED_RUNS = Path(__file__).resolve().parent.parent / "studies" / "data" / "measured_runs.toml"
 
 #: One-sided 90% Student-t quantiles by degrees of freedom (1..30); the normal 1.2816 beyond.
 T90 = (3.078, 1.886, 1.638, 1.533, 1.476, 1.440, 1.415, 1.397, 1.383, 1.372, 1.363, 1.356, 1.350, 1.345, 1.341,
@@ -130,34 +128,27 @@ def loo_coverage(pairs: Sequence[tuple[str, str, float, float]], *, calibration_
 
 def measured_run_pairs(path: str | Path = MEASURED_RUNS, costs: Any = None) -> tuple[list[tuple[str, str, float, float]],
                                                                                    list[str]]:
-    """Predict every held-out measured run of ``path`` with its own stack profile (``stack`` + ``release``;
-    ``costs`` default: moesim's) -> ``(id, stack, predicted, measured)`` pairs, and the runs left out (fitted
-    runs, whose residual is zero by construction, and runs the simulator cannot predict, with the reason)."""
-    from sim.catalog import load_cluster, load_model
-    from sim.loaders import derive_plan_fields, plan_from_mapping
+    """Predict every held-out measured run of ``path`` (read strictly, :func:`sim.measured_runs.load_runs`)
+    with its own stack profile (``stack`` + ``release``; ``costs`` default: moesim's) -> ``(id, stack,
+    predicted, measured)`` pairs, and the runs left out (fitted runs, whose residual is zero by
+    construction, and runs the simulator cannot predict, with the reason)."""
+    from sim.measured_runs import load_runs, resolve_run
     from sim.predict import predict
     from sim.stacks import profile_for
 
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read the measured runs: {err}") from None
     pairs, skipped = [], []
-    for run in data.get("run", []):
-        rid = str(run.get("id", "?"))
-        if run.get("fitted", False):
-            skipped.append(f"{rid}: fitted (its residual is zero by construction)")
+    for run in load_runs(path):
+        if run.fitted:
+            skipped.append(f"{run.id}: fitted (its residual is zero by construction)")
             continue
         try:
-            model = load_model(run["model"])
-            cluster = load_cluster(run["cluster"], n_gpus=run["gpus"], gpu=run["gpu"])
-            plan = plan_from_mapping(derive_plan_fields(dict(run["plan"]), run["gpus"]), f"run {rid}")
-            stack = profile_for(str(run.get("stack", "")), str(run.get("release", "")))
+            model, cluster, plan = resolve_run(run)
+            stack = profile_for(run.stack, run.release)
             pred = predict(model, cluster, plan, costs, stack=stack).tokens_per_s_per_gpu
-        except (ConfigError, KeyError) as err:
-            skipped.append(f"{rid}: {err}")
+        except MoesimError as err:  # unknown model or cluster, a plan that cannot run: reported, not fatal
+            skipped.append(f"{run.id}: {err}")
             continue
-        pairs.append((rid, str(run.get("stack", "")), float(pred), float(run["measured_tokens_per_s_per_gpu"])))
+        pairs.append((run.id, run.stack, float(pred), run.measured_tokens_per_s_per_gpu))
     return pairs, skipped
 
 
