@@ -60,6 +60,12 @@ def test_a_minimal_file_loads_and_overrides_defaults() -> None:
     ("{", "malformed JSON"),
     ("[1, 2]", "expected a JSON object"),
     ('{"version": NaN}', "malformed JSON"),
+    ('{"version": NaN}', "NaN is not a number JSON allows"),
+    (doc(gemm_eff={"bf16": {"sizes": [], "values": [0.1]}}), "gemm_eff.bf16.sizes must be a non-empty list, got []"),
+    (doc(grouped_gemm_eff={"bf16": {"sizes": [2, 1], "values": [0.1, 0.2]}}), "grouped_gemm_eff.bf16.sizes must increase"),
+    (doc(kernels=["fp8"]), "cal.json: kernels must be"),
+    (doc(device_spec=[1]), "cal.json: device_spec must be"),
+    (doc(device_spec={"bf16_flops": -1.0}), "cal.json: device_spec.bf16_flops must be positive"),
     ('{"a": ' * 100_000 + "1" + "}" * 100_000, "nested"),
     (json.dumps(doc(sources={"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": 1}}}}}}}})), "nested deeper"),
 ])
@@ -82,3 +88,10 @@ def test_bundled_calibrations_load_with_provenance_and_sources(name: str) -> Non
     assert cal.provenance.get("sources") and cal.provenance.get("method")
     assert cal.tables.get("sources"), "every bundled number carries its source"
     to_cost_model(cal)
+
+
+def test_sources_travel_into_the_cost_model() -> None:
+    cal = parse(doc(attn_fwd_eff=0.55, sources={"attn_fwd_eff": "a test"}))
+    costs = to_cost_model(cal)
+    assert costs.sources.get("attn_fwd_eff") == "a test"
+    assert costs.provenance == "calibration t: test"

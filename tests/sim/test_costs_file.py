@@ -48,3 +48,11 @@ def test_missing_field_and_legacy_stack_are_named() -> None:
         CostModel.from_dict({**json.loads(_changed().to_json()), "stack": {"compute_scale": 0.5}})
     with pytest.raises(ConfigError, match="expected a JSON object"):
         CostModel.from_dict([])  # type: ignore[arg-type]
+
+
+def test_optional_fields_default_when_absent() -> None:
+    data = json.loads(_changed().to_json())
+    for key in ("comm", "sources", "nccl_sms", "provenance"):
+        del data[key]
+    costs = CostModel.from_dict(data)
+    assert (costs.comm, costs.sources, costs.nccl_sms, costs.provenance) == ({}, {}, 0, "")

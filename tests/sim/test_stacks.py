@@ -247,3 +247,28 @@ def test_per_step_weight_quantisation_lands_in_the_step_tail() -> None:
     step = sum(costs.op_seconds(op, gpu, te) for op in Workload(model, plan, te).step_ops())
     assert step > 0
     assert a.breakdown["optimizer"] - b.breakdown["optimizer"] == pytest.approx(step, rel=1e-9)
+
+
+def test_a_builtin_profile_must_source_every_value() -> None:
+    """Built-in profiles carry a source for every implementation field; one without fails to load."""
+    import tomllib
+    from pathlib import Path
+
+    from sim.stacks import _from_data
+
+    path = Path(__file__).resolve().parents[2] / "sim" / "stack_profiles" / "torchtitan.toml"
+    data = tomllib.loads(path.read_text())
+    _from_data("torchtitan.toml", data, builtin=True)
+    key = next(k for k in data["sources"] if not k.startswith("efficiency"))
+    del data["sources"][key]
+    with pytest.raises(ConfigError, match=key):
+        _from_data("torchtitan.toml", data, builtin=True)
+
+
+def test_catalog_lists_every_cluster_template() -> None:
+    from sim.catalog import cluster_names
+
+    names = cluster_names()
+    assert {"hgx-b200", "hgx-h100", "gb200-nvl72", "h800-deepseek"} <= set(names)
+    for n in names:
+        load_cluster(n)

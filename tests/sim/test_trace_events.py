@@ -94,3 +94,17 @@ def test_pair_ops_lie_inside_their_fb_action() -> None:
                 and op["ts"] + op["dur"] <= a["ts"] + a["dur"] + 1e-6]
         assert host, op
         assert op["args"]["pair"] == f"F mb {host[0]['args']['microbatch']} + B"
+
+
+def test_trace_file_is_chrome_json_in_milliseconds(pp2: Prediction, tmp_path) -> None:
+    import json
+
+    from sim.trace import write_chrome_trace
+
+    path = tmp_path / "t.json"
+    write_chrome_trace([pp2, pp2], path, detail_microbatches=1)
+    data = json.loads(path.read_text())
+    assert data["displayTimeUnit"] == "ms"
+    assert {e["pid"] for e in data["traceEvents"]} == {0, 1, 100, 101}  # one process group per prediction
+    assert data["traceEvents"] == chrome_trace_events(pp2, detail_microbatches=1) + chrome_trace_events(
+        pp2, detail_microbatches=1, pid_base=100)

@@ -102,3 +102,24 @@ def test_measured_run_pairs_predict_held_out_runs_and_skip_the_rest(tmp_path) ->
     f.write_text("[[run]\n")
     with pytest.raises(ConfigError, match="malformed TOML"):
         measured_run_pairs(f)
+
+
+def test_residuals_skip_the_excluded_run_and_non_positive_numbers() -> None:
+    from sim.uncertainty import residuals_by_stack
+
+    pairs = [("a", "s", 100.0, 110.0), ("b", "s", 0.0, 100.0), ("c", "s", 100.0, 0.0), ("d", "t", 50.0, 25.0)]
+    assert residuals_by_stack(pairs) == {"s": [pytest.approx(math.log(1.1))], "t": [pytest.approx(math.log(0.5))]}
+    assert residuals_by_stack(pairs, exclude="a") == {"t": [pytest.approx(math.log(0.5))]}
+
+
+def test_measured_run_pairs_use_the_given_costs(tmp_path) -> None:
+    import dataclasses
+
+    from sim.catalog import load_gpu
+    from sim.predict import default_costs
+
+    f = tmp_path / "runs.toml"
+    f.write_text(RUN.format(rid="held", extra=""))
+    base = measured_run_pairs(f)[0][0][2]
+    slow = dataclasses.replace(default_costs(load_gpu("b200")), attn_fwd_eff=0.05, attn_bwd_eff=0.05)
+    assert measured_run_pairs(f, slow)[0][0][2] < base
