@@ -64,7 +64,6 @@ class SimResult:
     hidden_s: dict[str, float]
     records: list[tuple[Record, list[tuple[str, str, float]] | None]]
     comm_s: float = 0.0
-    wgrad_s: float = 0.0
     parts: dict[str, float] = field(default_factory=dict)
     _log: list[tuple[str, str, str, float, float]] | None = field(default=None, repr=False, compare=False)
 
@@ -400,8 +399,7 @@ def _extend(r3: SimResult, r2: SimResult, extra: int) -> SimResult:
 
     compute, exposed, hidden = ext(r3.compute_s, r2.compute_s), ext(r3.exposed_s, r2.exposed_s), ext(r3.hidden_s, r2.hidden_s)
     time = sum(compute.values()) + sum(exposed.values())
-    return SimResult(time, compute, exposed, hidden, r3.records, r3.comm_s + extra * (r3.comm_s - r2.comm_s),
-                     r3.wgrad_s + extra * (r3.wgrad_s - r2.wgrad_s))
+    return SimResult(time, compute, exposed, hidden, r3.records, r3.comm_s + extra * (r3.comm_s - r2.comm_s))
 
 
 # --- summaries -------------------------------------------------------------------------------------
@@ -434,7 +432,6 @@ def summarize(eng: Engine) -> SimResult:
     crit = max(per_cls, key=busy) if per_cls else 0
     recs = sorted(per_cls.get(crit, []), key=lambda r: (r.start, r.handle))
     compute: dict[str, float] = defaultdict(float)
-    wgrad = 0.0  # filled by callers that need it (W of DualPipe's zero-bubble split)
     records: list[tuple[Record, list[tuple[str, str, float]] | None]] = []
     comp_iv: list[tuple[float, float]] = []
     other_iv: list[tuple[float, float, str]] = []
@@ -455,7 +452,7 @@ def summarize(eng: Engine) -> SimResult:
             if r.stream == "comm":
                 comm_total += r.end - r.start
     exposed, hidden = _sweep(makespan, comp_iv, other_iv)
-    return SimResult(makespan, dict(compute), exposed, hidden, records, comm_total, wgrad)
+    return SimResult(makespan, dict(compute), exposed, hidden, records, comm_total)
 
 
 def _sweep(span: float, comp: list[tuple[float, float]], other: list[tuple[float, float, str]]

@@ -50,3 +50,27 @@ def test_gpu_count_bounds_are_inclusive() -> None:
 def test_malformed_scenarios_name_the_field(data, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         scenario_from_mapping(data, "w")
+
+
+def test_variant_errors_list_what_was_given_and_fields_are_kept() -> None:
+    with pytest.raises(ConfigError, match=r"may only hold fitted, measured_tokens_per_s_per_gpu, plan, source "
+                                          r"\(got name, oops\)"):
+        scenario_from_mapping({**_head(), "variant": [{"name": "a", "oops": 1}]}, "w")
+    sc = scenario_from_mapping({**_head(description="", cluster="hgx-h100"), "variant": [
+        {"name": "a", "measured_tokens_per_s_per_gpu": 12, "source": "s", "fitted": True, "plan": {"ep": 2}}]}, "w")
+    assert sc.description == "" and sc.cluster == "hgx-h100"
+    v = sc.variants[0]
+    assert (v.name, v.plan, v.measured_tokens_per_s_per_gpu, v.source, v.fitted) == ("a", {"ep": 2}, 12.0, "s", True)
+
+
+def test_load_scenario_by_name_path_or_neither(tmp_path) -> None:
+    from sim.scenarios import DEFAULT_SCENARIO, load_scenario
+
+    assert load_scenario(DEFAULT_SCENARIO).name == DEFAULT_SCENARIO
+    f = tmp_path / "mine.toml"
+    f.write_text('[scenario]\nmodel = "debug"\ngpus = 8\n')
+    assert load_scenario(str(f)).model == "debug"
+    with pytest.raises(ConfigError, match="missing.toml: no such file"):  # a .toml path: the file's own error
+        load_scenario(str(tmp_path / "missing.toml"))
+    with pytest.raises(ConfigError, match="unknown scenario 'nope'"):
+        load_scenario("nope")
