@@ -99,6 +99,10 @@ def _comm_tables(tables: dict[str, Any], gpu: Any, reading: TraceReading) -> Non
     tables["comm"] = {"deepep_rdma_fraction": round(min(fraction, 1.0), 4)}
     if overheads:
         tables["comm"]["deepep_overhead_s"] = float(f"{statistics.median(overheads):.6g}")
+    # These rates are the kernels as they ran in training: the in-training adjustment the default costs apply
+    # to the microbenchmark model (CommCosts.deepep_internode_*, sim.comm.in_training_s) is already in them.
+    tables["comm"].update(deepep_internode_dispatch_training_factor=1.0, deepep_internode_combine_training_factor=1.0,
+                          deepep_internode_notify_s=tables["comm"].get("deepep_overhead_s", 0.0))
     for kind, row in deepep.items():
         bench = _DEEPEP_BENCH_EP64["dispatch" if ".dispatch." in kind else "combine"]
         row["benchmark_bytes_per_s"] = bench

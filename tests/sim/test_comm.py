@@ -299,3 +299,31 @@ def test_round_robin_forced_balance_sends_each_token_to_one_rank():
     with pytest.raises(ConfigError, match="expert_load"):
         moe_alltoall(B200, range(32), 8192, DSV3, "deepep", "dispatch", COSTS, bytes_per_elem=2.0,
                      routing="round-robin", expert_load=np.full(256, 1 / 256))
+
+
+@pytest.mark.parametrize("backend", ["nccl", "deepep", "deepep-ll", "hybridep"])
+@pytest.mark.parametrize("phase", ["dispatch", "combine"])
+def test_every_backend_labels_its_result(backend: str, phase: str) -> None:
+    cluster, model = load_cluster("hgx-b200", n_gpus=16), load_model("deepseek-v3-671b")
+    res = moe_alltoall(cluster, list(range(16)), 512, model, backend, phase, CommCosts.default(), bytes_per_elem=2.0)
+    assert (res.backend, res.phase) == (backend, phase)
+    assert res.time_s.shape == (16,) and float(res.time_s.min()) > 0
+    assert float(res.sent_bytes.sum()) == pytest.approx(float(res.recv_bytes.sum()))
+
+
+def test_a_training_trace_calibration_is_not_scaled_to_training_twice() -> None:
+    """The H800 calibration's DeepEP rates were fitted to kernels as they ran in training, so the in-training
+    adjustment that the default (microbenchmark) costs get must not apply again: EP64, 4096 tokens, FP8
+    dispatch come out near the trace's 4,346 us kernel + 2,036 us notify, not twice slowed."""
+    from sim.calibration import load_calibration, to_cost_model
+    from sim.comm import in_training_s
+
+    cluster, model = load_cluster("h800-deepseek", n_gpus=2048), load_model("deepseek-v3-671b")
+    fitted = CommCosts(**to_cost_model(load_calibration("h800-deepseek-trace")).comm)
+    args = (cluster, list(range(64)), 4096, model, "deepep", "dispatch")
+    res = moe_alltoall(*args, fitted, bytes_per_elem=FP8_WITH_SCALES_BYTES_PER_ELEM)
+    assert in_training_s(res, fitted, True) == float(res.time_s.max())
+    assert in_training_s(res, fitted, True) == pytest.approx((4346 + 2036) * 1e-6, rel=0.2)
+    default = CommCosts.default()
+    bench = moe_alltoall(*args, default, bytes_per_elem=FP8_WITH_SCALES_BYTES_PER_ELEM)
+    assert in_training_s(bench, default, True) == pytest.approx((4346 + 2036) * 1e-6, rel=0.01)
