@@ -230,3 +230,22 @@ def test_combined_single_rank_closed_form():
     res = simulate_pipeline(spec)
     assert res.makespan == 1.0 + 3 * 2.5 + 2.0
     assert [a[0] for a in res.actions[0]] == ["F", "FB", "FB", "FB", "B"]
+
+
+@pytest.mark.parametrize("schedule", ["dualpipev", "dualpipe"])
+def test_dual_turns_on_one_rank_pay_no_p2p_and_first_forwards_wait_for_their_gather(schedule):
+    """DualPipeV's turn (position pp-1 to pp) stays on the last rank: no p2p there, even when p2p costs; a
+    rank's first forward of each local chunk waits for that chunk's weight gather (first_f_extra_s)."""
+    pp, m = 4, 8
+    n = 2 * pp
+    res = _dual(schedule, pp, m, 1.0, 2.0, 0.5, pair=2.5, p2p=0.3)
+    if schedule == "dualpipev":
+        turn_end = res.timeline[("F", pp - 1, 0)][2]
+        assert res.timeline[("F", pp, 0)][1] == pytest.approx(turn_end)  # same rank: straight on
+        assert res.timeline[("F", 1, 0)][1] >= res.timeline[("F", 0, 0)][2] + 0.3  # next rank: one p2p later
+    base = simulate_pipeline(PipelineSpec(schedule, pp, 1, m, [1.0] * n, [2.0] * n, 0.0, (), {}, [0.5] * n))
+    gathered = simulate_pipeline(PipelineSpec(schedule, pp, 1, m, [1.0] * n, [2.0] * n, 0.0, [0.25] * n, {},
+                                              [0.5] * n))
+    # DualPipe runs a rank's two chunks of one position together: both gathers come first
+    assert gathered.timeline[("F", 0, 0)][1] == pytest.approx(0.25 if schedule == "dualpipev" else 0.5)
+    assert gathered.makespan > base.makespan
