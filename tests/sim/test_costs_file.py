@@ -56,3 +56,18 @@ def test_optional_fields_default_when_absent() -> None:
         del data[key]
     costs = CostModel.from_dict(data)
     assert (costs.comm, costs.sources, costs.nccl_sms, costs.provenance) == ({}, {}, 0, "")
+
+
+def test_bad_rates_name_the_field() -> None:
+    base = default_costs(load_gpu("h100"))
+    for name in ("attn_fwd_eff", "attn_bwd_eff", "mem_bw_eff", "quantize_bw_eff"):
+        with pytest.raises(ConfigError, match=name):
+            dataclasses.replace(base, **{name: 0.0})
+
+
+def test_default_costs_source_every_table() -> None:
+    costs = default_costs(load_gpu("b200"))
+    assert {"gemm_eff.bf16", "gemm_eff.fp8", "gemm_eff.mxfp8", "grouped_gemm_eff.bf16", "grouped_gemm_eff.mxfp8",
+            "grouped_gemm_eff.mxfp8_wgrad", "attn_eff", "mem_bw_eff", "quantize_bw_eff",
+            "rearrange_s_per_elem"} <= set(costs.sources)
+    assert all(costs.sources.values())
