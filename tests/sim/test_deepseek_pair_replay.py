@@ -139,7 +139,7 @@ def test_engine_reproduces_the_pair_span_and_exposed_comm(trace):
     print(f"span measured {span:.0f} us simulated {sim_span:.0f} us; exposed comm measured "
           f"{measured_exposed:.0f} us simulated {sim_exposed:.0f} us")
     assert sim_span == pytest.approx(span, rel=0.05)
-    assert abs(sim_exposed - measured_exposed) <= 0.05 * span
+    assert abs(sim_exposed - measured_exposed) <= 0.03 * span  # 2.6 ms of 129 ms today
 
 
 def test_comm_costs_carry_the_trace_numbers(trace):
