@@ -123,3 +123,32 @@ def test_measured_run_pairs_use_the_given_costs(tmp_path) -> None:
     base = measured_run_pairs(f)[0][0][2]
     slow = dataclasses.replace(default_costs(load_gpu("b200")), attn_fwd_eff=0.05, attn_bwd_eff=0.05)
     assert measured_run_pairs(f, slow)[0][0][2] < base
+
+
+def test_calibration_sd_is_the_median_table_spread_without_op_lookups() -> None:
+    from sim.uncertainty import calibration_sd
+
+    z = 1.2816
+    tables = {"gemm_eff.bf16": {"p10_rel": -0.1, "p90_rel": 0.1, "n": 5},
+              "grouped_gemm_eff.bf16": {"p10_rel": -0.3, "p90_rel": 0.3, "n": 5},
+              "attn_fwd_eff": {"p10_rel": -0.05, "p90_rel": 0.05, "n": 3},
+              "op_seconds.moe.permute": {"p10_rel": -2.0, "p90_rel": 2.0, "n": 9},  # op lookups: not a fitted table
+              "comm_rates.x": {"p10_rel": -5.0, "p90_rel": 5.0, "n": 1}}  # one sample: no spread
+    assert calibration_sd(tables) == pytest.approx(0.2 / (2 * z))  # median of 0.2, 0.6, 0.1 widths
+    assert calibration_sd({}) == 0.0
+    assert calibration_sd({"op_seconds.a": {"p10_rel": -1, "p90_rel": 1, "n": 4}}) == 0.0
+
+
+def test_loo_coverage_counts_per_stack_and_overall() -> None:
+    from sim.uncertainty import loo_coverage
+
+    pairs = [("a", "s", 100.0, 101.0), ("b", "s", 100.0, 99.0), ("c", "s", 100.0, 100.5), ("d", "s", 100.0, 150.0),
+             ("e", "t", 10.0, 10.0)]
+    out = loo_coverage(pairs)
+    assert out["runs"] == 5 and out["nominal"] == 0.8
+    assert out["coverage"] == pytest.approx(out["covered"] / 5)
+    assert out["per_stack"]["t"] == {"runs": 1, "covered": 1}  # no other run of its stack: unbounded interval
+    assert out["per_stack"]["s"]["runs"] == 4
+    rows = {r["id"]: r for r in out["rows"]}
+    assert rows["d"]["covered"] is False and rows["a"]["others"] == 3
+    assert loo_coverage([])["coverage"] == 0.0
