@@ -174,3 +174,11 @@ def test_derived_plan_fields_follow_torchtitan() -> None:
     # default batch: max(8, 2 * pp * vpp) microbatches of micro_batch per data-parallel rank
     assert derive_plan_fields({"pp": 2, "vpp": 4, "micro_batch": 2}, 16)["global_batch"] == 16 * 2 * 8
     assert derive_plan_fields({}, 8)["global_batch"] == 8 * 8
+
+
+def test_derived_degrees_are_integers() -> None:
+    from sim.loaders import derive_plan_fields
+
+    f = derive_plan_fields({"tp": 2, "pp": 2}, 64)
+    assert type(f["dp_shard"]) is int and f["dp_shard"] == 16
+    assert type(derive_plan_fields({"tp": 2, "dp_shard": 4}, 64)["dp_replicate"]) is int

@@ -95,3 +95,20 @@ def test_sources_travel_into_the_cost_model() -> None:
     costs = to_cost_model(cal)
     assert costs.sources.get("attn_fwd_eff") == "a test"
     assert costs.provenance == "calibration t: test"
+
+
+def test_residual_tables_keep_their_names_and_launch_gap_defaults() -> None:
+    cal = parse(doc(residuals={"gemm_eff.bf16": {"n": 4, "p10_rel": -0.1, "p90_rel": 0.1}}))
+    assert set(cal.tables["residuals"]) == {"gemm_eff.bf16"}
+    from sim.stacks import StackProfile
+
+    stack = calibration_stack(parse(doc()))
+    assert stack.kernel_overhead_s == StackProfile().kernel_overhead_s
+    assert stack.host_sync_s == StackProfile().host_sync_s
+
+
+def test_version_one_messages_tell_a_bare_cost_model_from_an_old_calibration() -> None:
+    with pytest.raises(ConfigError, match="a bare CostModel"):
+        parse({"version": 1, "gpu": "b200"})
+    with pytest.raises(ConfigError, match="version 1 is not supported"):
+        parse(doc(version=1))

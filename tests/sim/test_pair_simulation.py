@@ -74,3 +74,28 @@ def test_unused_pairs_are_not_simulated() -> None:
     pairs, pipe = pred.trace_data["pairs"], pred.trace_data["pipeline"]
     assert set(pairs) == set(pipe.pair_stages.values())
     assert set(pairs) == {(s, 7 - s) for s in range(8)}
+
+
+def test_shared_expert_moves_under_the_dispatch_with_the_count_exchange_and_host_stall() -> None:
+    """Megatron's moe_shared_expert_overlap on the NCCL path: the shared expert is issued right after the
+    dispatch, reads what the op before the count exchange and host stall read, and the combine's consumer
+    waits for it; the layer's segments split at the a2a groups (counts + stall + dispatch, then combine)."""
+    from sim.predict.layers import _segments, layer_nodes
+    from sim.stacks import StackProfile
+
+    model, cluster = load_model("deepseek-v3-16b"), load_cluster("hgx-b200", n_gpus=16)
+    plan = ParallelPlan(ep=16, dp_shard=16, global_batch=16, seq_len=4096, ac="none", ep_backend="nccl")
+    ctx = Context(model, cluster, plan, default_costs(cluster.gpu), StackProfile(shared_expert_overlap=True))
+    nodes = layer_nodes(ctx, "moe", "fwd")
+    names = [n.op.name for n in nodes]
+    d = names.index("moe.dispatch")
+    assert names[d - 2:d] == ["a2a.count_exchange", "a2a.host_sync"]
+    shared = [i for i, n in enumerate(names) if n == "moe.shared_expert"]
+    assert shared == list(range(d + 1, d + 1 + len(shared)))  # right after the dispatch
+    assert nodes[shared[0]].deps == (d - 3,)  # the permute before the counts: the dispatch's own input
+    assert all(nodes[i].deps == (i - 1,) for i in shared[1:])
+    assert nodes[shared[-1] + 1].deps == (d,)  # the main chain goes on from the dispatch
+    last = len(nodes) - 1
+    assert nodes[last].deps == (last - 1, shared[-1])  # the combine's consumer also waits for the shared expert
+    c = names.index("moe.combine")
+    assert _segments(nodes) == [list(range(d - 2)), [d - 2, d - 1, d], list(range(d + 1, c)), [c], [last]]

@@ -74,3 +74,13 @@ def test_load_scenario_by_name_path_or_neither(tmp_path) -> None:
         load_scenario(str(tmp_path / "missing.toml"))
     with pytest.raises(ConfigError, match="unknown scenario 'nope'"):
         load_scenario("nope")
+
+
+def test_variant_and_run_errors_name_the_scenario() -> None:
+    with pytest.raises(ConfigError, match=r"^scenario 'w': each \[\[variant\]\]"):
+        scenario_from_mapping({**_head(), "variant": [{"oops": 1}]}, "w")
+    from sim.scenarios import run_scenario
+
+    sc = scenario_from_mapping({"scenario": {"model": "debug", "gpus": 8}, "base": {"tp": 3}}, "mine")
+    with pytest.raises(Exception, match="tp"):
+        run_scenario(sc)

@@ -272,3 +272,12 @@ def test_catalog_lists_every_cluster_template() -> None:
     assert {"hgx-b200", "hgx-h100", "gb200-nvl72", "h800-deepseek"} <= set(names)
     for n in names:
         load_cluster(n)
+
+
+@pytest.mark.parametrize("field, value", [("param_sharding", "zero3"), ("force_balance", "magic"),
+                                          ("quantize_weights", "never")])
+def test_bad_choices_name_the_field(field: str, value: str) -> None:
+    from sim.stacks import StackProfile
+
+    with pytest.raises(ConfigError, match=f"{field}"):
+        StackProfile(**{field: value})

@@ -1,0 +1,73 @@
+"""The measured-runs reader (sim.measured_runs): every malformed run named, fields kept as written."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.errors import ConfigError
+from sim.measured_runs import (
+    MEASURED_RUNS,
+    default_dataset_path,
+    load_runs,
+    resolve_run,
+)
+
+RUN = """
+[[run]]
+id = "{rid}"
+model = "debug"
+gpu = "b200"
+gpus = {gpus}
+cluster = "hgx-b200"
+stack = "torchtitan"
+release = "x"
+measured_tokens_per_s_per_gpu = 100
+source = "a test"
+{extra}
+[run.plan]
+ep = 4
+seq_len = 512
+global_batch = 16
+"""
+
+
+def _write(tmp_path, text: str):
+    f = tmp_path / "runs.toml"
+    f.write_text(text)
+    return f
+
+
+def test_a_run_keeps_its_fields_and_defaults(tmp_path) -> None:
+    (run,) = load_runs(_write(tmp_path, RUN.format(rid="a", gpus=8, extra="")))
+    assert (run.id, run.gpus, run.measured_tokens_per_s_per_gpu, run.notes, run.baseline, run.fitted,
+            run.measured_tflops_per_gpu) == ("a", 8, 100.0, "", None, False, None)
+    assert run.plan == {"ep": 4, "seq_len": 512, "global_batch": 16}
+    model, cluster, plan = resolve_run(run)
+    assert (model.name, cluster.n_gpus, plan.ep, plan.dp_shard) == ("debug", 8, 4, 8)
+    assert default_dataset_path() == MEASURED_RUNS and MEASURED_RUNS.exists()
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    (RUN.format(rid="a", gpus=8, extra='oops = 1'), "run 'a': unknown key(s) oops"),
+    (RUN.format(rid="a", gpus=0, extra=''), "run 'a': gpus must be a positive finite number, got 0"),
+    (RUN.format(rid="a", gpus=8, extra='measured_tflops_per_gpu = -1'), "measured_tflops_per_gpu must be a positive"),
+    (RUN.format(rid="a", gpus=8, extra='fitted = "yes"'), "run 'a': fitted has the wrong type"),
+    (RUN.format(rid="a", gpus=8, extra='baseline = "b"'), "baseline 'b' is not a run id"),
+    (RUN.format(rid="a", gpus=8, extra='') + RUN.format(rid="a", gpus=8, extra=''), "duplicate run id(s) a"),
+    (RUN.format(rid="a", gpus=8, extra='').replace('source = "a test"\n', ''), "missing required key 'source'"),
+    ("title = 'x'\n" + RUN.format(rid="a", gpus=8, extra=''), "unknown top-level key(s) title"),
+    ("", "no [[run]] tables"),
+])
+def test_malformed_runs_are_named(tmp_path, text: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_runs(_write(tmp_path, text))
+    assert needle in str(err.value) and "runs.toml" in str(err.value)
+
+
+def test_a_plan_that_cannot_be_derived_names_the_run(tmp_path) -> None:
+    (run,) = load_runs(_write(tmp_path, RUN.format(rid="odd", gpus=8, extra='').replace("ep = 4", "ep = 4\ntp = 3")))
+    with pytest.raises(Exception, match="tp"):
+        resolve_run(run)
+    (run,) = load_runs(_write(tmp_path, RUN.format(rid="bad", gpus=8, extra='').replace("ep = 4", 'ep = 4\nprecision = "fp4"')))
+    with pytest.raises(ConfigError, match="run 'bad' plan"):
+        resolve_run(run)
