@@ -112,3 +112,20 @@ def test_version_one_messages_tell_a_bare_cost_model_from_an_old_calibration() -
         parse({"version": 1, "gpu": "b200"})
     with pytest.raises(ConfigError, match="version 1 is not supported"):
         parse(doc(version=1))
+
+
+def test_summary_names_what_a_prediction_reports() -> None:
+    cal = parse(doc(provenance={"method": "test", "sources": ["x"], "date": "2026-12-01", "git": "abc",
+                                "device": "NVIDIA H800"}))
+    assert cal.summary() == {"name": "t", "path": cal.path, "gpu": "h800", "device": "NVIDIA H800",
+                             "method": "test", "date": "2026-12-01", "git": "abc", "sources": ["x"]}
+
+
+@pytest.mark.parametrize("bad, needle", [
+    (doc(stack_efficiency={"sm90": {"gemm.fwd": 1.6}}), "stack_efficiency.sm90"),
+    (doc(op_seconds={"moe.permute": "x"}), "op_seconds"),
+    (doc(op_seconds={"moe.permute": -1.0}), "op_seconds"),
+])
+def test_more_malformed_tables_name_their_field(bad: Any, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        parse(bad)

@@ -184,3 +184,26 @@ def test_mxfp8_quantize_and_rearrange_match_the_published_per_kernel_sum() -> No
     # the weight terms do not grow with tokens: a quarter of the tokens costs more than a quarter
     small = _mxfp8_pass_overhead(32768, _QUANT_BW_EFF, 7.7e12)
     assert _mxfp8_pass_overhead(131072, _QUANT_BW_EFF, 7.7e12) / 4 < small < _mxfp8_pass_overhead(131072, _QUANT_BW_EFF, 7.7e12) / 3
+
+
+def test_layer_shards_and_single_stage_gathers_closed_form() -> None:
+    """Each layer kind's parameters on one rank (TP, then FSDP over dp_shard x cp; experts over EP, ETP and
+    expert FSDP); a single-stage FSDP plan gathers the embedding and the head outside the layer simulations."""
+    from sim.accounting import count_params
+    from sim.predict.timing import Context
+    from sim.stacks import load_stack
+
+    model, cluster = load_model("deepseek-v3-16b"), load_cluster("hgx-b200", n_gpus=16)
+    plan = ParallelPlan(tp=2, ep=4, dp_shard=8, global_batch=16, seq_len=1024)
+    ctx = Context(model, cluster, plan, default_costs(cluster.gpu), load_stack("torchtitan"))
+    pc, shard = count_params(model), plan.tp * plan.dp_shard * plan.cp
+    assert ctx.layer_shards("embed") == (pytest.approx(pc.embedding / shard), 0.0)
+    assert ctx.layer_shards("head") == (pytest.approx((pc.output + pc.final_norm) / shard), 0.0)
+    assert ctx.layer_shards("dense")[0] == pytest.approx(
+        (pc.attention_per_layer + pc.norms_per_layer + pc.dense_ffn_per_layer) / shard)
+    dense_moe, expert = ctx.layer_shards("moe")
+    assert dense_moe == pytest.approx((pc.attention_per_layer + pc.norms_per_layer + pc.shared_experts_per_layer
+                                       + pc.router_per_layer) / shard)
+    assert expert == pytest.approx(pc.routed_experts_per_layer / plan.ep / plan.etp / max(1, plan.expert_fsdp))
+    step = predict(model, cluster, plan).trace_data["step"]
+    assert step.first_ag == [pytest.approx(ctx.fsdp_time("embed", "ag") + ctx.fsdp_time("head", "ag"))]

@@ -249,3 +249,8 @@ def test_dual_turns_on_one_rank_pay_no_p2p_and_first_forwards_wait_for_their_gat
     # DualPipe runs a rank's two chunks of one position together: both gathers come first
     assert gathered.timeline[("F", 0, 0)][1] == pytest.approx(0.25 if schedule == "dualpipev" else 0.5)
     assert gathered.makespan > base.makespan
+
+
+def test_combined_single_rank_actions_name_the_forwarded_microbatch():
+    res = simulate_pipeline(PipelineSpec("1f1b", 1, 1, 4, [1.0], [2.0], pair_s={(0, 0): 2.5}, combined=True))
+    assert [(a[0], a[2]) for a in res.actions[0]] == [("F", 0), ("FB", 1), ("FB", 2), ("FB", 3), ("B", 3)]
