@@ -100,3 +100,23 @@ def test_total_is_the_sum_and_fits_compares_with_hbm() -> None:
     assert mem.capacity_bytes == GPU.hbm_bytes
     small = dataclasses.replace(GPU, hbm_bytes=mem.total_bytes * 0.99)
     assert not memory_per_gpu(MODEL, plan(), small).fits
+
+
+def test_interleaved_ranks_hold_their_warm_up_in_flight() -> None:
+    """Interleaved 1F1B: rank r holds (vpp - 1) * pp + 2 * (pp - 1 - r) + 1 chunk activations at its peak
+    (Megatron's warm-up plus the one in flight), in units of its whole stage (vpp chunks); 1F1B: pp - r."""
+    from sim.accounting import _microbatches_in_flight
+
+    plan = ParallelPlan(pp=4, vpp=2, pp_schedule="interleaved-1f1b", dp_shard=2, global_batch=64)
+    assert [_microbatches_in_flight(plan, r) for r in range(4)] == [(4 + 2 * (3 - r) + 1) / 2 for r in range(4)]
+    plain = ParallelPlan(pp=4, pp_schedule="1f1b", dp_shard=2, global_batch=64)
+    assert [_microbatches_in_flight(plain, r) for r in range(4)] == [4.0, 3.0, 2.0, 1.0]
+
+
+def test_expert_fsdp_groups_are_integer_ranks() -> None:
+    from sim.layout import Layout
+
+    layout = Layout(ParallelPlan(tp=2, ep=4, dp_shard=16, global_batch=32))
+    for rank in (0, 3, 17):
+        group = list(layout.expert_fsdp_group(rank))
+        assert all(type(r) is int for r in group) and rank in group
