@@ -99,3 +99,23 @@ def test_shared_expert_moves_under_the_dispatch_with_the_count_exchange_and_host
     assert nodes[last].deps == (last - 1, shared[-1])  # the combine's consumer also waits for the shared expert
     c = names.index("moe.combine")
     assert _segments(nodes) == [list(range(d - 2)), [d - 2, d - 1, d], list(range(d + 1, c)), [c], [last]]
+
+
+def test_tp_collectives_and_all_to_alls_run_on_their_own_streams() -> None:
+    """One stream per process group: in a TP2 DualPipeV pair a TP gather of one microbatch runs while the other
+    microbatch's dispatch is still in flight (on one shared stream it would queue behind it)."""
+    from sim.predict.layers import _stream_of
+    from sim.workload import OpSpec
+
+    assert _stream_of(OpSpec("tp.all_gather", "comm", coll="tp.all_gather")) == "tp"
+    assert _stream_of(OpSpec("moe.dispatch", "comm", coll="a2a.dispatch")) == "comm"
+    assert _stream_of(OpSpec("moe.expert_gemm", "grouped_gemm")) == "compute"
+    model, cluster = load_model("deepseek-v3-16b"), load_cluster("hgx-b200", n_gpus=32)
+    plan = ParallelPlan(tp=2, pp=2, pp_schedule="dualpipev", ep=8, dp_shard=8, seq_len=4096, global_batch=32,
+                        ep_backend="deepep", ac="full")
+    ctx = Context(model, cluster, plan, default_costs(cluster.gpu), load_stack("torchtitan"))
+    log = _run_pair(ctx, ["moe", "moe"], ["moe", "moe"]).log
+    tp = [(s, e) for name, stream, _ph, s, e in log if stream == "tp"]
+    a2a = [(s, e) for name, stream, _ph, s, e in log if stream == "comm" and name == "moe.dispatch"]
+    assert tp and a2a
+    assert any(ts < de and ds < te for ts, te in tp for ds, de in a2a)
