@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sim.costs import log_interpolate
 from sim.errors import ConfigError
 from sim.ops import ALL_OPS
 
@@ -88,19 +89,6 @@ def _quantile(sorted_xs: Sequence[float], q: float) -> float:
     return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
 
 
-def _interp(sizes: Sequence[float], values: Sequence[float], size: float) -> float:
-    if size <= sizes[0]:
-        return values[0]
-    if size >= sizes[-1]:
-        return values[-1]
-    x = math.log10(size)
-    for i in range(1, len(sizes)):
-        if size <= sizes[i]:
-            x0, x1 = math.log10(sizes[i - 1]), math.log10(sizes[i])
-            return values[i - 1] + (values[i] - values[i - 1]) * (x - x0) / (x1 - x0)
-    return values[-1]  # pragma: no cover
-
-
 def fit_curve(samples: Sequence[Sample], peak: float, num_sms: int = 1) -> tuple[dict[str, list[float]],
                                                                              dict[str, float]]:
     """An efficiency curve over ``samples`` (peak x eff(size)): knots at clusters of sizes (within 12%),
@@ -124,7 +112,7 @@ def fit_curve(samples: Sequence[Sample], peak: float, num_sms: int = 1) -> tuple
     errors = []
     for s in samples:
         if s.seconds > 0:
-            pred = s.work / (peak * _interp(sizes, values, s.size))
+            pred = s.work / (peak * log_interpolate(sizes, values, s.size))
             errors.append(pred / clean_seconds(s, num_sms) - 1.0)
     return {"sizes": [float(f"{x:.6g}") for x in sizes], "values": [float(f"{v:.6g}") for v in values]}, \
         residual_stats(errors)
@@ -196,7 +184,7 @@ def fit_tables(samples: Sequence[Sample], gpu: Any) -> dict[str, Any]:
             group = by.get(("gemm", dtype, phase), [])
             if not group:
                 continue
-            ratios = [s.work / (_peak(gpu, dtype) * _interp(curve["sizes"], curve["values"], s.size))
+            ratios = [s.work / (_peak(gpu, dtype) * log_interpolate(curve["sizes"], curve["values"], s.size))
                       / clean_seconds(s, n) for s in group]
             eff = min(1.5, statistics.median(ratios))
             tables.setdefault("stack_efficiency", {}).setdefault(arch, {})[f"gemm.{phase}"] = round(eff, 4)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,12 +34,31 @@ from sim.stacks import StackProfile, default_stack
 
 __all__ = [
     "Curve",
+    "log_interpolate",
     "CostModel",
     "default_costs",
     "CALIBRATION_VERSION",
 ]
 
 CALIBRATION_VERSION = 1
+
+
+def log_interpolate(sizes: Sequence[float], values: Sequence[float], size: float) -> float:
+    """Piecewise linear in log10(size) through (sizes, values), clamped at the ends (sizes increasing).
+
+    >>> log_interpolate((10.0, 1000.0), (0.2, 0.6), 100.0)
+    0.4
+    """
+    if size <= sizes[0]:
+        return values[0]
+    if size >= sizes[-1]:
+        return values[-1]
+    x = math.log10(size)
+    for i in range(1, len(sizes)):
+        if size <= sizes[i]:
+            x0, x1 = math.log10(sizes[i - 1]), math.log10(sizes[i])
+            return values[i - 1] + (values[i] - values[i - 1]) * (x - x0) / (x1 - x0)
+    return values[-1]  # pragma: no cover
 
 
 @dataclass(frozen=True)
@@ -61,17 +81,7 @@ class Curve:
             raise ConfigError(f"curve: values must be in (0, 1.5], got {self.values}")
 
     def __call__(self, size: float) -> float:
-        xs, ys = self.sizes, self.values
-        if size <= xs[0]:
-            return ys[0]
-        if size >= xs[-1]:
-            return ys[-1]
-        x = math.log10(size)
-        for i in range(1, len(xs)):
-            if size <= xs[i]:
-                x0, x1 = math.log10(xs[i - 1]), math.log10(xs[i])
-                return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - x0) / (x1 - x0)
-        return ys[-1]  # pragma: no cover
+        return log_interpolate(self.sizes, self.values, size)
 
     def scaled(self, factor: float) -> Curve:
         return Curve(self.sizes, tuple(v * factor for v in self.values))
