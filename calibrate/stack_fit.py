@@ -5,8 +5,9 @@ calibration's kernel rates the framework reaches on that architecture, every op 
 :func:`sim.predict.predict` reproduces a measured tokens/s per GPU, by bisection (step time falls
 monotonically as the efficiency grows). Everything else stays at its datasheet / microbenchmark / trace
 value. :func:`fit_seed` is the seed protocol's fit (docs/seed-protocol.md): TorchTitan's sm100 number from
-the BF16 baseline (651 tok/s/GPU), stored in ``sim/stack_profiles/torchtitan.toml``; ``moesim calibrate
-fit-stack`` prints it. Torch-free, like :mod:`sim` (it only drives the simulator).
+the BF16 baseline, whose measured tokens/s is data with its source in ``sim/scenarios/dsv3-671b-b200.toml``
+(the ``fitted = true`` variant); the fitted value is stored in ``sim/stack_profiles/torchtitan.toml``;
+``moesim calibrate fit-stack`` prints it. Torch-free, like :mod:`sim` (it only drives the simulator).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def seed_baseline() -> tuple[ModelSpec, ClusterSpec, ParallelPlan, float]:
 
 
 def fit_seed(tol: float = 1e-5) -> float:
-    """TorchTitan's sm100 efficiency at which the seed's BF16 baseline predicts its measured 651 tok/s/GPU."""
+    """TorchTitan's sm100 efficiency at which the seed's BF16 baseline predicts its measured tokens/s per GPU
+    (read from the scenario file, :func:`seed_baseline`)."""
     model, cluster, plan, measured = seed_baseline()
     return fit_arch_efficiency(model, cluster, plan, measured, load_stack("torchtitan"), tol=tol)
