@@ -43,7 +43,7 @@ JSON_SCHEMA_VERSION = 2
 settings_match_measured and notes beside the predictions)."""
 
 _PLAN_INTS = ("tp", "pp", "vpp", "ep", "etp", "dp_shard", "dp_replicate", "cp", "seq_len", "global_batch",
-              "micro_batch", "deepep_sms", "routing_seed")
+              "micro_batch", "deepep_sms", "routing_seed", "mtp_layers")
 _PLAN_HELP = {
     "tp": "tensor-parallel degree (default 1)",
     "pp": "pipeline-parallel degree (default 1)",
@@ -58,6 +58,8 @@ _PLAN_HELP = {
     "micro_batch": "sequences per microbatch (default 1)",
     "deepep_sms": "SMs DeepEP's kernels take (default 20)",
     "routing_seed": "seed of skewed routing (default 0)",
+    "mtp_layers": "multi-token-prediction modules trained, in the last pipeline stage (default: the model's "
+                  "n_mtp_layers if the stack's recipe trains MTP, else 0)",
 }
 GIB = float(1 << 30)
 _NIC_GBPS_MAX = 8e6  # 8 Pb/s: sim.limits.CLUSTER_BOUNDS nic_bw_bytes_per_s maximum, in Gb/s

@@ -42,6 +42,8 @@ __all__ = [
     "exact_flops_per_token",
     "forward_matmul_flops_per_token",
     "stage_layers",
+    "resolve_mtp_layers",
+    "mtp_forward_flops_per_token",
     "memory_per_gpu",
     "activation_ledger",
     "saved_components",
@@ -140,8 +142,10 @@ def count_params(model: ModelSpec) -> ParamCounts:
         + model.n_moe_layers * moe_layer
     )
     inactive = model.n_moe_layers * routed * (model.n_routed_experts - model.top_k) // model.n_routed_experts
-    # An MTP module: a full MoE layer plus its projection (2D x D) and two norms; heads are shared.
-    mtp = model.n_mtp_layers * (moe_layer + 2 * d * d + 2 * d)
+    # An MTP module (DeepSeek-V3 report s2.2; HF layer 61: enorm, hnorm, eh_proj, shared_head.norm): one
+    # transformer block (MoE if the model has MoE layers), the 2D -> D projection and three norms; the
+    # embedding and the output head are shared with the main model, so not counted again.
+    mtp = model.n_mtp_layers * _mtp_module_params(model, moe_layer if model.n_moe_layers else dense_layer)
     return ParamCounts(
         total=total,
         active=total - inactive,
@@ -158,12 +162,44 @@ def count_params(model: ModelSpec) -> ParamCounts:
     )
 
 
-def torchtitan_flops_per_token(model: ModelSpec, seq_len: int) -> float:
-    """Training FLOPs per token by TorchTitan's formula (what its TFLOPS and MFU logs report)."""
+def _mtp_module_params(model: ModelSpec, block: int) -> int:
+    """One MTP module's own parameters: its transformer block, the 2D -> D projection, three norms."""
+    d = model.dim
+    return block + 2 * d * d + 3 * d
+
+
+def resolve_mtp_layers(model: ModelSpec, plan: ParallelPlan, stack: StackProfile | None = None) -> int:
+    """MTP modules trained under ``plan``: its ``mtp_layers``, or (None) the model's ``n_mtp_layers`` when
+    the stack's recipe trains MTP (``StackProfile.trains_mtp``; default stack: torchtitan, which does not)."""
+    if plan.mtp_layers is not None:
+        return plan.mtp_layers
+    stack = stack if stack is not None else _default_stack()
+    return model.n_mtp_layers if stack.trains_mtp else 0
+
+
+def _mtp_active_params(model: ModelSpec) -> int:
+    """Parameters one token touches in one MTP module, plus the shared output head it applies again."""
+    counts = count_params(model)
+    if model.n_moe_layers:
+        block = counts.moe_layer - counts.routed_experts_per_layer * (model.n_routed_experts - model.top_k) \
+            // model.n_routed_experts
+    else:
+        block = counts.dense_layer
+    return _mtp_module_params(model, block) + model.vocab_size * model.dim
+
+
+def torchtitan_flops_per_token(model: ModelSpec, seq_len: int, mtp_layers: int = 0) -> float:
+    """Training FLOPs per token by TorchTitan's formula (what its TFLOPS and MFU logs report); each of
+    ``mtp_layers`` MTP modules adds its active parameters, the output head it applies again and one
+    layer's attention term (as Megatron's FLOP count does for ``mtp_num_layers``)."""
     counts = count_params(model)
     non_embedding_active = counts.active - counts.embedding
-    attention = 6 * model.n_layers * model.n_heads * (model.qk_head_dim + model.attn_v_head_dim) * seq_len
-    return float(6 * non_embedding_active + attention)
+    attention_layer = 6 * model.n_heads * (model.qk_head_dim + model.attn_v_head_dim) * seq_len
+    attention = model.n_layers * attention_layer
+    out = float(6 * non_embedding_active + attention)
+    if mtp_layers:
+        out += float(mtp_layers * (6 * _mtp_active_params(model) + attention_layer))
+    return out
 
 
 def forward_matmul_flops_per_token(model: ModelSpec, seq_len: int) -> dict[str, float]:
@@ -191,9 +227,25 @@ def forward_matmul_flops_per_token(model: ModelSpec, seq_len: int) -> dict[str, 
     }
 
 
-def exact_flops_per_token(model: ModelSpec, seq_len: int) -> float:
-    """Training FLOPs per token, op by op: forward plus backward (input and weight gradients, 2x)."""
-    return 3 * sum(forward_matmul_flops_per_token(model, seq_len).values())
+def mtp_forward_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+    """Forward FLOPs per token of one MTP module: the 2D -> D projection, one block (an MoE layer's, or a
+    dense layer's for a model without MoE layers) and the shared output head applied to its output."""
+    per = forward_matmul_flops_per_token(model, seq_len)
+    layer = (per["attn.proj"] + per["attn.core"]) / model.n_layers
+    if model.n_moe_layers:
+        layer += (per["moe.router"] + per["moe.expert_gemm"] + per["moe.shared_expert"]) / model.n_moe_layers
+    else:
+        layer += per["mlp.dense"] / model.n_dense_layers
+    return float(2 * 2 * model.dim * model.dim + layer + per["output"])
+
+
+def exact_flops_per_token(model: ModelSpec, seq_len: int, mtp_layers: int = 0) -> float:
+    """Training FLOPs per token, op by op: forward plus backward (input and weight gradients, 2x), with
+    ``mtp_layers`` MTP modules (:func:`mtp_forward_flops_per_token`)."""
+    total = 3 * sum(forward_matmul_flops_per_token(model, seq_len).values())
+    if mtp_layers:
+        total += 3 * mtp_layers * mtp_forward_flops_per_token(model, seq_len)
+    return total
 
 
 def stage_layers(model: ModelSpec, plan: ParallelPlan) -> list[list[int]]:
@@ -373,7 +425,7 @@ def _microbatches_in_flight(plan: ParallelPlan, rank: int) -> float:
 
 
 def _state_bytes(model: ModelSpec, plan: ParallelPlan, layers: list[int], stack: StackProfile,
-                 holds_first: bool, holds_last: bool) -> tuple[float, float, float]:
+                 holds_first: bool, holds_last: bool, mtp: int = 0) -> tuple[float, float, float]:
     """(weights, grads, optimizer) bytes of one pipeline rank holding ``layers``.
 
     FSDP (TorchTitan): the master weights, gradients and moments all sharded over ``tp * dp_shard * cp``
@@ -393,6 +445,13 @@ def _state_bytes(model: ModelSpec, plan: ParallelPlan, layers: list[int], stack:
         dense += counts.embedding
     if holds_last:
         dense += counts.output + counts.final_norm
+        if mtp:  # the MTP modules live in the last stage (Megatron's layout "...mL")
+            block_experts = counts.routed_experts_per_layer if model.n_moe_layers else 0
+            per_module = _mtp_module_params(model, counts.moe_layer if model.n_moe_layers else counts.dense_layer)
+            dense += mtp * (per_module - block_experts)
+            expert += mtp * block_experts
+            if not holds_first:  # a copy of the shared embedding for the MTP input (Megatron: mtp_process)
+                dense += counts.embedding
     if stack.param_sharding == "fsdp":
         sharded = (dense + expert) / (plan.tp * plan.dp_shard * plan.cp)
         return (sharded * stack.master_bytes, sharded * stack.grad_bytes, sharded * stack.moment_bytes)
@@ -417,6 +476,7 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec,
     """
     stack = (stack if stack is not None else _default_stack()).for_plan(plan)
     counts = count_params(model)
+    mtp = resolve_mtp_layers(model, plan, stack)
     tokens = plan.micro_batch * plan.seq_len / (plan.tp * plan.cp)  # sequence-parallel share
     per_layer = {moe: _layer_activation_bytes_per_token(model, moe, plan.ac, plan, stack) for moe in (False, True)}
     kinds = (True, False) if model.n_dense_layers else (True,)
@@ -437,11 +497,16 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec,
             activation_per_token = act(layers)
             in_flight = _microbatches_in_flight(plan, rank)
         holds_first, holds_last = 0 in layers, model.n_layers - 1 in layers
-        weights, grads, optimizer = _state_bytes(model, plan, layers, stack, holds_first, holds_last)
+        weights, grads, optimizer = _state_bytes(model, plan, layers, stack, holds_first, holds_last, mtp)
         activations = activation_per_token * tokens * in_flight
         activations += rematerialised * tokens  # the layer being recomputed
         if holds_last:
-            activations += plan.micro_batch * plan.seq_len * model.vocab_size * (BF16 + 4) / (plan.tp * plan.cp)
+            logits = plan.micro_batch * plan.seq_len * model.vocab_size * (BF16 + 4) / (plan.tp * plan.cp)
+            activations += (1 + mtp) * logits  # the main loss's and each MTP loss's
+            if mtp:  # each MTP block, with the normed embedding and hidden state it projects (2D, BF16)
+                mtp_in_flight = 1.0 if stages is not None else in_flight
+                block = per_layer[bool(model.n_moe_layers)] + 2 * BF16 * model.dim
+                activations += mtp * block * tokens * mtp_in_flight
         transient = 0.0
         if stack.param_sharding == "fsdp":
             # Unsharded bf16 weights (and their bf16 gradients in backward) of the layer in use and the

@@ -118,6 +118,7 @@ PLAN_BOUNDS: dict[str, Bound] = {
     "global_batch": (1, 1 << 30),
     "deepep_sms": (1, 1 << 12),
     "routing_seed": (0, (1 << 63) - 1),
+    "mtp_layers": (0, 64),  # as MODEL_BOUNDS n_mtp_layers
 }
 
 MAX_MICROBATCHES = 8192

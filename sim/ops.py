@@ -85,6 +85,8 @@ A2A_HOST_SYNC = "a2a.host_sync"
 # Model ends.
 EMBED = "embed"
 LOSS = "loss"
+#: a multi-token-prediction module's own ops (norms of the embedding and hidden state, the 2D -> D projection)
+MTP = "mtp.proj"
 
 # Parallelism collectives.
 FSDP_ALL_GATHER = "fsdp.all_gather"
@@ -120,6 +122,7 @@ ALL_OPS: tuple[str, ...] = (
     A2A_HOST_SYNC,
     EMBED,
     LOSS,
+    MTP,
     FSDP_ALL_GATHER,
     FSDP_REDUCE_SCATTER,
     TP_ALL_REDUCE,

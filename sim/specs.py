@@ -369,10 +369,15 @@ class ParallelPlan:
     #: warm-up the forward of one microbatch and the backward of another run as one interleaved pair, each
     #: one's dispatch/combine hidden behind the other's compute. Needs ``ep > 1`` and a stack that has it.
     ep_overlap: bool = False
+    #: multi-token-prediction modules trained (DeepSeek-V3 report s2.2; Megatron ``mtp_num_layers``), placed
+    #: in the last pipeline stage; None: the model's ``n_mtp_layers`` if the stack's recipe trains them
+    #: (``StackProfile.trains_mtp``), else 0 (:func:`sim.accounting.resolve_mtp_layers`).
+    mtp_layers: int | None = None
 
     def __post_init__(self) -> None:
         owner = "plan"
-        check_fields(owner, vars(self), PLAN_BOUNDS)
+        check_fields(owner, {k: v for k, v in vars(self).items() if not (k == "mtp_layers" and v is None)},
+                     PLAN_BOUNDS)
         _require_positive(
             owner,
             tp=self.tp,

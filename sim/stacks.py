@@ -90,6 +90,9 @@ class StackProfile:
     recompute_modules: tuple[str, ...] = ()
     #: the framework can run the combined forward/backward pair with EP overlap (Megatron combined 1F1B).
     ep_overlap_available: bool = False
+    #: the stack's recipe trains the model's multi-token-prediction modules (``ModelSpec.n_mtp_layers``) when
+    #: the plan does not say (``ParallelPlan.mtp_layers`` None); off: they are not trained.
+    trains_mtp: bool = False
     #: shared-expert compute overlaps the dispatch (Megatron ``moe_shared_expert_overlap``).
     shared_expert_overlap: bool = False
     #: how work reaches the GPU: eager launches, compiled regions, or CUDA graphs. Descriptive: its cost enters
@@ -207,7 +210,7 @@ class StackProfile:
 _IMPL_FIELDS = tuple(f.name for f in fields(StackProfile) if f.name not in ("efficiency", "sources"))
 _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "deepep_in_place": bool,
                            "quantize_weights": str, "fused_act_quant": bool, "param_sharding": str,
-                           "recompute_modules": list, "ep_overlap_available": bool, "shared_expert_overlap": bool,
+                           "recompute_modules": list, "ep_overlap_available": bool, "trains_mtp": bool, "shared_expert_overlap": bool,
                            "launch": str, "deepep_sms": int, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,

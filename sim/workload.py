@@ -53,7 +53,9 @@ from sim.stacks import StackProfile, default_stack
 
 __all__ = ["OpSpec", "Workload", "LAYER_KINDS", "chunk_layers"]
 
-LAYER_KINDS = ("embed", "dense", "moe", "head")
+#: ``mtp``: an MTP module's input side (embedding of the next tokens, two norms, the 2D -> D projection);
+#: ``mtp_head``: its loss through the shared output head. Its block is a ``moe`` (or ``dense``) layer.
+LAYER_KINDS = ("embed", "dense", "moe", "head", "mtp", "mtp_head")
 BF16 = 2
 
 
@@ -111,6 +113,19 @@ class Workload:
         self.plan = plan
         self.stack = (stack if stack is not None else default_stack()).for_plan(plan)
         self._cache: dict[tuple[str, str], list[OpSpec]] = {}
+
+    @cached_property
+    def mtp_layers(self) -> int:
+        """MTP modules trained (:func:`sim.accounting.resolve_mtp_layers`)."""
+        from sim.accounting import resolve_mtp_layers
+
+        return resolve_mtp_layers(self.model, self.plan, self.stack)
+
+    def last_chunk_tail(self) -> list[str]:
+        """Layer kinds after the last chunk's layers: the output head and loss, then each MTP module (input
+        side, its block, its loss), as Megatron's layout places them in the last stage (``...mL``)."""
+        block = "moe" if self.model.n_moe_layers else "dense"
+        return ["head"] + ["mtp", block, "mtp_head"] * self.mtp_layers
 
     # --- sizes ----------------------------------------------------------------------------------
     @cached_property
@@ -198,8 +213,10 @@ class Workload:
     def _forward(self, kind: str) -> list[OpSpec]:
         if kind == "embed":
             return self._embed()
-        if kind == "head":
+        if kind in ("head", "mtp_head"):
             return self._head()
+        if kind == "mtp":
+            return self._mtp_input()
         out = self._attention()
         out += self._moe() if kind == "moe" else self._dense_ffn()
         return out
@@ -335,6 +352,17 @@ class Workload:
         out = [self._norm(ops.LOSS, self.tokens_sp)] + self._tp("ag")
         out += self._linear(ops.LOSS, T, m.dim, m.vocab_size / t)
         out.append(OpSpec(ops.LOSS, "mem", nbytes=3 * 4 * T * m.vocab_size / t))
+        return out
+
+    def _mtp_input(self) -> list[OpSpec]:
+        """An MTP module before its block: the next tokens' embedding, RMSNorm of it and of the hidden
+        state, and the 2D -> D projection of their concatenation (column-split over TP between an
+        all-gather and a reduce-scatter, as the attention's sequence-parallel region)."""
+        m, t, T = self.model, self.plan.tp, self.tokens
+        out = self._embed() + [self._norm(ops.MTP, self.tokens_sp), self._norm(ops.MTP, self.tokens_sp)]
+        out += self._tp("ag")
+        out += self._linear(ops.MTP, T, 2 * m.dim, m.dim / t)
+        out += self._tp("rs")
         return out
 
     # --- backward and recompute -----------------------------------------------------------------

@@ -30,7 +30,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.accounting import memory_per_gpu, torchtitan_flops_per_token
+from sim.accounting import memory_per_gpu, resolve_mtp_layers, torchtitan_flops_per_token
 from sim.costs import CostModel, default_costs
 from sim.errors import PlanError
 from sim.predict.breakdown import breakdown
@@ -127,7 +127,7 @@ def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: C
     parts, hidden = breakdown(step)
     tokens = plan.tokens_per_step
     tps = tokens / step.step_s / cluster.n_gpus
-    tflops = torchtitan_flops_per_token(model, plan.seq_len) * tps
+    tflops = torchtitan_flops_per_token(model, plan.seq_len, resolve_mtp_layers(model, plan, stack)) * tps
     mem = memory_per_gpu(model, plan, cluster.gpu, stack)
     trace_data = {"step": step, "layers": step.layers, "pairs": step.pairs, "chunks": step.chunks,
                   "pipeline": step.pipe, "plan": plan, "step_s": step.step_s,

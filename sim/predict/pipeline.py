@@ -73,7 +73,7 @@ def _chunks(ctx: Context, layer_res: dict[tuple[str, str], SimResult]) -> list[C
         if ci == 0:
             kinds.insert(0, "embed")
         if ci == len(chunks) - 1:
-            kinds.append("head")
+            kinds += ctx.wl.last_chunk_tail()  # the head, then any MTP modules
         ch = Chunk(kinds)
         parts: dict[str, dict[str, float]] = {"fwd": defaultdict(float), "bwd": defaultdict(float)}
         hidden: dict[str, dict[str, float]] = {"fwd": defaultdict(float), "bwd": defaultdict(float)}
@@ -111,6 +111,7 @@ def assemble(ctx: Context) -> Step:
     kinds = {"embed", "head", "moe" if model.n_moe_layers else "dense"}
     if model.n_dense_layers:
         kinds.add("dense")
+    kinds.update(ctx.wl.last_chunk_tail())
     layer_res = {(k, ph): simulate_layer(ctx, k, ph) for k in sorted(kinds) for ph in ("fwd", "bwd")}
     chunks = _chunks(ctx, layer_res)
     p2p = 0.0
@@ -123,7 +124,7 @@ def assemble(ctx: Context) -> Step:
         for k in ch.layers:
             if ctx.zero1:
                 rs += ctx.fsdp_time(k, "rs")  # gradient buckets; params gathered after the update
-            elif plan.pp > 1 or k in ("embed", "head"):  # per-layer FSDP is inside the layer sims
+            elif plan.pp > 1 or k in ("embed", "head", "mtp", "mtp_head"):  # per-layer FSDP is inside the layer sims
                 ag += ctx.fsdp_time(k, "ag")
                 rs += ctx.fsdp_time(k, "rs")
         first_ag.append(ag)

@@ -172,6 +172,10 @@ class Context:
             dense = pc.embedding
         elif kind == "head":
             dense = pc.output + pc.final_norm
+        elif kind == "mtp":  # the projection and the embedding/hidden norms; the embedding is shared
+            dense = 2 * self.model.dim * self.model.dim + 2 * self.model.dim
+        elif kind == "mtp_head":  # its own final norm; the output head is shared
+            dense = self.model.dim
         return dense / p.tp / (p.dp_shard * p.cp), expert
 
     def fsdp_time(self, kind: str, what: str) -> float:
