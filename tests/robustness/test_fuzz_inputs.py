@@ -248,5 +248,5 @@ def test_plan_bounds_reach_every_int_field() -> None:
     """Every integer plan field has a bound (so a flag or file cannot smuggle an unbounded value)."""
     from sim.limits import PLAN_BOUNDS
 
-    ints = {k for k, v in typing.get_type_hints(ParallelPlan).items() if v is int}
+    ints = {k for k, v in typing.get_type_hints(ParallelPlan).items() if v is int or v == int | None}
     assert ints == set(PLAN_BOUNDS)
