@@ -33,7 +33,7 @@ from sim.calibration import parse_calibration
 from sim.errors import ConfigError
 from sim.fileio import write_atomic
 
-__all__ = ["RefCase", "CALIBRATION_CASES", "GROUPS", "profile_device", "fit_profile", "is_profile",
+__all__ = ["RefCase", "CALIBRATION_CASES", "GROUPS", "profile_device", "require_device", "fit_profile", "is_profile",
            "run_reference_case", "PROFILE_SCHEMA", "subprocess_env"]
 
 PROFILE_SCHEMA = "moesim.calibration-profile/1"
@@ -131,9 +131,24 @@ def _bench(group: str, device: str, quick: bool, folder: Path, timeout_s: float 
     return data
 
 
+def require_device(device: str) -> None:
+    """Raise :class:`ConfigError` unless ``device`` (``cpu`` or ``cuda``) can run here, before anything is made."""
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"profile: --device must be cpu or cuda, got {device!r}")
+    if device == "cuda":
+        try:
+            import torch
+        except ImportError:
+            raise ConfigError("profile: --device cuda needs torch (pip install '.[reference]')") from None
+        if not torch.cuda.is_available():
+            raise ConfigError(f"profile: --device cuda, but CUDA is not available here (torch {torch.__version__}, "
+                              f"CUDA build {torch.version.cuda or 'none'}, no GPU visible); use --device cpu")
+
+
 def profile_device(out_dir: str | Path, *, device: str = "cpu", quick: bool = False, progress: bool = True,
                    cases: Sequence[RefCase] = CALIBRATION_CASES) -> Path:
     """Run the microbenchmarks and calibration runs; write ``out_dir/profile.json`` and return its path."""
+    require_device(device)
     out = Path(out_dir)
     target = out / "profile.json"
     if target.exists():

@@ -70,6 +70,8 @@ def _check_event(path: Path, index: int, event: Mapping[str, Any]) -> None:
                               f"got {repr(value)[:40]}")
     if event["dur"] < 0:
         raise ConfigError(f"{path}: traceEvents[{index}] ({name!r}): negative duration {event['dur']!r}")
+    if event["ts"] < 0:
+        raise ConfigError(f"{path}: traceEvents[{index}] ({name!r}): negative timestamp ts {event['ts']!r}")
     args = event.get("args")
     if args is not None and not isinstance(args, Mapping):
         raise ConfigError(f"{path}: traceEvents[{index}] ({name!r}): args must be an object, got {repr(args)[:40]}")

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from sim.errors import ConfigError, MoesimError
+from sim.specs import EP_BACKENDS
 
 __all__ = ["add_plan", "run_plan"]
 
@@ -62,8 +63,8 @@ def run_plan(args: argparse.Namespace) -> int:
     from studies.plan import smallest_cluster
 
     try:
-        if args.ep_backend not in ("nccl", "deepep", "deepep-ll", "hybridep"):
-            raise ConfigError(f"--ep-backend must be nccl, deepep, deepep-ll or hybridep; got {args.ep_backend!r}")
+        if args.ep_backend not in EP_BACKENDS:
+            raise ConfigError(f"--ep-backend must be one of {', '.join(EP_BACKENDS)}; got {args.ep_backend!r}")
         answer = smallest_cluster(args.model, tokens=args.tokens, days=args.days, gpus=args.gpu or GPUS,
                                   precision=args.precision, ep_backend=args.ep_backend, stack=args.stack,
                                   price=args.price, workers=args.workers or os.cpu_count() or 1)

@@ -35,6 +35,7 @@ sim.errors.ConfigError: doc: version 9 is not supported (this moesim reads moesi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError
+from sim.specs import GPUSpec
 
 __all__ = ["SCHEMA", "VERSION", "Calibration", "parse_calibration", "load_calibration", "bundled_path",
            "BUNDLED", "STACK_CALIBRATIONS", "to_cost_model", "calibration_stack", "device_gpu_spec", "MAX_NESTING"]
@@ -58,9 +60,11 @@ _PROVENANCE_KEYS = ("device", "driver", "torch", "torchao", "deep_ep", "git", "d
 _KERNEL_STATES = ("real", "emulated", "absent")
 _SCALARS = ("attn_fwd_eff", "attn_bwd_eff", "mem_bw_eff", "quantize_bw_eff")
 _GAPS = ("launch_overhead_s", "host_sync_s")
-_DEVICE_FIELDS = {"name": str, "bf16_flops": float, "fp8_flops": float, "hbm_bytes": float,
-                  "hbm_bw_bytes_per_s": float, "num_sms": int, "nvlink_bw_bytes_per_s": float, "arch": str,
-                  "source": str}
+#: Every :class:`~sim.specs.GPUSpec` field a ``device_spec`` may set, with its type (read off the dataclass).
+_DEVICE_FIELDS: dict[str, type] = {k: {"str": str, "int": int, "bool": bool}.get(str(t), float)
+                                   for k, t in ((f.name, f.type) for f in dataclasses.fields(GPUSpec))}
+#: Fields whose datasheet value may be 0 (0: not modelled / not available); every other number is positive.
+_DEVICE_ZERO_OK = ("fp4_flops", "exp_per_s")
 _TOP = ("schema", "version", "name", "gpu", "provenance", "kernels", "gemm_eff", "grouped_gemm_eff", "attn_eff",
         *_SCALARS,
         *_GAPS, "sm_sharing", "comm", "comm_rates", "stack_efficiency", "op_seconds", "device_spec", "residuals",
@@ -220,12 +224,18 @@ def _validate_tables(data: Mapping[str, Any], origin: str) -> dict[str, Any]:
         for k, v in spec.items():
             if k not in _DEVICE_FIELDS:
                 raise ConfigError(f"{origin}: device_spec.{k} is not a GPU field (known: {', '.join(_DEVICE_FIELDS)})")
-            if _DEVICE_FIELDS[k] is str:
-                if not isinstance(v, str):
-                    raise ConfigError(f"{origin}: device_spec.{k} must be a string, got {_short(v)}")
+            if _DEVICE_FIELDS[k] in (str, bool):
+                kind = _DEVICE_FIELDS[k]
+                if not isinstance(v, kind):
+                    raise ConfigError(f"{origin}: device_spec.{k} must be a {'string' if kind is str else 'boolean'}, "
+                                      f"got {_short(v)}")
                 dev[k] = v
+            elif k in _DEVICE_ZERO_OK:
+                dev[k] = _number(origin, f"device_spec.{k}", v, lo=0.0)
             else:
                 dev[k] = _number(origin, f"device_spec.{k}", v, positive=True)
+                if _DEVICE_FIELDS[k] is int and dev[k] != int(dev[k]):
+                    raise ConfigError(f"{origin}: device_spec.{k} must be a whole number, got {_short(v)}")
         out["device_spec"] = dev
     if "residuals" in data:
         out["residuals"] = {str(k): _numbers_table(origin, f"residuals.{k}", v)

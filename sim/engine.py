@@ -8,7 +8,9 @@ The couplings between concurrent work are simulated, not formulas:
 - **SM sharing**: compute tasks (``sms == 0`` on the ``compute`` stream) progress at the rate
   ``(num_sms - held) / num_sms``, where ``held`` is the number of SMs that communication kernels running
   at the same moment on the same rank occupy (DeepEP's ``num_sms``, NCCL's channels). Rates are
-  re-evaluated whenever a communication kernel starts or ends (exact, piecewise constant).
+  re-evaluated whenever a communication kernel starts or ends (exact, piecewise constant). While
+  communication kernels hold every SM (DeepEP's low-latency kernels launch up to one SM per expert),
+  compute waits for the next release.
   ``Engine(sm_sharing=False)`` switches the coupling off (for tests and what-ifs).
 - **Shared links**: a task with ``link`` set is a flow of ``nbytes`` through that link of the rank
   (``Engine.links[link]`` = capacity in bytes/s; e.g. the rank's NIC). Concurrent flows on one link get
@@ -240,10 +242,11 @@ class Engine:
                 remaining = task.duration
                 state.computing = True
                 while remaining > _EPS:
-                    rate = (self.num_sms - state.held_sms) / self.num_sms
+                    rate = max(0, self.num_sms - state.held_sms) / self.num_sms
                     t0 = env.now
                     try:
-                        yield env.timeout(remaining / rate)
+                        # Every SM held by communication kernels: compute waits for the next release.
+                        yield env.timeout(remaining / rate) if rate > 0 else env.event()
                         remaining = 0.0
                     except simpy.Interrupt:
                         remaining -= (env.now - t0) * rate
@@ -286,7 +289,5 @@ class Engine:
 
     def _hold(self, state: _Rank, sms: int) -> None:
         state.held_sms += sms
-        if state.held_sms >= self.num_sms:
-            raise ValueError(f"communication kernels hold {state.held_sms} of {self.num_sms} SMs")
         if state.computing and state.compute_proc is not None and state.compute_proc.is_alive:
             state.compute_proc.interrupt()

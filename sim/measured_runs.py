@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.catalog import load_cluster, load_model
-from sim.errors import ConfigError
+from sim.errors import ConfigError, MoesimError
 from sim.loaders import derive_plan_fields, plan_from_mapping, read_toml
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 
@@ -109,6 +109,12 @@ def load_runs(path: str | Path | None = None) -> list[MeasuredRun]:
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"{where}: no [[run]] tables")
     runs = [_run(where, i, r) for i, r in enumerate(raw)]
+    for r in runs:  # a malformed plan fails the whole file, as it does alone (a run that cannot run is skipped)
+        label = f"{where}: run {r.id!r} plan"
+        try:
+            plan_from_mapping(derive_plan_fields(r.plan, r.gpus), label)
+        except MoesimError as err:
+            raise ConfigError(str(err) if str(err).startswith(label) else f"{label}: {err}") from None
     ids = [r.id for r in runs]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:

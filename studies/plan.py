@@ -20,6 +20,7 @@ from typing import Any
 
 from sim.catalog import load_model
 from sim.errors import ConfigError
+from sim.specs import PRECISIONS
 from studies._sim import interval_for
 from studies.capacity import point_cluster
 from studies.capacity_spec import CLUSTER_TEMPLATE, Point
@@ -93,7 +94,13 @@ def smallest_cluster(model_name: str, *, tokens: float, days: float, gpus: list[
             raise ConfigError(f"plan: --gpu must be one of {', '.join(CLUSTER_TEMPLATE)}; got {gpu!r}")
         from sim.catalog import load_gpu
 
-        prec = precision or ("mxfp8" if load_gpu(gpu).mxfp8 else "bf16")
+        spec = load_gpu(gpu)
+        prec = precision or ("mxfp8" if spec.mxfp8 else "bf16")
+        if prec not in PRECISIONS:
+            raise ConfigError(f"plan: --precision must be one of {', '.join(PRECISIONS)}; got {prec!r}")
+        if prec in ("mxfp8", "mxfp8-grouped") and not spec.mxfp8:
+            raise ConfigError(f"plan: precision {prec!r} needs block-scaled FP8 tensor cores (SM100, e.g. b200); "
+                              f"{gpu} ({spec.arch}) would only run TorchAO's emulated path, which is slower than bf16")
         per_gpu[gpu] = None
         skipped[gpu] = []
         for n in counts:

@@ -50,6 +50,7 @@ def test_bad_trace_is_a_user_error(tmp_path: Path) -> None:
     (json.dumps([{"ph": "X", "name": "a", "ts": 0, "dur": "5"}]).encode(), "dur must be a finite number, got '5'"),
     (json.dumps([{"ph": "X", "name": "a", "ts": 0, "dur": None}]).encode(), "missing dur"),
     (json.dumps([{"ph": "X", "name": "a", "ts": 0, "dur": -2}]).encode(), "negative duration -2"),
+    (json.dumps([{"ph": "X", "name": "a", "ts": -3.5, "dur": 2}]).encode(), "negative timestamp ts -3.5"),
     (b'[{"ph": "X", "name": "a", "ts": 0, "dur": NaN}]', "not a readable JSON trace"),
     (json.dumps([{"ph": "X", "name": "a", "ts": 0}]).encode(), "missing dur"),
     (json.dumps({"traceEvents": 3}).encode(), "expected a 'traceEvents' list"),
@@ -61,3 +62,17 @@ def test_malformed_traces_are_one_clear_error(tmp_path: Path, blob: bytes, needl
     with pytest.raises(ConfigError) as err:
         load_trace(path)
     assert needle in str(err.value)
+
+
+@pytest.mark.parametrize("command", [["calibrate", "fit", "{t}", "--out", "{o}"], ["calibrate", "compare", "{t}"]])
+def test_fit_and_compare_refuse_negative_timestamps(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    command: list[str]) -> None:
+    from tests.robustness.cli import assert_user_error, run_cli
+
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps([{"ph": "X", "name": "moe.dispatch", "cat": "user_annotation", "ts": 5, "dur": 3},
+                                 {"ph": "X", "name": "moe.combine", "cat": "user_annotation", "ts": -1, "dur": 2}]))
+    out = tmp_path / "cal.json"
+    argv = [a.format(t=trace, o=out) for a in command]
+    assert_user_error(run_cli(argv, capsys), str(trace), "traceEvents[1]", "negative timestamp")
+    assert not out.exists()

@@ -106,3 +106,37 @@ def test_python_m_studies_is_an_alias() -> None:
     result = subprocess.run([sys.executable, "-m", "studies", "validate", "--json"], capture_output=True,
                             text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 0 and len(json.loads(result.stdout)["rows"]) == 16
+
+
+_RUN = """
+[[run]]
+id = "{rid}"
+model = "debug"
+gpu = "b200"
+gpus = 8
+cluster = "hgx-b200"
+stack = "torchtitan"
+release = "x"
+measured_tokens_per_s_per_gpu = 1234.5
+source = "a test"
+[run.plan]
+ep = 4
+seq_len = 512
+global_batch = 16
+{extra}
+"""
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    ('routing = "zipf:nan"', "routing"), ("vpp = 2.5", "vpp"), ("bogus = 1", "bogus"), ("tp = 0", "tp"),
+])
+def test_one_malformed_run_among_several_fails_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        extra: str, needle: str) -> None:
+    """Alone or beside good runs, a malformed run exits 2 naming the file, the run and the field."""
+    from tests.robustness.cli import assert_user_error, run_cli
+
+    f = tmp_path / "runs.toml"
+    f.write_text(_RUN.format(rid="good", extra="") + _RUN.format(rid="bad", extra=extra)
+                 + _RUN.format(rid="good2", extra=""))
+    message = assert_user_error(run_cli(["validate", str(f)], capsys), str(f), "'bad'", needle)
+    assert "good" not in message.replace("'bad'", "")

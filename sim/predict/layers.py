@@ -394,7 +394,7 @@ def _run_pair(ctx: Context, f_kinds: Sequence[str], b_kinds: Sequence[str]) -> S
 def _extend(r3: SimResult, r2: SimResult, extra: int) -> SimResult:
     """r3 + extra x (r3 - r2), category by category (a periodic steady state repeats the increment)."""
     def ext(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
-        keys = set(a) | set(b)
+        keys = sorted(set(a) | set(b))
         return {k: max(0.0, a.get(k, 0.0) + extra * (a.get(k, 0.0) - b.get(k, 0.0))) for k in keys}
 
     compute, exposed, hidden = ext(r3.compute_s, r2.compute_s), ext(r3.exposed_s, r2.exposed_s), ext(r3.hidden_s, r2.hidden_s)

@@ -129,3 +129,30 @@ def test_summary_names_what_a_prediction_reports() -> None:
 def test_more_malformed_tables_name_their_field(bad: Any, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         parse(bad)
+
+
+def test_device_spec_takes_every_gpuspec_field() -> None:
+    """Every GPUSpec field is allowed in device_spec, with its own type; the GPUSpec built from it has them."""
+    import dataclasses
+
+    from sim.calibration import device_gpu_spec
+    from sim.specs import GPUSpec
+
+    spec = {"name": "x1", "bf16_flops": 1e15, "fp8_flops": 2e15, "hbm_bytes": 1e11, "hbm_bw_bytes_per_s": 4e12,
+            "num_sms": 100, "nvlink_bw_bytes_per_s": 4e11, "arch": "sm100", "fp4_flops": 4e15, "mxfp8": True,
+            "deepep": False, "exp_per_s": 0.0, "source": "a test"}
+    assert set(spec) == {f.name for f in dataclasses.fields(GPUSpec)}  # fails when GPUSpec grows a field
+    gpu = device_gpu_spec(parse(doc(device_spec=spec)))
+    assert dataclasses.asdict(gpu) == spec
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ({"mxfp8": 1}, "device_spec.mxfp8 must be a boolean"),
+    ({"deepep": "yes"}, "device_spec.deepep must be a boolean"),
+    ({"fp4_flops": -1.0}, "device_spec.fp4_flops"),
+    ({"num_sms": 2.5}, "device_spec.num_sms must be a whole number"),
+    ({"tflops": 1.0}, "device_spec.tflops is not a GPU field"),
+])
+def test_device_spec_field_types(bad: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        parse(doc(device_spec={"bf16_flops": 1e15, "fp8_flops": 2e15, "hbm_bw_bytes_per_s": 4e12, **bad}))

@@ -59,3 +59,17 @@ def test_microbenchmark_group_runs_and_a_profile_fits(tmp_path: Path) -> None:
     assert row["bytes_per_s"] == pytest.approx(4e9, rel=1e-3) and row["overhead_s"] == pytest.approx(1e-4, rel=1e-2)
     assert any("deepep: skipped" in n for n in doc["notes"])
     load_calibration(tmp_path / "cpu.json")
+
+
+@pytest.mark.parametrize("command", ["profile", "run"])
+def test_device_cuda_without_cuda_refuses_before_profiling(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           command: str) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here: the refusal is for machines without it")
+    from tests.robustness.cli import assert_user_error, run_cli
+
+    out = tmp_path / ("prof" if command == "profile" else "cal.json")
+    assert_user_error(run_cli(["calibrate", command, "--device", "cuda", "--out", str(out)], capsys),
+                      "--device cuda", "CUDA is not available")
+    assert list(tmp_path.iterdir()) == []

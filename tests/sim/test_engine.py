@@ -94,6 +94,28 @@ def test_deepep_sms_change_overlapped_compute(sms):
     assert eng.timeline(0)[0] == ("gemm", 0.0, pytest.approx(1.0 + (3.0 - rate)))
 
 
+@pytest.mark.parametrize("sms", [100, 130])
+def test_kernel_holding_every_sm_pauses_compute(sms):
+    """A low-latency kernel may launch one SM per expert, i.e. every SM (or, with another kernel, more):
+    a 3 s GEMM under a 1 s kernel holding all 100 SMs makes no progress during that second, ends at 4 s."""
+    eng = Engine(num_sms=100)
+    eng.add(0, Task("gemm", "compute", 3.0))
+    eng.add(0, Task("dispatch", "comm", 1.0, sms=sms))
+    assert eng.run() == pytest.approx(4.0)
+    assert eng.timeline(0) == [("gemm", 0.0, pytest.approx(4.0)), ("dispatch", 0.0, 1.0)]
+
+
+def test_two_kernels_over_the_sm_budget_then_one_released():
+    """Kernels of 60 and 50 SMs (110 of 100) from 0 to 1; then the 50-SM one alone until 2. The 4 s GEMM runs
+    at 0 until 1, at 0.5 until 2 (0.5 s of work), then at full speed: 3.5 s more, ends at 5.5 s."""
+    eng = Engine(num_sms=100)
+    eng.add(0, Task("gemm", "compute", 4.0))
+    eng.add(0, Task("a", "comm", 1.0, sms=60))
+    eng.add(0, Task("b", "comm2", 2.0, sms=50))
+    assert eng.run() == pytest.approx(5.5)
+    assert eng.timeline(0)[0] == ("gemm", 0.0, pytest.approx(5.5))
+
+
 def test_nic_shared_between_fsdp_and_a2a_flows():
     """NIC of 10 B/s. The a2a flow (40 B, capped at 8 B/s by its own path) starts at 0; the FSDP gather
     (30 B, uncapped) joins at 1. Alone the a2a runs at 8 until 1 (8 B moved); then max-min fair 5 + 5

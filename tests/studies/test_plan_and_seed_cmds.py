@@ -89,3 +89,18 @@ def test_study_seed_unwritable_out_exits_2(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     result = moesim("study", "seed", "--out", str(tmp_path / "file" / "sub"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("precision", "gpu", "needles"), [
+    ("mxfp8", "h100", ("'mxfp8'", "h100", "block-scaled")),
+    ("mxfp8-grouped", "h200", ("'mxfp8-grouped'", "h200")),
+    ("fp4", "b200", ("--precision", "'fp4'")),
+])
+def test_plan_refuses_a_precision_the_gpu_cannot_run(capsys: pytest.CaptureFixture[str], precision: str, gpu: str,
+                                                      needles: tuple[str, ...]) -> None:
+    """As ``predict`` does: exit 2 naming the precision, before any search (not "no cluster fits", exit 1)."""
+    from tests.robustness.cli import assert_user_error, run_cli
+
+    argv = ["plan", "--model", "deepseek-v3-16b", "--tokens", "1e9", "--days", "1", "--gpu", gpu,
+            "--precision", precision]
+    assert_user_error(run_cli(argv, capsys), *needles)
