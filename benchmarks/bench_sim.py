@@ -1,8 +1,12 @@
-"""Speed and memory of the simulator (a script, not a timed test).
+"""Speed and memory of the simulator (a script, not a timed test): each figure with its target.
 
-Targets on a 2-core machine (issue 7, Must show 5): the seed scenario's four-variant ``moesim predict``
-under 2 s wall including start-up; one 256-GPU prediction with overlap (Megatron combined 1F1B, DeepEP)
-under 0.2 s in-process; 2,048 GPUs under 2 s; 16,384 GPUs under 5 s; peak memory under 1 GB. Run: ``python benchmarks/bench_sim.py``.
+Targets on a 2-core machine (issue 15, Must show 1): the seed scenario's four-variant ``moesim predict``
+under 1 s wall including start-up (and it never imports torch); one 256-GPU prediction with
+``--ep-overlap`` (megatron stack, combined 1F1B, DeepEP) under 0.1 s in-process beyond a tiny one;
+16,384 GPUs under 2 s and peak RSS under 500 MB; with ``--sweep`` the default capacity sweep (>= 500
+points) under 150 s; with ``--plan`` ``moesim plan`` for DeepSeek-V3 671B on B200 under 20 s.
+
+    python benchmarks/bench_sim.py [--sweep] [--plan]
 """
 
 from __future__ import annotations
@@ -17,49 +21,74 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def _cli_seed() -> float:
+def _wall(cmd: list[str]) -> float:
     env = dict(os.environ, PYTHONPATH=ROOT)
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "moesim", "predict"], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     return time.perf_counter() - t
 
 
+def _imports_torch() -> bool:
+    code = ("import sys, runpy; sys.argv = ['moesim', 'predict']\n"
+            "import contextlib, io\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    from moesim.cli import main; main(['predict'])\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
+    return out.stdout.strip().endswith("True")
+
+
 def main() -> None:
+    import argparse
+    import tempfile
+
     from sim.catalog import load_cluster, load_model
     from sim.predict import predict
     from sim.specs import ParallelPlan
-    from sim.stacks import StackProfile
 
-    rows = [("seed scenario, 4 variants, `moesim predict` wall incl. start-up", _cli_seed(), 2.0)]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", action="store_true", help="also time the default capacity sweep (minutes)")
+    parser.add_argument("--plan", action="store_true", help="also time `moesim plan` for 671B on B200")
+    args = parser.parse_args()
+    rows = [("seed scenario, 4 variants, `moesim predict` wall incl. start-up",
+             _wall([sys.executable, "-m", "moesim", "predict"]), 1.0)]
+    tiny_t = time.perf_counter()
+    predict(load_model("debug"), load_cluster("hgx-b200", n_gpus=8), ParallelPlan(ep=4, dp_shard=8, global_batch=16,
+                                                                                  seq_len=512))
+    tiny = time.perf_counter() - tiny_t
     model = load_model("deepseek-v3-671b")
-    overlap = StackProfile(name="overlap", ep_overlap_available=True)
-    cases = [
-        (256, ParallelPlan(tp=2, pp=2, pp_schedule="interleaved-1f1b", vpp=2, ep=32, dp_shard=64, seq_len=8192,
-                           global_batch=4096), 0.3),
-        (256, ParallelPlan(tp=2, pp=2, pp_schedule="interleaved-1f1b", vpp=2, ep=32, dp_shard=64, seq_len=8192,
-                           global_batch=4096, ac="selective", ep_backend="deepep", ep_overlap=True), 0.2),
-        (2048, ParallelPlan(tp=2, pp=4, pp_schedule="interleaved-1f1b", vpp=2, ep=64, dp_shard=256,
-                            seq_len=8192, global_batch=8192, ep_backend="deepep"), 2.0),
-        (16384, ParallelPlan(tp=2, pp=8, pp_schedule="interleaved-1f1b", vpp=2, ep=64, dp_shard=512,
-                             dp_replicate=2, seq_len=8192, global_batch=16384, ep_backend="deepep"), 5.0),
-        (16384, ParallelPlan(tp=1, pp=8, pp_schedule="dualpipev", ep=64, dp_shard=2048, seq_len=4096,
-                             global_batch=32768, ep_backend="deepep", routing="zipf:0.5"), 5.0),
-    ]
-    for n, plan, target in cases:
-        cluster = load_cluster("hgx-b200", n_gpus=n)
+    t = time.perf_counter()
+    predict(model, load_cluster("hgx-b200", n_gpus=256),
+            ParallelPlan(tp=2, pp=2, pp_schedule="interleaved-1f1b", vpp=2, ep=32, dp_shard=64, seq_len=8192,
+                         global_batch=4096, ac="selective", ep_backend="deepep", ep_overlap=True), stack="megatron")
+    rows.append(("256 GPUs, --ep-overlap, megatron stack, DeepEP (in-process, beyond a tiny prediction)",
+                 time.perf_counter() - t - tiny, 0.1))
+    for plan in (ParallelPlan(tp=2, pp=8, pp_schedule="interleaved-1f1b", vpp=2, ep=64, dp_shard=512, dp_replicate=2,
+                              seq_len=8192, global_batch=16384, ep_backend="deepep"),
+                 ParallelPlan(tp=1, pp=8, pp_schedule="dualpipev", ep=64, dp_shard=2048, seq_len=4096,
+                              global_batch=32768, ep_backend="deepep", routing="zipf:0.5")):
         t = time.perf_counter()
-        p = predict(model, cluster, plan, stack=overlap)
-        dt = time.perf_counter() - t
-        label = (f"{n} GPUs, {plan.pp_schedule}, {plan.ep_backend}, routing {plan.routing}"
-                 f"{', ep_overlap' if plan.ep_overlap else ''} (in-process, first call)")
-        rows.append((label, dt, target))
-        assert p.step_time_s > 0
+        predict(model, load_cluster("hgx-b200", n_gpus=16384), plan)
+        rows.append((f"16384 GPUs, {plan.pp_schedule}, {plan.ep_backend}, routing {plan.routing} (in-process)",
+                     time.perf_counter() - t, 2.0))
+    if args.plan:
+        rows.append(("`moesim plan --model deepseek-v3-671b --tokens 14.8e12 --days 60 --gpu b200` wall",
+                     _wall([sys.executable, "-m", "moesim", "plan", "--model", "deepseek-v3-671b", "--tokens",
+                            "14.8e12", "--days", "60", "--gpu", "b200"]), 20.0))
+    if args.sweep:
+        with tempfile.TemporaryDirectory() as out:
+            rows.append(("default capacity sweep `moesim study capacity --out DIR` wall",
+                         _wall([sys.executable, "-m", "moesim", "study", "capacity", "--out", out]), 150.0))
     scaling = _symmetric_scaling(model)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"{'case':<86} {'seconds':>8} {'target':>7}")
+    print(f"{'case':<96} {'seconds':>8} {'target':>7}")
     for label, dt, target in rows:
-        print(f"{label:<86} {dt:>8.3f} {target:>7.1f} {'ok' if dt < target else 'SLOW'}")
-    print(f"peak RSS {peak_mb:.0f} MB (target < 1024 MB) {'ok' if peak_mb < 1024 else 'HIGH'}")
+        print(f"{label:<96} {dt:>8.3f} {target:>7.1f} {'ok' if dt < target else 'SLOW'}")
+    print(f"peak RSS of the in-process predictions {peak_mb:.0f} MB (target < 500 MB) "
+          f"{'ok' if peak_mb < 500 else 'HIGH'}")
+    torch = _imports_torch()
+    print(f"`moesim predict` imports torch: {torch} (target False) {'ok' if not torch else 'BAD'}")
     print("symmetric scaling (same TP2 PP2 EP32 plan, data parallel grown; fresh caches each):")
     base = scaling[0][1]
     for n, dt in scaling:

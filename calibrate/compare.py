@@ -92,7 +92,7 @@ def simulated_time(s: Sample, cal: Calibration, costs: Any, gpu: Any) -> float:
     if s.kind == "attn":
         return float(costs.attention_time(s.work, gpu.bf16_flops, s.phase != "fwd"))
     if s.kind == "comm":
-        return s.work / t["comm_rates"][s.label]["bytes_per_s"]
+        return float(s.work / t["comm_rates"][s.label]["bytes_per_s"])
     if s.kind == "notify":
         return float(t["comm_rates"][s.label].get("overhead_s", 0.0))
     return float(t.get("op_seconds", {}).get(s.label, s.seconds))

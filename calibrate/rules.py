@@ -109,9 +109,16 @@ def dsv3_slots(sh: RunShapes) -> dict[tuple[str, str], list[tuple[str, str, floa
     q_b = (ops.ATTN_Q_PROJ, T, sh.q_lora, H * (sh.qk_nope + sh.qk_rope))
     kv_b = (ops.ATTN_KV_PROJ, T, sh.kv_lora, H * (sh.qk_nope + sh.v_dim))
     o = (ops.ATTN_O_PROJ, T, H * sh.v_dim, D)
-    fwd = lambda g: _gemm(g[0], "fwd", g[1], g[2], g[3])  # noqa: E731
-    dgrad = lambda g: _gemm(g[0], "dgrad", g[1], g[3], g[2])  # noqa: E731
-    wgrad = lambda g: _gemm(g[0], "wgrad", g[1], g[2], g[3])  # noqa: E731
+
+    def fwd(g: tuple[str, float, float, float]) -> tuple[str, str, float, float]:
+        return _gemm(g[0], "fwd", g[1], g[2], g[3])
+
+    def dgrad(g: tuple[str, float, float, float]) -> tuple[str, str, float, float]:
+        return _gemm(g[0], "dgrad", g[1], g[3], g[2])
+
+    def wgrad(g: tuple[str, float, float, float]) -> tuple[str, str, float, float]:
+        return _gemm(g[0], "wgrad", g[1], g[2], g[3])
+
     sh_up, sh_down = (ops.MOE_SHARED_EXPERT, T, D, 2 * sF), (ops.MOE_SHARED_EXPERT, T, sF, D)
     ex_up, ex_down = (ops.MOE_EXPERT_GEMM, R, D, 2 * F), (ops.MOE_EXPERT_GEMM, R, F, D)
     router = (ops.MOE_ROUTER, T, D, sh.E)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from sim.limits import CLUSTER_BOUNDS, PLAN_BOUNDS
 
-__all__ = ["bounded_int", "positive_int", "finite_float", "plan_int", "gpu_count"]
+__all__ = ["bounded_int", "positive_int", "finite_float", "plan_int", "gpu_count", "int_list"]
 
 
 def bounded_int(minimum: int, maximum: int) -> Callable[[str], int]:
@@ -83,3 +83,24 @@ def gpu_count() -> Callable[[str], int]:
     """A GPU count, bounded as the cluster's ``n_gpus``."""
     low, high = CLUSTER_BOUNDS["n_gpus"]
     return bounded_int(int(low), int(high))
+
+
+def int_list(minimum: int, maximum: int) -> Callable[[str], tuple[int, ...]]:
+    """A comma-separated list of integers in ``[minimum, maximum]`` (``"0,39,40"``).
+
+    >>> int_list(0, 100)("0, 39,40")
+    (0, 39, 40)
+    >>> int_list(0, 100)("-1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be at least 0, got -1
+    """
+    one = bounded_int(minimum, maximum)
+
+    def parse(text: str) -> tuple[int, ...]:
+        items = [t for t in text.split(",")]
+        if not text.strip() or any(not t.strip() for t in items):
+            raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+        return tuple(one(t) for t in items)
+
+    return parse

@@ -148,6 +148,7 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
         for item in items:
             fields = "  ".join(f"{k}={v}" for k, v in item.items() if k not in ("name", "source"))
             print(f"  {item['name']:<18} {fields}")
+            print(f"  {'':<18} source: {item.get('source') or '-'}")
     return 0
 
 

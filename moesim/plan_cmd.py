@@ -1,9 +1,12 @@
-"""``moesim plan --model M --tokens T --days D [--gpu G] [--price P] [--json]``: the smallest cluster and best plan.
+"""``moesim plan --model M --tokens T --days D [--gpu G] [--stack S] [--global-batch N] [--headroom-gib H]
+[--price P] [--json]``: the smallest cluster and best plan.
 
 For each GPU type (``--gpu``, repeatable; default the six current ones) the smallest power-of-two GPU count
-whose fastest plan that fits trains ``M`` on ``T`` tokens within ``D`` days; the smallest over the types
-wins (ties: cheaper with ``--price``, then faster). Prints its throughput, interval (when the build has
-one), memory and the runner-up plans. Bad input exits 2 with one message.
+(from the smallest whole node that can hold the model) whose fastest plan that fits trains ``M`` on ``T``
+tokens within ``D`` days; the smallest over the types wins (ties: cheaper with ``--price``, then faster).
+Prints its assumptions first (stack, precision, all-to-all backend, global batch policy, memory
+headroom), a progress bar on stderr while it searches, then the throughput, interval, memory, GPU-hours
+and the runner-up plans. Bad input exits 2 with one message.
 """
 
 from __future__ import annotations
@@ -32,6 +35,52 @@ def _positive(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    if not text.strip().isdigit() or int(text) <= 0 or int(text) > 1 << 24:
+        raise argparse.ArgumentTypeError(f"must be a positive integer up to {1 << 24}, got {text!r}")
+    return int(text)
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and 0 <= value <= 1e4):
+        raise argparse.ArgumentTypeError(f"must be a finite number in [0, 10000], got {text}")
+    return value
+
+
+def assumptions(args: argparse.Namespace) -> list[str]:
+    """The choices the answer depends on, one line each (printed before the answer)."""
+    from studies.plan import GLOBAL_BATCH_POLICY
+
+    return [f"stack: {args.stack} (another stack can change the answer: --stack)",
+            f"precision: {args.precision or 'mxfp8 where the GPU runs it (B200, B300, GB200, GB300), else bf16'}",
+            f"all-to-all backend: {args.ep_backend}",
+            f"global batch: {f'{args.global_batch} sequences per step' if args.global_batch else GLOBAL_BATCH_POLICY}",
+            f"memory headroom: {args.headroom_gib:g} GiB left free per GPU (--headroom-gib)"]
+
+
+def _progress_bar(disabled: bool) -> Any:
+    """A rich progress bar on stderr and the callback that drives it (a no-op when ``disabled``)."""
+    import contextlib
+
+    if disabled:
+        return contextlib.nullcontext(), None
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                   TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+    task = bar.add_task("searching", total=None)
+
+    def update(gpu: str, n: int, done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total, description=f"searching {n} x {gpu}" if gpu else "done")
+
+    return bar, update
+
+
 def add_plan(subparsers: Any) -> None:
     """Register ``moesim plan`` on ``subparsers``."""
     p = subparsers.add_parser("plan", help="the smallest cluster and best plan for T tokens in D days",
@@ -43,16 +92,24 @@ def add_plan(subparsers: Any) -> None:
     p.add_argument("--price", type=_positive, help="USD per GPU-hour (adds the cost)")
     p.add_argument("--precision", help="default: mxfp8 where the GPU runs it, else bf16")
     p.add_argument("--ep-backend", default="deepep", dest="ep_backend")
-    p.add_argument("--stack", default="torchtitan")
+    p.add_argument("--stack", default="torchtitan", help="framework stack profile (default torchtitan)")
+    p.add_argument("--global-batch", type=_positive_int, dest="global_batch",
+                   help="sequences per step at every count (default: max(4096, 2 x GPUs))")
+    p.add_argument("--headroom-gib", type=_non_negative, default=0.0, dest="headroom_gib",
+                   help="GiB of HBM every plan must leave free (default 0)")
+    p.add_argument("--no-progress", action="store_true", dest="no_progress", help="no progress bar on stderr")
     p.add_argument("--workers", type=int, default=None, help="processes for the plan search (default: every core)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=run_plan)
 
 
-def _plan_text(c: Any) -> str:
+def _plan_text(c: Any, stack: str = "torchtitan") -> str:
+    from studies._sim import stack_profile
+
     p = c.plan
     vpp = f" vpp {p.vpp}" if p.pp_schedule == "interleaved-1f1b" else ""
-    return (f"TP {p.tp} PP {p.pp} {p.pp_schedule}{vpp} EP {p.ep} FSDP {p.dp_shard} recompute {p.ac} "
+    shard = "ZeRO-1" if stack_profile(stack).param_sharding == "zero1" else "FSDP"
+    return (f"TP {p.tp} PP {p.pp} {p.pp_schedule}{vpp} EP {p.ep} {shard} {p.dp_shard} recompute {p.ac} "
             f"micro-batch {p.micro_batch} ({p.global_batch} x {p.seq_len} tokens/step)")
 
 
@@ -65,9 +122,16 @@ def run_plan(args: argparse.Namespace) -> int:
     try:
         if args.ep_backend not in EP_BACKENDS:
             raise ConfigError(f"--ep-backend must be one of {', '.join(EP_BACKENDS)}; got {args.ep_backend!r}")
-        answer = smallest_cluster(args.model, tokens=args.tokens, days=args.days, gpus=args.gpu or GPUS,
-                                  precision=args.precision, ep_backend=args.ep_backend, stack=args.stack,
-                                  price=args.price, workers=args.workers or os.cpu_count() or 1)
+        from studies._sim import stack_profile
+
+        stack_profile(args.stack)  # an unknown stack is a one-line error before the search
+        bar, update = _progress_bar(args.json or getattr(args, "no_progress", False))
+        with bar:
+            answer = smallest_cluster(args.model, tokens=args.tokens, days=args.days, gpus=args.gpu or GPUS,
+                                      precision=args.precision, ep_backend=args.ep_backend, stack=args.stack,
+                                      price=args.price, workers=args.workers or os.cpu_count() or 1,
+                                      global_batch=getattr(args, "global_batch", None),
+                                      headroom_gib=getattr(args, "headroom_gib", 0.0), progress=update)
     except MoesimError as err:
         print(f"moesim plan: error: {err}", file=sys.stderr)
         return 2
@@ -75,9 +139,14 @@ def run_plan(args: argparse.Namespace) -> int:
         print(json.dumps({"model": answer.model, "tokens": answer.tokens, "days": answer.days,
                           "best": answer.best.as_dict() if answer.best else None,
                           "per_gpu": {g: (o.as_dict() if o else None) for g, o in answer.per_gpu.items()},
-                          "counts_ruled_out": answer.skipped, "elapsed_s": answer.elapsed_s,
+                          "counts_ruled_out": answer.skipped, "counts_too_small": answer.too_small,
+                          "assumptions": assumptions(args), "elapsed_s": answer.elapsed_s,
+                          "gpu_hours": (answer.best.days * 24 * answer.best.n_gpus) if answer.best else None,
                           "notes": [INTERVAL_NOTE]}, indent=2))
         return 0 if answer.best else 1
+    print("assumptions:")
+    for line in assumptions(args):
+        print(f"  {line}")
     if answer.best is None:
         print(f"no cluster of up to 65,536 GPUs of {', '.join(answer.per_gpu)} trains {answer.model} on "
               f"{answer.tokens:.3g} tokens in {answer.days:g} days with a plan that fits")
@@ -85,14 +154,14 @@ def run_plan(args: argparse.Namespace) -> int:
     o = answer.best
     p = o.best.prediction
     print(f"{answer.model}: {answer.tokens:.3g} tokens in {answer.days:g} days")
-    print(f"smallest cluster: {o.n_gpus} x {o.gpu}  ->  {o.days:.1f} days"
+    print(f"smallest cluster: {o.n_gpus} x {o.gpu}  ->  {o.days:.1f} days, {o.days * 24 * o.n_gpus:,.0f} GPU-hours"
           + (f", ${o.cost_usd:,.0f}" if o.cost_usd is not None else ""))
-    print(f"  plan: {_plan_text(o.best)}")
+    print(f"  plan: {_plan_text(o.best, args.stack)}")
     ival = f"{o.interval[0]:.0f}-{o.interval[1]:.0f}" if o.interval else "none: sim.uncertainty is not in this build"
     print(f"  {p.tokens_per_s_per_gpu:.1f} tokens/s per GPU (interval {ival}), step {p.step_time_s:.2f} s, "
           f"MFU {p.mfu * 100:.1f}%, memory {p.peak_memory_bytes / 2**30:.1f} of {p.memory_capacity_bytes / 2**30:.0f} GiB")
     for i, c in enumerate(o.runner_ups, 2):
-        print(f"  runner-up #{i}: {_plan_text(c)}: {c.prediction.tokens_per_s_per_gpu:.1f} tok/s/GPU, "
+        print(f"  runner-up #{i}: {_plan_text(c, args.stack)}: {c.prediction.tokens_per_s_per_gpu:.1f} tok/s/GPU, "
               f"{c.prediction.peak_memory_bytes / 2**30:.1f} GiB")
     for gpu, other in answer.per_gpu.items():
         if other is not None and other is not o:
@@ -100,5 +169,8 @@ def run_plan(args: argparse.Namespace) -> int:
         elif other is None:
             print(f"  {gpu}: no count up to 65,536 meets the target")
     print(f"  searched in {answer.elapsed_s:.1f} s: {o.searched['evaluated']} plans predicted, {o.searched['pruned']} "
-          f"pruned by a lower bound at {o.n_gpus} GPUs; smaller counts ruled out: {answer.skipped.get(o.gpu)}")
+          f"pruned by a lower bound at {o.n_gpus} GPUs; smaller counts searched and too slow or not fitting: "
+          f"{answer.skipped.get(o.gpu) or 'none'}")
+    if answer.too_small.get(o.gpu):
+        print(f"  not searched ({o.gpu}): {answer.too_small[o.gpu]}")
     return 0

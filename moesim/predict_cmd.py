@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from moesim.argtypes import bounded_int, finite_float, gpu_count, plan_int
+from moesim.argtypes import finite_float, gpu_count, int_list, plan_int
 from moesim.render import render_table
 from sim.catalog import default_cluster, load_cluster, load_model
 from sim.errors import ConfigError, MoesimError
@@ -95,13 +95,26 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--routing", help="balanced | round-robin | zipf:<s> | dirichlet:<alpha> | tokens-per-expert file")
     o = parser.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON object with a 'predictions' list")
+    o.add_argument("--wide", action="store_true", help="exposed and hidden seconds of every communication kind")
+    o.add_argument("--flops-formula", choices=("torchtitan", "megatron"), default="torchtitan", dest="flops_formula",
+                   help="model FLOPs per token behind TFLOPS and MFU: TorchTitan's (default) or Megatron-Bridge's "
+                        "num_floating_point_operations")
+    o.add_argument("--intervals", metavar="FILE", help="interval residuals file (moesim validate --write-intervals; "
+                   "default: the shipped sim/data/intervals.json)")
     o.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of representative ranks")
-    o.add_argument("--trace-microbatches", type=bounded_int(0, 64), default=2, metavar="N",
+    o.add_argument("--trace-microbatches", type=int_list(0, 1 << 20), default=None, metavar="I,J,...",
                    dest="trace_microbatches",
-                   help="microbatches expanded to ops (compute and comm threads) in the trace (default 2)")
+                   help="microbatches expanded to ops (compute and comm threads) in the trace (default: the first "
+                        "and a steady-state window: the two middle overlapped pairs, or the middle microbatch)")
 
 
 def _cluster(args: argparse.Namespace, name: str | None, gpus: int, gpu: str | None) -> ClusterSpec:
+    if gpu is not None:
+        from sim.catalog import gpu_names, load_gpu
+
+        if gpu not in gpu_names():
+            raise ConfigError(f"--gpu: unknown GPU {gpu!r}; the catalog has: {', '.join(gpu_names())}")
+        load_gpu(gpu)
     cluster = load_cluster(name or default_cluster(gpu or "b200"), n_gpus=gpus, gpu=gpu)
     nic_gbps = getattr(args, "nic_gbps", None)
     if nic_gbps is not None:
@@ -173,13 +186,21 @@ def _calibration_sd(cal: Any) -> float:
     return calibration_sd(cal.tables.get("residuals", {}))
 
 
-def _intervals(preds: list[Any], args: argparse.Namespace) -> list[Any]:
-    """p10-p90 tokens/s per GPU of every prediction (:func:`sim.uncertainty.prediction_interval`): the
-    held-out measured runs of the prediction's stack and the calibration's residuals."""
+def _intervals(preds: list[Any], args: argparse.Namespace) -> tuple[list[Any], str]:
+    """p10-p90 tokens/s per GPU of every prediction (:func:`sim.uncertainty.prediction_interval`) from the
+    stored residuals of the held-out measured runs of its stack (``--intervals FILE``, else the shipped
+    :mod:`sim.interval_data` file) and the calibration's residuals; and a note when there are none.
+    An explicit ``--intervals`` file that cannot be read is a :class:`ConfigError`; a missing shipped one
+    means no interval."""
+    from sim import interval_data
     from sim.uncertainty import prediction_interval
 
     sd = getattr(args, "calibration_sd", 0.0)
-    return [prediction_interval(p, calibration_sd=sd) for p in preds]
+    path = getattr(args, "intervals", None)
+    data = interval_data.load(path) if path else interval_data.load_shipped()
+    if data is None:
+        return [None] * len(preds), interval_data.interval_note()
+    return [prediction_interval(p, calibration_sd=sd, data=data) for p in preds], ""
 
 
 def _stack(args: argparse.Namespace, scenario_stack: str = "") -> Any:
@@ -215,6 +236,39 @@ def _notes(given: dict[str, Any], plan: dict[str, Any], model: Any, n_gpus: int)
     return notes
 
 
+def resolved_plan(plan: dict[str, Any], stack: Any, varying: tuple[str, ...] = ()) -> str:
+    """The plan as it was predicted (derived degrees included), data-parallel sharding named as the stack
+    does it (FSDP or ZeRO-1).
+
+    >>> from sim.stacks import load_stack
+    >>> resolved_plan({"tp": 1, "pp": 2, "pp_schedule": "1f1b", "vpp": 1, "ep": 8, "dp_shard": 32, "dp_replicate": 1,
+    ...                "cp": 1, "global_batch": 256, "seq_len": 4096, "micro_batch": 1, "ac": "full",
+    ...                "precision": "bf16", "ep_backend": "deepep", "ep_overlap": False}, load_stack("megatron"))
+    'plan: TP 1, PP 2 (1f1b), EP 8, ZeRO-1 over 32 data-parallel ranks, global batch 256 x 4096 tokens (micro-batch 1), recompute full, bf16, deepep'
+    """
+    shard = "ZeRO-1" if stack.param_sharding == "zero1" else "FSDP"
+    sched = plan["pp_schedule"] + (f", vpp {plan['vpp']}" if plan.get("vpp", 1) > 1 else "")
+    extra = "".join(f", {k} {plan[k]}" for k in ("dp_replicate", "cp") if plan.get(k, 1) > 1)
+    overlap = ", ep_overlap" if plan.get("ep_overlap") else ""
+    tail = (f", {plan['precision']}, {plan['ep_backend']}{overlap}" if not varying
+            else f" ({' and '.join(varying)} per variant)")
+    return (f"plan: TP {plan['tp']}, PP {plan['pp']} ({sched}), EP {plan['ep']}, {shard} over {plan['dp_shard']} "
+            f"data-parallel ranks{extra}, global batch {plan['global_batch']} x {plan['seq_len']} tokens "
+            f"(micro-batch {plan['micro_batch']}), recompute {plan['ac']}{tail}")
+
+
+def _stack_notes(stack: Any, args: argparse.Namespace, gpu: str) -> list[str]:
+    """Visible warnings: a placeholder (unfitted) stack efficiency, a calibration measured on another GPU."""
+    notes = []
+    if "PLACEHOLDER" in (stack.provenance or ""):
+        notes.append(f"note: stack {stack.name}: its efficiency is a PLACEHOLDER (not fitted: {stack.provenance})")
+    cal = getattr(args, "calibration_summary", None)
+    if cal and cal.get("gpu") and cal["gpu"] != gpu:
+        notes.append(f"warning: calibration {cal['name']} was measured on {cal['gpu']}; this prediction is for "
+                     f"{gpu} (its kernel rates are applied to another GPU)")
+    return notes
+
+
 def _calibration_name(args: argparse.Namespace) -> dict[str, Any] | str:
     """What the provenance names as the kernel costs: the calibration's summary, or the built-in defaults."""
     return getattr(args, "calibration_summary", None) or "built-in defaults (sim.costs: datasheets and published " \
@@ -241,11 +295,13 @@ def _compute(args: argparse.Namespace) -> _Run:
         plan = plan_from_mapping(fields, "plan (command line)")
         stack = _stack(args)
         pred = predict(model, cluster, plan, _costs(args, cluster.gpu, stack), stack=stack)
-        title = f"{model.name} on {cluster.n_gpus} x {cluster.gpu.name} ({cluster.name})\n{_stack_title(stack)}"
+        title = (f"{model.name} on {cluster.n_gpus} x {cluster.gpu.name} ({cluster.name})\n{_stack_title(stack)}\n"
+                 f"{resolved_plan(pred.plan, stack)}")
         provenance = {"scenario": None, "model": model.name, "model_source": model.source, "cluster": cluster.name,
                       "gpu": cluster.gpu.name, "n_gpus": cluster.n_gpus, "calibration": _calibration_name(args),
                       "stack": stack.describe(), "overrides": plan_args}
-        return _Run([pred], title, _notes(plan_args, pred.plan, model, cluster.n_gpus), provenance, [False])
+        notes = _notes(plan_args, pred.plan, model, cluster.n_gpus) + _stack_notes(stack, args, cluster.gpu.name)
+        return _Run([pred], title, notes, provenance, [False])
     sc = load_scenario(args.scenario or DEFAULT_SCENARIO)
     model = load_model(args.model or sc.model)
     gpus = args.gpus or sc.gpus
@@ -280,6 +336,14 @@ def _compute(args: argparse.Namespace) -> _Run:
     else:
         title = f"{sc.name} modified ({shown}): {where}"
     title += "\n" + _stack_title(stack)
+    varied = ("precision", "ep_backend", "ep_overlap")
+    common = {json.dumps({k: v for k, v in p.plan.items() if k not in varied}, sort_keys=True) for p in preds}
+    if len({json.dumps(p.plan, sort_keys=True) for p in preds}) == 1:
+        title += "\n" + resolved_plan(preds[0].plan, stack)
+    elif len(common) == 1:
+        title += "\n" + resolved_plan(preds[0].plan, stack, ("precision", "all-to-all backend"))
+    else:
+        title += "\n" + "\n".join(f"{p.name}: {resolved_plan(p.plan, stack)}" for p in preds)
     notes = []
     if overrides and not all(comparable):
         notes.append(f"note: settings differ from the measured runs ({shown}): measured columns dropped")
@@ -288,6 +352,7 @@ def _compute(args: argparse.Namespace) -> _Run:
         for note in _notes(given, pred.plan, model, cluster.n_gpus):
             if note not in notes:
                 notes.append(note)
+    notes.extend(_stack_notes(stack, args, cluster.gpu.name))
     provenance = {"scenario": sc.name, "model": model.name, "model_source": model.source, "cluster": cluster.name,
                   "gpu": cluster.gpu.name, "n_gpus": cluster.n_gpus, "calibration": _calibration_name(args),
                   "stack": stack.describe(), "overrides": overrides,
@@ -315,10 +380,21 @@ def breakdown_groups(breakdown: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def format_table(preds: list[Any], title: str = "", notes: list[str] | None = None) -> str:
-    """Predicted vs measured, speedups vs the first row, the step breakdown, MFU and memory (GiB)."""
+def _comm_kinds(preds: list[Any]) -> list[str]:
+    kinds = {k for p in preds for k in p.breakdown if k.startswith("comm.") or k == "host_sync"}
+    kinds |= {k for p in preds for k in p.hidden_comm}
+    return sorted(kinds)
+
+
+def format_table(preds: list[Any], title: str = "", notes: list[str] | None = None, *, wide: bool = False,
+                 flops_formula: str = "torchtitan") -> str:
+    """Predicted vs measured, speedups vs the first row, the step breakdown (``a2a s``: exposed all-to-all;
+    ``a2a hidden s``: all-to-all under compute), MFU and memory (GiB); ``wide``: exposed and hidden seconds
+    of every communication kind."""
+    kinds = _comm_kinds(preds) if wide else []
     headers = ["variant", "tok/s/GPU", "measured", "error", "speedup", "meas. speedup", "step s",
-               *(f"{g} s" for g, _ in _GROUPS), "TFLOPS", "MFU", "mem GiB", "fits"]
+               *(f"{g} s" for g, _ in _GROUPS), "a2a hidden s",
+               *(h for k in kinds for h in (f"{k} exposed s", f"{k} hidden s")), "TFLOPS", "MFU", "mem GiB", "fits"]
     base = preds[0]
     rows = []
     for p in preds:
@@ -331,7 +407,9 @@ def format_table(preds: list[Any], title: str = "", notes: list[str] | None = No
         tput = f"{p.tokens_per_s_per_gpu:.1f}" if p.fits_in_memory else f"{p.tokens_per_s_per_gpu:.1f} (does not fit)"
         groups = breakdown_groups(p.breakdown)
         rows.append([p.name, tput, f"{meas:g}" if meas else "-", err, sp, msp, f"{p.step_time_s:.1f}",
-                     *(f"{groups[g]:.1f}" for g, _ in _GROUPS), f"{p.tflops_per_gpu:.1f}", f"{p.mfu * 100:.1f}%",
+                     *(f"{groups[g]:.1f}" for g, _ in _GROUPS), f"{p.hidden_comm.get('comm.a2a', 0.0):.1f}",
+                     *(v for k in kinds for v in (f"{p.breakdown.get(k, 0.0):.2f}", f"{p.hidden_comm.get(k, 0.0):.2f}")),
+                     f"{p.tflops_per_gpu:.1f}", f"{p.mfu * 100:.1f}%",
                      f"{p.peak_memory_bytes / GIB:.1f} / {p.memory_capacity_bytes / GIB:.0f}",
                      "yes" if p.fits_in_memory else "NO: does not fit in memory"])
     all_notes = list(notes or [])
@@ -343,7 +421,8 @@ def format_table(preds: list[Any], title: str = "", notes: list[str] | None = No
         if abs(total - p.step_time_s) > 0.01 * p.step_time_s:
             all_notes.append(f"warning: {p.name}: the breakdown sums to {total:.1f} s, not the step's "
                              f"{p.step_time_s:.1f} s (overlapped time counted in several columns)")
-    all_notes.append("MFU: model FLOPs (TorchTitan formula) / the GPU's dense BF16 peak; memory: peak per GPU / HBM "
+    formula = "Megatron-Bridge formula" if flops_formula == "megatron" else "TorchTitan formula; --flops-formula megatron"
+    all_notes.append(f"MFU: model FLOPs ({formula}) / the GPU's dense BF16 peak; memory: peak per GPU / HBM "
                      "in GiB (2^30 bytes, as TorchTitan logs it)")
     return render_table(headers, rows, title=title, notes=all_notes).rstrip("\n")
 
@@ -355,8 +434,10 @@ def run_predict(args: argparse.Namespace) -> int:
         if getattr(args, "trace", None):
             from sim.trace import write_chrome_trace
 
-            write_chrome_trace(run.predictions, args.trace, detail_microbatches=getattr(args, "trace_microbatches", 2))
-        intervals = _intervals(run.predictions, args)
+            write_chrome_trace(run.predictions, args.trace, microbatches=getattr(args, "trace_microbatches", None))
+            run.notes.extend(_trace_notes(run.predictions, args.trace, getattr(args, "trace_microbatches", None)))
+        intervals, interval_note = _intervals(run.predictions, args)
+        _apply_flops_formula(run.predictions, getattr(args, "flops_formula", "torchtitan"))
     except MoesimError as err:
         print(f"moesim predict: error: {err}", file=sys.stderr)
         return 2
@@ -371,19 +452,77 @@ def run_predict(args: argparse.Namespace) -> int:
                           "title": run.title, "provenance": run.provenance, "notes": run.notes,
                           "settings_match_measured": run.comparable,
                           "calibration": getattr(args, "calibration_summary", None),
-                          "predictions": [{**p.to_dict(), "interval": iv.to_dict()}
+                          "interval_note": interval_note or None,
+                          "flops_formula": getattr(args, "flops_formula", "torchtitan"),
+                          "predictions": [{**p.to_dict(), "interval": iv.to_dict() if iv else None}
                                           for p, iv in zip(run.predictions, intervals, strict=True)]}, indent=2))
     else:
-        print(format_table(run.predictions, run.title, run.notes))
+        print(format_table(run.predictions, run.title, run.notes, wide=getattr(args, "wide", False),
+                           flops_formula=getattr(args, "flops_formula", "torchtitan")))
         cal = getattr(args, "calibration_summary", None)
         print(f"calibration: {cal['name']} ({cal['path']}; {cal['gpu']}, {cal['method']}; sources: "
               f"{'; '.join(cal['sources'])})" if cal else "calibration: moesim defaults (datasheets and published "
               "microbenchmarks, sim.costs)")
+        if interval_note:
+            print(interval_note)
         for p, iv in zip(run.predictions, intervals, strict=True):
-            runs = f"{iv.n_runs} held-out measured runs" if iv.n_runs else "no held-out measured run: calibration spread only"
-            print(f"  {p.name}: p10-p90 {iv.p10:.1f} - {iv.p90:.1f} tokens/s/GPU (p50 {iv.p50:.1f}; stack "
-                  f"{iv.stack}, {runs})")
+            if iv is not None:
+                print(f"  {p.name}: {format_interval(iv)}")
     return 0
+
+
+def _apply_flops_formula(preds: list[Any], formula: str) -> None:
+    """Recompute TFLOPS and MFU of ``preds`` with ``formula`` (:mod:`sim.flops`; the step is unchanged)."""
+    if formula == "torchtitan":
+        return
+    from sim.catalog import load_gpu
+    from sim.flops import flops_per_token
+
+    for p in preds:
+        model = load_model(p.model)
+        flops = flops_per_token(model, p.plan["seq_len"], formula) * p.tokens_per_s_per_gpu
+        p.tflops_per_gpu = flops / 1e12
+        p.mfu = flops / load_gpu(p.gpu).bf16_flops
+
+
+def _trace_notes(preds: list[Any], path: str, microbatches: Any) -> list[str]:
+    """One line per prediction: the expanded window, and the share of its communication under compute as the
+    trace shows it and as the prediction accounts it."""
+    from sim.trace import (
+        chrome_trace_events,
+        default_window,
+        predicted_hidden_share,
+        trace_hidden_share,
+    )
+
+    out = []
+    for p in preds:
+        window = tuple(microbatches) if microbatches is not None else default_window(p)
+        shown = trace_hidden_share(chrome_trace_events(p, microbatches=window))
+        out.append(f"trace {path}: {p.name}: microbatches {', '.join(map(str, window))} expanded to ops; "
+                   f"{shown * 100:.0f}% of their communication runs under compute (prediction: "
+                   f"{predicted_hidden_share(p, window) * 100:.0f}%)")
+    return out
+
+
+def format_interval(iv: Any) -> str:
+    """One line: the interval around the (unshifted) prediction, what it is built from, and whether a run's
+    own residual was left out.
+
+    >>> from sim.uncertainty import interval
+    >>> format_interval(interval(100.0, [0.1, 0.2, 0.3], stack="megatron", left_out="r1"))
+    'p10-p90 98.2 - 151.9 tokens/s/GPU around the prediction 100.0 (stack megatron, 3 held-out measured runs, measured/predicted mean +22.1%; own residual of r1 left out)'
+    """
+    import math
+
+    if iv.n_runs:
+        runs = (f"{iv.n_runs} held-out measured run{'s' if iv.n_runs != 1 else ''}, measured/predicted mean "
+                f"{(math.exp(iv.mean_log_residual) - 1) * 100:+.1f}%")
+    else:
+        runs = "no held-out measured run: calibration spread only"
+    left = f"; own residual of {iv.left_out} left out" if iv.left_out else ""
+    return (f"p10-p90 {iv.p10:.1f} - {iv.p90:.1f} tokens/s/GPU around the prediction {iv.point:.1f} "
+            f"(stack {iv.stack}, {runs}{left})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,8 @@
-"""``moesim validate [DATASET] [--json] [--threshold FILE]``: every measured run predicted and compared.
+"""``moesim validate [DATASET] [--json] [--threshold FILE] [--write-intervals [FILE]]``: every measured run
+predicted and compared, with the leave-one-out coverage of the p10-p90 intervals.
+
+``--write-intervals`` also writes the residuals that every prediction's interval is built from
+(:mod:`sim.interval_data`; default ``sim/data/intervals.json``), so that no prediction re-predicts the dataset.
 
 Exit codes: 0 within the repository's thresholds (``studies/data/validate_threshold.toml``), 1 when an
 error exceeds them, 2 on bad input (one message). Thresholds apply to the shipped dataset; a user's own
@@ -30,6 +34,9 @@ def add_validate(subparsers: Any) -> None:
     p.add_argument("dataset", nargs="?", help="measured-runs TOML (default: the shipped dataset)")
     p.add_argument("--threshold", help="threshold TOML (default: the repository's, for the shipped dataset)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--write-intervals", nargs="?", const="", default=None, metavar="FILE", dest="write_intervals",
+                   help="write the held-out runs' residuals (the prediction intervals' data) to FILE "
+                        "(default: the shipped sim/data/intervals.json)")
     p.set_defaults(handler=run_validate)
 
 
@@ -38,6 +45,15 @@ def run_validate(args: argparse.Namespace) -> int:
     try:
         result = validate_runs(args.dataset)
         limits = load_thresholds(args.threshold) if (args.threshold or not args.dataset) else None
+        written = None
+        if getattr(args, "write_intervals", None) is not None:
+            from sim import interval_data
+
+            written = interval_data.write(interval_data.build(args.dataset),
+                                          args.write_intervals or interval_data.INTERVALS_FILE)
+    except OSError as err:
+        print(f"moesim validate: error: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
+        return 2
     except MoesimError as err:
         print(f"moesim validate: error: {err}", file=sys.stderr)
         return 2
@@ -49,4 +65,6 @@ def run_validate(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
     else:
         print(format_result(result, failures))
+        if written is not None:
+            print(f"interval residuals written: {written}")
     return 1 if failures else 0

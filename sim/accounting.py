@@ -26,6 +26,7 @@ mode and module list, and pipeline schedule (DualPipe's two model copies in weig
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -487,7 +488,10 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec,
     best: MemoryBreakdown | None = None
     for rank, layers in enumerate(stage_layers(model, plan)):
         largest_layer = max((counts.moe_layer if li >= model.n_dense_layers else counts.dense_layer) for li in layers)
-        act = lambda ls: sum(per_layer[li >= model.n_dense_layers] for li in ls)  # noqa: E731
+
+        def act(stage: Sequence[int]) -> float:
+            return float(sum(per_layer[li >= model.n_dense_layers] for li in stage))
+
         if stages is not None:  # DualPipe: two directions, each a 1F1B-like pipeline over half the microbatches
             half = max(1, plan.n_microbatches // 2)
             first, second = stages[rank], stages[plan.pp - 1 - rank]

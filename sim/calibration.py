@@ -225,9 +225,9 @@ def _validate_tables(data: Mapping[str, Any], origin: str) -> dict[str, Any]:
             if k not in _DEVICE_FIELDS:
                 raise ConfigError(f"{origin}: device_spec.{k} is not a GPU field (known: {', '.join(_DEVICE_FIELDS)})")
             if _DEVICE_FIELDS[k] in (str, bool):
-                kind = _DEVICE_FIELDS[k]
-                if not isinstance(v, kind):
-                    raise ConfigError(f"{origin}: device_spec.{k} must be a {'string' if kind is str else 'boolean'}, "
+                field_type = _DEVICE_FIELDS[k]
+                if not isinstance(v, field_type):
+                    raise ConfigError(f"{origin}: device_spec.{k} must be a {'string' if field_type is str else 'boolean'}, "
                                       f"got {_short(v)}")
                 dev[k] = v
             elif k in _DEVICE_ZERO_OK:
@@ -348,8 +348,11 @@ def to_cost_model(cal: Calibration, gpu: Any = None) -> Any:
     gpu = gpu if gpu is not None else device_gpu_spec(cal)
     base = default_costs(gpu)
     t = cal.tables
-    curves = lambda key: {**getattr(base, key), **{d: Curve(tuple(c["sizes"]), tuple(c["values"]))  # noqa: E731
-                                                    for d, c in t.get(key, {}).items()}}
+
+    def curves(key: str) -> dict[str, Curve]:
+        return {**getattr(base, key), **{d: Curve(tuple(c["sizes"]), tuple(c["values"]))
+                                         for d, c in t.get(key, {}).items()}}
+
     sources = {**base.sources, **t.get("sources", {})}
     return dataclasses.replace(
         base, gemm_eff=curves("gemm_eff"), grouped_gemm_eff=curves("grouped_gemm_eff"),

@@ -308,7 +308,10 @@ _QUANT_BW_EFF = 0.76  # s4: "quantize kernels reach ~70-82% of HBM bandwidth"
 def _mxfp8_pass_overhead(m: float, costs_q: float, hbm_bw: float) -> float:
     """Quantize + rearrange seconds of one fwd+bwd of one expert GEMM (DeepSeek-V3 shape) at ``m`` rows."""
     k, n, g = _REF_K, _REF_N, _REF_G
-    nbytes = lambda e: e * (2 + 1 + 1 / 32) / (hbm_bw * costs_q)  # noqa: E731
+
+    def nbytes(elements: float) -> float:
+        return elements * (2 + 1 + 1 / 32) / (hbm_bw * costs_q)
+
     quant = nbytes(m * k) + nbytes(g * n * k)  # fwd: A, B
     quant += nbytes(m * n) + nbytes(g * n * k)  # dgrad: grad_out, B
     quant += nbytes(m * n) + nbytes(m * k)  # wgrad: dim1 grad_out and A
@@ -349,7 +352,10 @@ def default_costs(gpu: GPUSpec) -> CostModel:
     bf16_top = 0.80 if hopper else 1363.5e12 / _B200_BF16
     fp8_top = 0.62 if hopper else 2770e12 / _B200_FP8
     mx_dense_top = 2848e12 / _B200_FP8
-    dense = lambda top: Curve(_ROLLOFF_SIZES, tuple(top * s for s in _ROLLOFF_SHAPE))  # noqa: E731
+
+    def dense(top: float) -> Curve:
+        return Curve(_ROLLOFF_SIZES, tuple(top * s for s in _ROLLOFF_SHAPE))
+
     mx_grouped = _derive_mxfp8_curve(_B200_BF16, _B200_FP8, _B200_HBM)
     mx_wgrad = mx_grouped.scaled(1 / _MXFP8_WGRAD_SLOWDOWN)
     grouped_bf16 = _GROUPED_BF16.scaled(0.80 / 0.607) if hopper else _GROUPED_BF16

@@ -67,7 +67,7 @@ def expert_load(routing: str, n_experts: int, seed: int = 0) -> np.ndarray:
     total = load.sum()
     if total <= 0 or np.any(load < 0):
         raise ConfigError(f"routing {routing!r}: tokens per expert must be non-negative and not all zero")
-    return load / total
+    return np.asarray(load / total, dtype=float)
 
 
 def rank_load_factors(load: np.ndarray, ep: int) -> np.ndarray:
@@ -76,7 +76,7 @@ def rank_load_factors(load: np.ndarray, ep: int) -> np.ndarray:
     Experts are placed contiguously: EP rank ``j`` holds experts ``j*E/ep .. (j+1)*E/ep - 1``.
     """
     per_rank = load.reshape(ep, -1).sum(axis=1)
-    return per_rank * ep
+    return np.asarray(per_rank * ep, dtype=float)
 
 
 def _param(routing: str) -> float:
@@ -161,7 +161,7 @@ def part_hit_probabilities(
         experts = (np.arange(period * top_k).reshape(period, top_k)) % n_experts
         hit_rr = np.zeros((period, n_parts), dtype=bool)
         np.put_along_axis(hit_rr, part[experts], True, axis=1)
-        return hit_rr.mean(axis=0)
+        return np.asarray(hit_rr.mean(axis=0), dtype=float)
     if routing != "random":
         raise ConfigError(f"routing must be 'random' or 'round-robin', got {routing!r}")
     per_group = n_experts // n_group
@@ -178,7 +178,7 @@ def part_hit_probabilities(
             sel = np.ones((1, n_group))
         m = sel @ cnt  # experts of each part in the selected pool
         pool = sel.sum(axis=1, keepdims=True) * per_group
-        return (1.0 - _miss_ratio(pool, m, top_k)).mean(axis=0)
+        return np.asarray((1.0 - _miss_ratio(pool, m, top_k)).mean(axis=0), dtype=float)
     rng = np.random.default_rng(seed)
     load = np.full(n_experts, 1.0 / n_experts) if expert_load is None else np.asarray(expert_load, float)
     with np.errstate(divide="ignore"):
@@ -195,4 +195,4 @@ def part_hit_probabilities(
     top = np.argpartition(-scores, top_k - 1, axis=1)[:, :top_k]
     hit = np.zeros((samples, n_parts), dtype=bool)
     np.put_along_axis(hit, part[top], True, axis=1)
-    return hit.mean(axis=0)
+    return np.asarray(hit.mean(axis=0), dtype=float)

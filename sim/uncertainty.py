@@ -9,12 +9,21 @@ Two sources of error, combined in log space:
 - the **calibration residuals**: the spread of the calibration's fitted tables (their p10-p90 relative
   residuals, as a normal sd), added in quadrature.
 
-The interval is ``predicted * exp(mean +- half_width)``; ``p50`` is ``predicted * exp(mean)``. Coverage is
-checked by leave-one-out: each measured run's interval is built from the other runs only.
+The point is the model's prediction, never shifted. The interval is ``predicted * exp(mean +- half_width)``
+(where the stack's measured runs have fallen around its predictions), widened where needed so that it
+contains the prediction: ``p10 <= predicted <= p90`` always. Coverage is checked by leave-one-out: each
+measured run's interval is built from the other runs only, and a prediction of a measured run (same model,
+GPU, GPU count, plan and stack) never uses that run's own residual.
+
+The residuals are data (:mod:`sim.interval_data`, written by ``moesim validate --write-intervals``), so a
+prediction reads them and never re-predicts the dataset.
 
 >>> iv = interval(1000.0, [0.0, 0.02, -0.02, 0.01], calibration_sd=0.0)
->>> round(iv.p10), round(iv.p50), round(iv.p90)
-(972, 1003, 1034)
+>>> round(iv.p10), round(iv.point), round(iv.p90)
+(972, 1000, 1034)
+>>> iv = interval(1000.0, [0.30, 0.32, 0.28], calibration_sd=0.0)  # the stack runs faster than predicted
+>>> round(iv.p10), round(iv.point), iv.p90 > 1300
+(1000, 1000, True)
 >>> loo_coverage([("a", "s", 100.0, 101.0), ("b", "s", 100.0, 99.0), ("c", "s", 100.0, 100.5)])["covered"]
 2
 """
@@ -25,15 +34,14 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError, MoesimError
 from sim.measured_runs import MEASURED_RUNS
 
-__all__ = ["Interval", "interval", "prediction_interval", "stack_family", "calibration_sd", "loo_coverage", "measured_run_pairs", "residuals_by_stack",
-           "MEASURED_RUNS", "T90"]
+__all__ = ["Interval", "interval", "prediction_interval", "stack_family", "calibration_sd", "loo_coverage",
+           "measured_run_pairs", "residuals_by_stack", "MEASURED_RUNS", "T90"]
 
 
 #: One-sided 90% Student-t quantiles by degrees of freedom (1..30); the normal 1.2816 beyond.
@@ -44,20 +52,27 @@ _Z90 = 1.2816
 
 @dataclass(frozen=True)
 class Interval:
-    """p10 / p50 / p90 of tokens/s per GPU, and where the spread comes from."""
+    """p10 / p90 of tokens/s per GPU around the (unshifted) prediction ``point``, and where the spread comes from.
+
+    ``mean_log_residual``: the mean ``log(measured / predicted)`` of the runs used (where the interval sits,
+    never applied to the point); ``left_out``: the measured run whose own residual was left out (its own
+    prediction), or ``""``."""
 
     p10: float
-    p50: float
+    point: float
     p90: float
     n_runs: int
     stack: str
     calibration_sd: float
     validation_sd: float
+    mean_log_residual: float = 0.0
+    left_out: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"p10_tokens_per_s_per_gpu": self.p10, "p50_tokens_per_s_per_gpu": self.p50,
+        return {"p10_tokens_per_s_per_gpu": self.p10, "prediction_tokens_per_s_per_gpu": self.point,
                 "p90_tokens_per_s_per_gpu": self.p90, "validation_runs": self.n_runs, "stack": self.stack,
-                "calibration_log_sd": self.calibration_sd, "validation_log_sd": self.validation_sd}
+                "calibration_log_sd": self.calibration_sd, "validation_log_sd": self.validation_sd,
+                "mean_log_residual": self.mean_log_residual, "left_out_run": self.left_out or None}
 
     def contains(self, value: float) -> bool:
         return self.p10 <= value <= self.p90
@@ -68,8 +83,9 @@ def _t90(df: int) -> float:
 
 
 def interval(predicted: float, log_residuals: Sequence[float], *, calibration_sd: float = 0.0,
-             stack: str = "") -> Interval:
-    """The p10-p90 interval of ``predicted`` tokens/s per GPU given validation log-residuals."""
+             stack: str = "", left_out: str = "") -> Interval:
+    """The p10-p90 interval of ``predicted`` tokens/s per GPU given validation log-residuals: the Student-t
+    interval of the residuals, widened to contain ``predicted`` (which it never moves)."""
     if predicted <= 0 or not math.isfinite(predicted):
         raise ConfigError(f"interval: predicted tokens/s must be positive, got {predicted!r}")
     rs = [r for r in log_residuals if math.isfinite(r)]
@@ -83,10 +99,10 @@ def interval(predicted: float, log_residuals: Sequence[float], *, calibration_sd
         if n == 1:
             val = abs(rs[0]) * _t90(1)  # one run: its error, widened as a 1-df t would
     half = math.sqrt(val ** 2 + (_Z90 * calibration_sd) ** 2) if math.isfinite(val) else val
-    p50 = predicted * math.exp(mean)
-    lo = p50 * math.exp(-half) if math.isfinite(half) else 0.0
-    hi = p50 * math.exp(half) if math.isfinite(half) else float("inf")
-    return Interval(lo, p50, hi, n, stack, calibration_sd, sd if n >= 2 else 0.0)
+    centre = predicted * math.exp(mean)
+    lo = min(predicted, centre * math.exp(-half)) if math.isfinite(half) else 0.0
+    hi = max(predicted, centre * math.exp(half)) if math.isfinite(half) else float("inf")
+    return Interval(lo, predicted, hi, n, stack, calibration_sd, sd if n >= 2 else 0.0, mean, left_out)
 
 
 def calibration_sd(residuals: Mapping[str, Mapping[str, float]]) -> float:
@@ -158,15 +174,19 @@ def stack_family(stack_name: str) -> str:
     return stack_name.split("-")[0]
 
 
-@cache
-def _shipped_residuals() -> dict[str, list[float]]:
-    pairs, _ = measured_run_pairs()
-    return residuals_by_stack(pairs)
+def prediction_interval(pred: Any, *, calibration_sd: float = 0.0, data: Any = None) -> Interval | None:
+    """The p10-p90 interval of a :class:`~sim.predict.Prediction` from the stored residuals of its stack's
+    framework (``data``: a :class:`sim.interval_data.IntervalData`; default: the shipped file, read once)
+    and ``calibration_sd``. A prediction of a measured run leaves that run's residual out. None when there
+    is no interval data (missing or unreadable file: :func:`sim.interval_data.interval_note` says why)."""
+    from sim.interval_data import load_shipped, run_signature
 
-
-def prediction_interval(pred: Any, *, calibration_sd: float = 0.0) -> Interval:
-    """The p10-p90 interval of a :class:`~sim.predict.Prediction`: the held-out measured runs of its stack's
-    framework (predicted once per process) and ``calibration_sd``."""
+    data = load_shipped() if data is None else data
+    if data is None:
+        return None
     family = stack_family(pred.stack)
-    return interval(pred.tokens_per_s_per_gpu, _shipped_residuals().get(family, []), calibration_sd=calibration_sd,
-                    stack=family)
+    own = run_signature(pred.model, pred.gpu, pred.n_gpus, pred.plan, pred.stack, pred.stack_release)
+    rows = data.by_family.get(family, [])
+    left = next((r.id for r in rows if r.signature == own), "")
+    return interval(pred.tokens_per_s_per_gpu, [r.log_residual for r in rows if r.signature != own],
+                    calibration_sd=calibration_sd, stack=family, left_out=left)

@@ -52,23 +52,26 @@ def predict_run(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stac
 def interval_for(pred: Prediction, stack_name: str | None = None,
                  log_residuals: list[float] | None = None) -> tuple[float, float] | None:
     """(p10, p90) tokens/s per GPU of ``pred``: from ``log_residuals`` when given (validate's leave-one-out),
-    else from the held-out measured runs of its stack (:func:`sim.uncertainty.prediction_interval`). None
-    with fewer than two residuals (no spread to build an interval from)."""
-    from sim.uncertainty import interval, prediction_interval, stack_family
+    else from the stored residuals of the held-out measured runs of its stack
+    (:func:`sim.uncertainty.prediction_interval`; a run's own residual left out). None without any residual
+    (or without the interval file). One residual gives its error widened as a 1-df t would."""
+    from sim.uncertainty import Interval, interval, prediction_interval, stack_family
 
     if log_residuals is not None:
-        if len(log_residuals) < 2:
+        if not log_residuals:
             return None
-        iv = interval(pred.tokens_per_s_per_gpu, log_residuals, stack=stack_family(stack_name or pred.stack))
+        iv: Interval | None = interval(pred.tokens_per_s_per_gpu, log_residuals,
+                                       stack=stack_family(stack_name or pred.stack))
     else:
         iv = prediction_interval(pred)
-        if iv.n_runs < 2:
-            return None
+    if iv is None or iv.n_runs < 1:
+        return None
     return float(iv.p10), float(iv.p90)
 
 
 #: A line for reports: where intervals come from.
-INTERVAL_NOTE = "intervals: p10-p90 from the held-out measured runs of each stack (sim.uncertainty)"
+INTERVAL_NOTE = ("intervals: p10-p90 around each prediction from the stored residuals of the held-out measured "
+                 "runs of its stack (sim/data/intervals.json; sim.uncertainty); a run's own residual left out")
 
 
 def compute_seconds(op: Any, gpu: GPUSpec, costs: CostModel, stack_name: str) -> float:
@@ -76,11 +79,14 @@ def compute_seconds(op: Any, gpu: GPUSpec, costs: CostModel, stack_name: str) ->
     return costs.op_seconds(op, gpu, stack_profile(stack_name), 1.0)
 
 
-def memory_fits(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str) -> bool:
-    """Whether ``plan`` fits in the GPU's memory, by the memory model predict reports (``fits_in_memory``)."""
+def memory_fits(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str,
+                headroom_bytes: float = 0.0) -> bool:
+    """Whether ``plan`` fits in the GPU's memory, by the memory model predict reports (``fits_in_memory``),
+    leaving ``headroom_bytes`` free."""
     from sim.accounting import memory_per_gpu
 
-    return bool(memory_per_gpu(model, plan, cluster.gpu, stack_profile(stack_name)).fits)
+    mem = memory_per_gpu(model, plan, cluster.gpu, stack_profile(stack_name))
+    return bool(mem.fits) and mem.total_bytes <= mem.capacity_bytes - headroom_bytes
 
 
 def layer_compute_seconds(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str,

@@ -64,6 +64,9 @@ class PlanSpace:
     global_batch: int = 4096
     precision: str = "mxfp8"
     ep_backend: str = "deepep"
+    #: GiB of HBM a plan must leave free (allocator fragmentation, other processes): it fits only if its
+    #: peak memory is at most capacity - headroom
+    headroom_gib: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "vpp", "ep", "micro_batch"):
@@ -183,7 +186,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
     reasons: dict[str, int] = {}
     plans = list(enumerate_plans(model, cluster, space, reasons))
     enumerated = len(plans) + sum(reasons.values())
-    fitting = [p for p in plans if memory_fits(model, cluster, p, stack)]
+    headroom = space.headroom_gib * 2**30
+    fitting = [p for p in plans if memory_fits(model, cluster, p, stack, headroom)]
     cheap: dict[tuple[Any, ...], LayerTimes] = {}
     tight: dict[tuple[Any, ...], LayerTimes] = {}
 
@@ -224,7 +228,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
         nonlocal no_fit_after, violations
         if bound > pred.step_time_s * (1 + 1e-9):
             violations += 1  # the bound is not a bound for this build of sim: pruning is off (below)
-        if not pred.fits_in_memory:
+        if not pred.fits_in_memory or pred.peak_memory_bytes > pred.memory_capacity_bytes - headroom:
             no_fit_after += 1
             return
         done.append(Candidate(plan, pred, bound))

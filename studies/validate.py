@@ -90,6 +90,19 @@ class ValidationResult:
         return max(abs(e) for e in errs) if errs else None
 
     @property
+    def loo_coverage(self) -> tuple[int, int, dict[str, tuple[int, int]]]:
+        """Leave-one-out coverage of the held-out runs' p10-p90 intervals (each from the other runs of its
+        stack): (covered, runs with an interval, per stack (covered, runs))."""
+        per: dict[str, tuple[int, int]] = {}
+        for r in self.rows:
+            if r.fitted or r.interval is None or r.predicted_tokens_per_s_per_gpu is None:
+                continue
+            inside = r.interval[0] <= r.measured_tokens_per_s_per_gpu <= r.interval[1]
+            c, n = per.get(r.stack, (0, 0))
+            per[r.stack] = (c + int(inside), n + 1)
+        return sum(c for c, _ in per.values()), sum(n for _, n in per.values()), per
+
+    @property
     def unpredicted(self) -> list[ValidationRow]:
         return [r for r in self.rows if r.predicted_tokens_per_s_per_gpu is None]
 
@@ -97,7 +110,10 @@ class ValidationResult:
         return {"dataset": self.dataset, "fitted_from": self.fitted_from, "notes": self.notes,
                 "rows": [r.as_dict() for r in self.rows], "holdout_mape": self.mape,
                 "holdout_max_abs_error": self.max_abs_error, "n_holdout": len(self.holdout_errors),
-                "n_unpredicted": len(self.unpredicted)}
+                "n_unpredicted": len(self.unpredicted),
+                "loo_coverage": {"covered": self.loo_coverage[0], "runs": self.loo_coverage[1], "nominal": 0.8,
+                                 "per_stack": {k: {"covered": c, "runs": n}
+                                               for k, (c, n) in self.loo_coverage[2].items()}}}
 
 
 @dataclass(frozen=True)
@@ -220,6 +236,11 @@ def format_result(result: ValidationResult, failures: Sequence[str] = ()) -> str
     lines.append(f"holdout runs: {len(result.holdout_errors)}   MAPE {_pct(result.mape).lstrip('+')}   "
                  f"max |error| {_pct(result.max_abs_error).lstrip('+')}   (fitted runs excluded; fitted list from "
                  f"{result.fitted_from})")
+    covered, n, per = result.loo_coverage
+    if n:
+        lines.append(f"leave-one-out interval coverage: {covered} of {n} held-out runs inside their p10-p90 "
+                     f"({covered / n * 100:.0f}% against a nominal 80%; "
+                     + ", ".join(f"{k} {c}/{m}" for k, (c, m) in per.items()) + ")")
     for r in result.unpredicted:
         lines.append(f"not predicted [{r.run_id}]: {r.skipped}")
     lines.extend(result.notes)

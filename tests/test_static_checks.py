@@ -31,3 +31,11 @@ def test_mypy_is_clean_on_the_torch_free_packages() -> None:
                              "sim", "calibrate", "studies", "moesim"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_strict_is_clean_on_sim_and_studies() -> None:
+    """The simulator and the studies type-check under ``mypy --strict`` (issue 16)."""
+    result = subprocess.run([tool("mypy"), "--strict", "--ignore-missing-imports", "--cache-dir",
+                             "/tmp/moesim-mypy-strict-cache", "sim", "studies"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr

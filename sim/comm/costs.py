@@ -71,7 +71,7 @@ class CommCosts:
     # Notify (count exchange on the GPU) + barrier per DeepEP kernel, as in DeepEP's benchmarks. ASSUMED.
     deepep_overhead_s: float = 10e-6
     # DeepEP internode kernels IN TRAINING (MEASURED, DeepSeek's H800 EP64 trace, measured-runs.md s3;
-    # recomputed from the trace by tests/sim/test_deepseek_trace.py). :func:`moe_alltoall` stays the
+    # read off the trace by `moesim calibrate fit`; checked by tests/sim/test_comm.py). :func:`moe_alltoall` stays the
     # microbenchmark model (it reproduces DeepEP's tables); the simulator's step applies these
     # (:func:`in_training_s`). The notify_dispatch / cached_notify kernel before every internode dispatch
     # and combine (count exchange + barrier: it waits until every peer has arrived) averages 2,036 us

@@ -83,7 +83,7 @@ def scaled_capacity(topo: nx.DiGraph, costs: CommCosts, kind: str, *, internode:
         nvl *= costs.deepep_internode_nvlink_fraction if internode else costs.deepep_nvlink_fraction
         frac = {"nvlink": nvl, "pcie": rd, "nic": rd, "fabric": rd}
     scale = np.array([frac[k] for k in EDGE_KINDS])
-    return topo.graph["capacity"] * scale[topo.graph["edge_kind"]]
+    return np.asarray(topo.graph["capacity"] * scale[topo.graph["edge_kind"]], dtype=float)
 
 
 def interpolate(x: float, xs: Sequence[float], ys: Sequence[float], *, log_x: bool = False) -> float:
@@ -117,7 +117,7 @@ def flows_from_matrix(
 def nic_bytes_of(topo: nx.DiGraph, ranks: tuple[int, ...], edge_bytes: np.ndarray) -> np.ndarray:
     loc = np.searchsorted(topo.graph["gpus"], np.asarray(ranks))
     up = topo.graph["e_gpu_nic"][loc]  # (n, nics)
-    return np.maximum(edge_bytes[up].sum(axis=1), edge_bytes[up + 1].sum(axis=1))
+    return np.asarray(np.maximum(edge_bytes[up].sum(axis=1), edge_bytes[up + 1].sum(axis=1)), dtype=float)
 
 
 def prepare_alltoall(

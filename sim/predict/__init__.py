@@ -30,7 +30,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.accounting import memory_per_gpu, resolve_mtp_layers, torchtitan_flops_per_token
+from sim.accounting import (
+    memory_per_gpu,
+    resolve_mtp_layers,
+    torchtitan_flops_per_token,
+)
 from sim.costs import CostModel, default_costs
 from sim.errors import PlanError
 from sim.predict.breakdown import breakdown

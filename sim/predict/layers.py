@@ -65,6 +65,10 @@ class SimResult:
     records: list[tuple[Record, list[tuple[str, str, float]] | None]]
     comm_s: float = 0.0
     parts: dict[str, float] = field(default_factory=dict)
+    #: an extended pair (:func:`_extend`): its ``records`` are the compressed pair's, to which ``repeat``
+    #: more periods of ``period_s`` seconds were added (the trace replays them)
+    repeat: int = 0
+    period_s: float = 0.0
     _log: list[tuple[str, str, str, float, float]] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -399,7 +403,8 @@ def _extend(r3: SimResult, r2: SimResult, extra: int) -> SimResult:
 
     compute, exposed, hidden = ext(r3.compute_s, r2.compute_s), ext(r3.exposed_s, r2.exposed_s), ext(r3.hidden_s, r2.hidden_s)
     time = sum(compute.values()) + sum(exposed.values())
-    return SimResult(time, compute, exposed, hidden, r3.records, r3.comm_s + extra * (r3.comm_s - r2.comm_s))
+    return SimResult(time, compute, exposed, hidden, r3.records, r3.comm_s + extra * (r3.comm_s - r2.comm_s),
+                     repeat=extra, period_s=max(0.0, r3.time_s - r2.time_s))
 
 
 # --- summaries -------------------------------------------------------------------------------------

@@ -65,9 +65,10 @@ def test_malformed_runs_are_named(tmp_path, text: str, needle: str) -> None:
 
 
 def test_a_plan_that_cannot_be_derived_names_the_run(tmp_path) -> None:
-    (run,) = load_runs(_write(tmp_path, RUN.format(rid="odd", gpus=8, extra='').replace("ep = 4", "ep = 4\ntp = 3")))
-    with pytest.raises(Exception, match="tp"):
-        resolve_run(run)
-    (run,) = load_runs(_write(tmp_path, RUN.format(rid="bad", gpus=8, extra='').replace("ep = 4", 'ep = 4\nprecision = "fp4"')))
+    # Checked when the file is read (or, at the latest, when the plan is resolved), naming run and field.
+    with pytest.raises(ConfigError, match=r"run 'odd' plan.*tp \(3\)"):
+        for run in load_runs(_write(tmp_path, RUN.format(rid="odd", gpus=8, extra='').replace("ep = 4", "ep = 4\ntp = 3"))):
+            resolve_run(run)
     with pytest.raises(ConfigError, match="run 'bad' plan"):
-        resolve_run(run)
+        for run in load_runs(_write(tmp_path, RUN.format(rid="bad", gpus=8, extra='').replace("ep = 4", 'ep = 4\nprecision = "fp4"'))):
+            resolve_run(run)

@@ -190,9 +190,9 @@ def test_trace_shows_overlapped_pairs_on_compute_and_comm_threads():
     events = chrome_trace_events(predict(model, cluster, plan), detail_microbatches=8)
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     pair_ops = [e for e in events if e.get("ph") == "X" and "pair" in e.get("args", {})]
-    assert {"compute", "comm"} <= {names[(e["pid"], e["tid"])] for e in pair_ops}
+    assert {"compute stream", "comm stream"} <= {names[(e["pid"], e["tid"])] for e in pair_ops}
     comm = [e for e in pair_ops if e["name"] == "moe.dispatch"]
-    comp = [e for e in pair_ops if names[(e["pid"], e["tid"])] == "compute"]
+    comp = [e for e in pair_ops if names[(e["pid"], e["tid"])] == "compute stream"]
     assert any(c["ts"] < d["ts"] + d["dur"] and d["ts"] < c["ts"] + c["dur"] for d in comm for c in comp)
 
 

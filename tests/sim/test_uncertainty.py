@@ -27,38 +27,47 @@ def test_interval_is_the_student_t_prediction_interval_in_log_space() -> None:
     iv = interval(1000.0, RS, stack="torchtitan")
     n, mean, sd = len(RS), statistics.fmean(RS), statistics.stdev(RS)
     half = T90[n - 2] * sd * math.sqrt(1 + 1 / n)
-    assert iv.p50 == pytest.approx(1000.0 * math.exp(mean), rel=1e-12)
-    assert iv.p10 == pytest.approx(iv.p50 * math.exp(-half), rel=1e-12)
-    assert iv.p90 == pytest.approx(iv.p50 * math.exp(half), rel=1e-12)
+    centre = 1000.0 * math.exp(mean)
+    assert iv.point == 1000.0  # never shifted by the mean residual
+    assert iv.p10 == pytest.approx(centre * math.exp(-half), rel=1e-12)
+    assert iv.p90 == pytest.approx(centre * math.exp(half), rel=1e-12)
     assert (iv.n_runs, iv.stack, iv.validation_sd, iv.calibration_sd) == (n, "torchtitan", sd, 0.0)
-    assert iv.to_dict() == {"p10_tokens_per_s_per_gpu": iv.p10, "p50_tokens_per_s_per_gpu": iv.p50,
+    assert iv.to_dict() == {"p10_tokens_per_s_per_gpu": iv.p10, "prediction_tokens_per_s_per_gpu": 1000.0,
                             "p90_tokens_per_s_per_gpu": iv.p90, "validation_runs": n, "stack": "torchtitan",
-                            "calibration_log_sd": 0.0, "validation_log_sd": sd}
+                            "calibration_log_sd": 0.0, "validation_log_sd": sd, "mean_log_residual": mean,
+                            "left_out_run": None}
     assert iv.contains(iv.p10) and iv.contains(iv.p90) and not iv.contains(iv.p90 * 1.0001)
+
+
+def test_a_biased_stack_widens_the_interval_to_the_prediction_never_moves_it() -> None:
+    up = interval(1000.0, [0.30, 0.25, 0.35])
+    assert up.point == 1000.0 and up.p10 == 1000.0 and up.p90 > 1000.0 * math.exp(0.35)
+    down = interval(1000.0, [-0.30, -0.25, -0.35])
+    assert down.p90 == 1000.0 and down.p10 < 1000.0 * math.exp(-0.35)
 
 
 def test_calibration_spread_adds_in_quadrature() -> None:
     base, wide = interval(1000.0, RS), interval(1000.0, RS, calibration_sd=0.04)
-    n, sd = len(RS), statistics.stdev(RS)
+    n, sd, mean = len(RS), statistics.stdev(RS), statistics.fmean(RS)
     half = math.hypot(T90[n - 2] * sd * math.sqrt(1 + 1 / n), 1.2816 * 0.04)
-    assert wide.p90 / wide.p50 == pytest.approx(math.exp(half), rel=1e-12)
-    assert wide.p50 == base.p50 and wide.p90 > base.p90
+    assert wide.p90 / (1000.0 * math.exp(mean)) == pytest.approx(math.exp(half), rel=1e-12)
+    assert wide.point == base.point and wide.p90 > base.p90
 
 
 def test_few_runs_one_run_and_none() -> None:
     one = interval(500.0, [0.1])
-    assert one.p50 == pytest.approx(500.0 * math.exp(0.1))
-    assert one.p90 / one.p50 == pytest.approx(math.exp(0.1 * T90[0]))
+    assert one.point == 500.0 and one.p10 == pytest.approx(500.0 * math.exp(0.1 - 0.1 * T90[0]))
+    assert one.p90 / (500.0 * math.exp(0.1)) == pytest.approx(math.exp(0.1 * T90[0]))
     assert (one.n_runs, one.validation_sd) == (1, 0.0)
     none = interval(500.0, [])
-    assert (none.p10, none.p50, none.p90) == (0.0, 500.0, math.inf)
+    assert (none.p10, none.point, none.p90) == (0.0, 500.0, math.inf)
     calibrated = interval(500.0, [], calibration_sd=0.05)
-    assert calibrated.p90 / calibrated.p50 == pytest.approx(math.exp(1.2816 * 0.05))
+    assert calibrated.p90 / calibrated.point == pytest.approx(math.exp(1.2816 * 0.05))
     assert interval(500.0, [float("nan"), 0.1]).n_runs == 1  # non-finite residuals are dropped
     many = interval(500.0, [0.01 * (i % 7) for i in range(40)])
     rs = [0.01 * (i % 7) for i in range(40)]
     half = 1.2816 * statistics.stdev(rs) * math.sqrt(1 + 1 / 40)  # beyond 30 dof: the normal quantile
-    assert many.p90 / many.p50 == pytest.approx(math.exp(half), rel=1e-12)
+    assert many.p90 / (500.0 * math.exp(statistics.fmean(rs))) == pytest.approx(math.exp(half), rel=1e-12)
     with pytest.raises(ConfigError, match="positive"):
         interval(0.0, RS)
 
@@ -68,7 +77,8 @@ def test_stack_family_and_prediction_interval_use_the_framework() -> None:
     pred = predict(load_model("debug"), load_cluster("hgx-b200", n_gpus=8),
                    ParallelPlan(ep=4, dp_shard=8, global_batch=16, seq_len=512), stack=load_stack("megatron"))
     iv = prediction_interval(pred)
-    assert iv.stack == "megatron" and iv.n_runs >= 2 and iv.p10 < iv.p50 < iv.p90
+    assert iv is not None and iv.stack == "megatron" and iv.n_runs >= 2 and iv.p10 <= iv.point < iv.p90
+    assert iv.point == pred.tokens_per_s_per_gpu and iv.left_out == ""
 
 
 RUN = """

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sim.catalog import load_model
 from studies.plan import SMALL_SPACE, smallest_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,13 +24,30 @@ def moesim(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_smallest_cluster_is_the_first_count_that_meets_the_target() -> None:
     easy = smallest_cluster("deepseek-v3-16b", tokens=1e11, days=30, gpus=["b200"], space=SMALL_SPACE)
-    assert easy.best is not None and easy.best.n_gpus == 64 and easy.best.days <= 30
+    assert easy.best is not None and easy.best.n_gpus == 8 and easy.best.days <= 30  # one node is enough
+    assert easy.too_small["b200"].startswith("1, 2, 4: below a whole node")
     # A target ~100x harder needs a larger cluster, and every smaller count was ruled out.
     need = 1e11 / (30 * 86400) * 100
     hard = smallest_cluster("deepseek-v3-16b", tokens=1e13, days=30, gpus=["b200"], space=SMALL_SPACE)
     assert hard.best is not None and hard.best.n_gpus > 64
     assert hard.best.best.prediction.tokens_per_s_per_gpu * hard.best.n_gpus >= need
-    assert hard.skipped["b200"] == [n for n in (64, 128, 256, 512, 1024, 2048, 4096) if n < hard.best.n_gpus]
+    assert hard.skipped["b200"] == [n for n in (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+                                    if n < hard.best.n_gpus]
+
+
+def test_plan_counts_start_where_the_model_fits_and_headroom_and_batch_are_honoured() -> None:
+    from studies.plan import min_gpus
+
+    big = smallest_cluster("deepseek-v3-16b", tokens=1e11, days=30, gpus=["b200"], space=SMALL_SPACE,
+                           headroom_gib=40.0, global_batch=64)
+    assert big.best is not None and big.best.best.plan.global_batch == 64
+    p = big.best.best.prediction
+    assert p.peak_memory_bytes <= p.memory_capacity_bytes - 40 * 2**30
+    assert min_gpus(load_model("deepseek-v3-671b"), "b200") > 32  # 671B: 12 bytes/param do not fit 32 B200
+    seen: list[tuple[str, int]] = []
+    smallest_cluster("deepseek-v3-16b", tokens=1e11, days=30, gpus=["b200"], space=SMALL_SPACE,
+                     progress=lambda g, n, d, t: seen.append((g, n)))
+    assert seen[0] == ("b200", 8) and seen[-1] == ("", 0)
 
 
 def test_plan_json() -> None:
@@ -38,8 +56,10 @@ def test_plan_json() -> None:
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     best = out["best"]
-    assert best["gpu"] == "b200" and best["n_gpus"] == 64 and best["days"] <= 30
-    assert best["cost_usd"] == pytest.approx(best["days"] * 24 * 64 * 4)
+    assert best["gpu"] == "b200" and best["n_gpus"] == 8 and best["days"] <= 30
+    assert best["cost_usd"] == pytest.approx(best["days"] * 24 * 8 * 4)
+    assert out["gpu_hours"] == pytest.approx(best["days"] * 24 * 8)
+    assert any(a.startswith("stack: torchtitan") for a in out["assumptions"])
     assert best["best"]["peak_memory_gib"] <= best["best"]["memory_capacity_gib"]
     assert len(best["runner_ups"]) == 3
 

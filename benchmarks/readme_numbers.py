@@ -1,0 +1,270 @@
+"""Every model figure quoted in README.md and docs/*.md, regenerated from the code.
+
+    python benchmarks/readme_numbers.py           # list every figure: quoted vs today's; exit 1 on drift
+    python benchmarks/readme_numbers.py --write   # rewrite the quoted figures with today's values
+
+A figure is a regular expression with one group in one file and a function that formats today's value
+the way the text quotes it (same rounding), so "drifted by more than its rounding" is "the formatted
+text differs". ``tests/test_readme_numbers.py`` fails on drift. Wall times and machine measurements
+(README "Measured numbers" speed bullets) are not here: ``benchmarks/bench_sim.py`` prints them with
+their targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+__all__ = ["Figure", "FIGURES", "check", "write", "main"]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One quoted figure: ``pattern`` (one group: the figure's text) in ``file``, and today's text."""
+
+    name: str
+    file: str
+    pattern: str
+    value: Callable[[], str]
+
+
+# --- what the figures are computed from (each once per process) ----------------------------------
+
+@cache
+def seed() -> tuple[list[Any], list[Any]]:
+    """The seed `moesim predict` predictions and intervals, as the command computes them."""
+    from moesim.predict_cmd import _compute, _intervals, add_predict_arguments
+
+    parser = argparse.ArgumentParser()
+    add_predict_arguments(parser)
+    args = parser.parse_args([])
+    run = _compute(args)
+    return run.predictions, _intervals(run.predictions, args)[0]
+
+
+def _seed_row(i: int) -> str:
+    preds, ivs = seed()
+    p, iv, base = preds[i], ivs[i], preds[0]
+    meas = p.measured_tokens_per_s_per_gpu
+    fitted = p.name.endswith("[fitted]")
+    err = "(fitted)" if fitted else (f"{(p.tokens_per_s_per_gpu / meas - 1) * 100:+.1f}%" if meas else "-")
+    sp = "-" if i == 0 else f"{(p.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu - 1) * 100:+.1f}%"
+    msp = "-" if i == 0 or not meas else f"{(meas / base.measured_tokens_per_s_per_gpu - 1) * 100:+.0f}%"
+    return (f" {p.tokens_per_s_per_gpu:.1f} | {iv.p10:.0f}-{iv.p90:.0f} | {f'{meas:g}' if meas else '-'} | {err} | "
+            f"{sp} | {msp} | {p.step_time_s:.1f} s |")
+
+
+def _speedup_gaps() -> str:
+    preds, _ = seed()
+    base = preds[0]
+    gaps = [abs((p.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu) - (p.measured_tokens_per_s_per_gpu
+                                                                         / base.measured_tokens_per_s_per_gpu)) * 100
+            for p in preds[1:3]]
+    return f"{gaps[0]:.1f} and {gaps[1]:.1f}"
+
+
+@cache
+def validation() -> Any:
+    from studies.validate import validate_runs
+
+    return validate_runs()
+
+
+def _coverage(fmt: str) -> str:
+    covered, n, per = validation().loo_coverage
+    stacks = ", ".join(f"{k} {c}/{m}" for k, (c, m) in per.items())
+    return fmt.format(covered=covered, n=n, pct=covered / n * 100, stacks=stacks)
+
+
+def _error_range(select: Callable[[Any], bool]) -> str:
+    errs = sorted(abs(r.error) * 100 for r in validation().rows if not r.fitted and r.error is not None and select(r))
+    lo, hi = round(errs[0]), round(errs[-1])
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+@cache
+def deepseek() -> Any:
+    """DeepSeek's own plan on 2048 H800 (README command), with the deepseek stack and its calibration."""
+    from moesim.predict_cmd import _compute, add_predict_arguments
+
+    parser = argparse.ArgumentParser()
+    add_predict_arguments(parser)
+    args = parser.parse_args(
+        "--model deepseek-v3-671b --gpu h800 --gpus 2048 --stack deepseek --pp 16 --pp-schedule dualpipe --ep 64 "
+        "--tp 1 --seq-len 4096 --global-batch 15360 --precision fp8-blockwise --ep-backend deepep --ac selective".split())
+    return _compute(args).predictions[0]
+
+
+#: The DeepSeek-V3 report (s3): 180K H800 GPU-hours per trillion training tokens.
+REPORT_TOKENS_PER_S_PER_GPU = 1e12 / (180e3 * 3600)
+
+
+def _deepseek_pair_ms() -> str:
+    """A DualPipe pair of 4 MoE layers forward + 4 backward in DeepSeek's plan, simulated."""
+    from sim.calibration import STACK_CALIBRATIONS, load_calibration, to_cost_model
+    from sim.catalog import default_cluster, load_cluster, load_model
+    from sim.loaders import derive_plan_fields, plan_from_mapping
+    from sim.predict.layers import simulate_pair
+    from sim.predict.timing import Context
+    from sim.stacks import load_stack
+
+    stack = load_stack("deepseek")
+    cluster = stack.place(load_cluster(default_cluster("h800"), n_gpus=2048, gpu="h800"))
+    plan = plan_from_mapping(derive_plan_fields(dict(
+        pp=16, pp_schedule="dualpipe", ep=64, tp=1, seq_len=4096, global_batch=15360, precision="fp8-blockwise",
+        ep_backend="deepep", ac="selective"), 2048), "plan")
+    ctx = Context(load_model("deepseek-v3-671b"), cluster, plan,
+                  to_cost_model(load_calibration(STACK_CALIBRATIONS["deepseek"]), cluster.gpu), stack)
+    return f"{simulate_pair(ctx, ['moe'] * 4, ['moe'] * 4).time_s * 1e3:.0f}"
+
+
+def _eff(profile: str, arch: str) -> str:
+    from sim.stacks import load_stack
+
+    return f"{load_stack(profile).eff(arch, 'default'):.4f}"
+
+
+@cache
+def megatron_rows() -> list[Any]:
+    from calibrate.stack_fit_megatron import megatron_table
+
+    return megatron_table()
+
+
+def _megatron_row(run_id: str) -> str:
+    r = next(r for r in megatron_rows() if r.id == run_id)
+    return (f" {r.profile} | {r.arch} | {r.role} | {r.predicted_tokens_per_s_per_gpu:.0f} | "
+            f"{r.measured_tokens_per_s_per_gpu:.0f} | {r.error * 100:+.1f}% |")
+
+
+def _megatron_summary() -> str:
+    held = [abs(r.error) for r in megatron_rows() if r.role == "held out"]
+    return f"{len(held)}, mean |error| {sum(held) / len(held) * 100:.1f}%, max {max(held) * 100:.1f}%"
+
+
+def _release_gain() -> str:
+    rows = {r.id: r for r in megatron_rows()}
+    a, b = rows["mcore-26.02-dsv3-256xb200"], rows["mcore-26.04-dsv3-256xb200"]
+    return f"{(b.measured_tokens_per_s_per_gpu / a.measured_tokens_per_s_per_gpu - 1) * 100:.1f}"
+
+
+# --- the figures ------------------------------------------------------------------------------------
+
+_SEED_LABELS = ("BF16, standard EP (fitted)", "BF16 + DeepEP", "MXFP8 grouped GEMMs + DeepEP",
+                "MXFP8 grouped GEMMs, standard EP (not published)")
+
+FIGURES: list[Figure] = [
+    *(Figure(f"README seed row {i}", "README.md", r"^\| " + re.escape(label).replace("\\ ", " ") + r" \|(.*)$",
+             lambda i=i: _seed_row(i)) for i, label in enumerate(_SEED_LABELS)),
+    Figure("torchtitan sm100 efficiency (README)", "README.md", r"efficiency is fitted to \((\d\.\d+) on sm100",
+           lambda: _eff("torchtitan", "sm100")),
+    Figure("seed speedup gaps", "README.md", r"within 5 points of the measured ones \(([\d.]+ and [\d.]+) points\)",
+           _speedup_gaps),
+    Figure("validate held-out runs", "README.md", r"Today: \*\*(\d+) held-out runs",
+           lambda: f"{len(validation().holdout_errors)}"),
+    Figure("validate MAPE", "README.md", r"held-out runs, MAPE ([\d.]+)%", lambda: f"{validation().mape * 100:.1f}"),
+    Figure("validate max error", "README.md", r"max\s+\|error\| ([\d.]+)%\*\*",
+           lambda: f"{validation().max_abs_error * 100:.1f}"),
+    Figure("validate fitted runs", "README.md", r"\((\d+) runs are marked `fitted`",
+           lambda: f"{sum(r.fitted for r in validation().rows)}"),
+    Figure("NVL72 error range", "README.md", r"NVL72 racks \(GB200/GB300\) ([\d-]+)% slow",
+           lambda: _error_range(lambda r: r.gpu in ("gb200", "gb300"))),
+    Figure("H100 error", "README.md", r"the H100 Qwen3-235B run ([\d-]+)% slow",
+           lambda: _error_range(lambda r: r.gpu == "h100")),
+    Figure("HGX B200 error range", "README.md", r"HGX B200 held-out runs within ([\d-]+)%",
+           lambda: _error_range(lambda r: r.gpu == "b200" and r.stack == "megatron")),
+    Figure("LOO coverage (README)", "README.md", r"Leave-one-out coverage on the held-out runs \(`moesim validate`\):\n"
+           r"\*\*(.*?)\.", lambda: _coverage("{covered} of {n} inside their interval ({pct:.0f}% against a nominal "
+                                              "80%)**; {stacks}")),
+    Figure("DeepSeek 2048-H800 tok/s/GPU", "README.md", r"gives \*\*(\d+) tok/s/GPU\*\*",
+           lambda: f"{deepseek().tokens_per_s_per_gpu:.0f}"),
+    Figure("DeepSeek 2048-H800 memory", "README.md", r"tok/s/GPU\*\*, ([\d.]+ of \d+) GiB per GPU",
+           lambda: f"{deepseek().peak_memory_bytes / 2**30:.1f} of {deepseek().memory_capacity_bytes / 2**30:.0f}"),
+    Figure("DeepSeek report tok/s/GPU", "README.md", r"GPU-hours per trillion tokens imply (\d+)\s+tok/s/GPU",
+           lambda: f"{REPORT_TOKENS_PER_S_PER_GPU:.0f}"),
+    Figure("DeepSeek vs report", "README.md", r"tok/s/GPU \(([+-][\d.]+)%; not a fitted number",
+           lambda: f"{(deepseek().tokens_per_s_per_gpu / REPORT_TOKENS_PER_S_PER_GPU - 1) * 100:+.1f}"),
+    Figure("DeepSeek 4-layer pair", "README.md", r"forward/backward pair takes (\d+) ms where", _deepseek_pair_ms),
+    Figure("LOO coverage (docs/calibration.md)", "docs/calibration.md",
+           r"prints the leave-one-out coverage: ([^.]*)\.",
+           lambda: _coverage("{covered} of {n} held-out runs inside their\np10-p90 ({pct:.0f}% against a nominal "
+                             "80%; {stacks})")),
+    Figure("torchtitan sm100 efficiency (seed-protocol)", "docs/seed-protocol.md", r"x = \*\*(\d\.\d+)\*\*",
+           lambda: _eff("torchtitan", "sm100")),
+    Figure("torchtitan sm100 efficiency (stack-protocol)", "docs/stack-protocol.md",
+           r"`calibrate.stack_fit.fit_seed`; (\d\.\d+) with the overlap engine", lambda: _eff("torchtitan", "sm100")),
+    Figure("release gain", "docs/stack-protocol.md", r"the same B200 plan ([\d.]+)% faster in 26.04", _release_gain),
+    Figure("release efficiencies", "docs/stack-protocol.md", r"that in the efficiency: (\d\.\d+ -> \d\.\d+)\)",
+           lambda: f"{_eff('megatron-26.02', 'sm100')} -> {_eff('megatron-26.04', 'sm100')}"),
+    *(Figure(f"stack-protocol row {rid}", "docs/stack-protocol.md", r"^\| " + re.escape(rid).replace("\\ ", " ") + r" \|(.*)$",
+             lambda rid=rid: _megatron_row(rid))
+      for rid in ("mcore-26.02-dsv3-256xb200", "mcore-26.02-dsv3-256xb300", "mcore-26.02-dsv3-256xgb200",
+                  "mcore-26.02-dsv3-256xgb300", "mcore-26.02-qwen3-235b-256xb200", "mcore-26.04-dsv3-256xb200",
+                  "mcore-26.04.01-dsv3-256xb300", "mcore-26.04.01-dsv3-256xgb200",
+                  "mcore-26.04.01-qwen3-235b-256xh100", "mcore-26.04.01-qwen3-235b-256xb200",
+                  "mcore-26.04.01-qwen3-235b-256xgb200", "mcore-26.04.01-qwen3-30b-8xb200",
+                  "mcore-26.04.01-qwen3-30b-16xh100")),
+    Figure("stack-protocol held-out summary", "docs/stack-protocol.md", r"Held-out runs: (\d+, mean \|error\| [\d.]+%, "
+           r"max [\d.]+%)", _megatron_summary),
+]
+
+
+def _match(fig: Figure, text: str) -> re.Match[str]:
+    pattern = fig.pattern.replace(" ", r"\s+")  # prose wraps: a space in a pattern matches any line break
+    found = list(re.finditer(pattern, text, flags=re.MULTILINE))
+    if len(found) != 1:
+        raise SystemExit(f"{fig.file}: figure {fig.name!r}: pattern {fig.pattern!r} matches {len(found)} times, not once")
+    return found[0]
+
+
+def check(figures: list[Figure] | None = None) -> list[tuple[Figure, str, str]]:
+    """(figure, quoted text, today's text) for every figure."""
+    out = []
+    for fig in figures or FIGURES:
+        text = (ROOT / fig.file).read_text(encoding="utf-8")
+        out.append((fig, _match(fig, text).group(1), fig.value()))
+    return out
+
+
+def write(figures: list[Figure] | None = None) -> int:
+    """Rewrite every drifted figure in place; returns how many changed."""
+    changed = 0
+    for fig, quoted, today in check(figures):
+        if quoted == today:
+            continue
+        path = ROOT / fig.file
+        text = path.read_text(encoding="utf-8")
+        m = _match(fig, text)
+        path.write_text(text[:m.start(1)] + today + text[m.end(1):], encoding="utf-8")
+        changed += 1
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="rewrite drifted figures in README.md and docs/")
+    args = parser.parse_args(argv)
+    if args.write:
+        print(f"{write()} figure(s) rewritten")
+    drift = 0
+    for fig, quoted, today in check():
+        ok = quoted == today
+        drift += not ok
+        print(f"{'ok   ' if ok else 'DRIFT'} {fig.file}: {fig.name}: quoted {quoted.strip()!r}"
+              + ("" if ok else f", today {today.strip()!r}"))
+    print(f"{len(FIGURES)} figures, {drift} drifted")
+    return 1 if drift else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
