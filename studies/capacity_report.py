@@ -1,7 +1,9 @@
 """The capacity sweep's HTML report: throughput and scaling efficiency against GPU count, heatmaps, the
-Pareto front of time-to-train against GPUs, and cost where a price per GPU-hour is given.
+Pareto front of time-to-train against GPUs, cost where a price per GPU-hour is given, and the step-time
+breakdown of the fastest configuration per model and GPU count (one colour per category, :mod:`studies.colours`).
 
-Built from the results table alone (``read_results``), so a resumed or partial sweep reports what it has.
+Built from the results table alone (``read_results``), so a resumed or partial sweep reports what it has;
+the step-time breakdowns of the fastest configurations are predicted again from their rows.
 """
 
 from __future__ import annotations
@@ -9,10 +11,16 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from sim.errors import MoesimError
+from studies.colours import breakdown_colours
 from studies.report import Section, table_html, write_report
 
-__all__ = ["capacity_sections", "write_capacity_report", "pareto_front"]
+if TYPE_CHECKING:
+    from sim.predict import Prediction
+
+__all__ = ["capacity_sections", "write_capacity_report", "pareto_front", "row_prediction"]
 
 Row = dict[str, str]
 
@@ -49,6 +57,64 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, flo
 def _plan(r: Row) -> str:
     vpp = f" vpp{r['vpp']}" if r["pp_schedule"] == "interleaved-1f1b" else ""
     return f"TP{r['tp']} PP{r['pp']} {r['pp_schedule']}{vpp} EP{r['ep']} {r['ac']} mb{r['micro_batch']}"
+
+
+def row_prediction(r: Row) -> Prediction:
+    """The prediction of an ok row's plan at its point, predicted again from the row's fields (the results
+    table stores no breakdown); a MoesimError where this build of sim cannot predict it."""
+    from sim.catalog import load_model
+    from sim.specs import ParallelPlan
+    from studies._sim import predict_run
+    from studies.capacity import point_cluster
+    from studies.capacity_spec import Point
+
+    point = Point(r["model"], r["gpu"], int(r["n_gpus"]), float(r["nic_gbps"] or 0), r["nvlink_domain"],
+                  float(r["oversubscription"] or 1), r["precision"], r["ep_backend"], r["stack"], int(r["seq_len"]),
+                  int(r["global_batch"]))
+    tp, pp = int(r["tp"]), int(r["pp"])
+    plan = ParallelPlan(tp=tp, pp=pp, pp_schedule=r["pp_schedule"], vpp=int(r["vpp"]), ep=int(r["ep"]),
+                        dp_shard=point.n_gpus // (tp * pp), seq_len=point.seq_len, global_batch=point.global_batch,
+                        micro_batch=int(r["micro_batch"]), ac=r["ac"], precision=point.precision,
+                        ep_backend=point.ep_backend)
+    return predict_run(load_model(point.model), point_cluster(point), plan, point.stack)
+
+
+def _breakdown_section(rows: Sequence[Row], models: list[str]) -> Section:
+    """Stacked step-time breakdowns of the fastest configuration per model and GPU count, one chart per
+    model, every key in its :mod:`studies.colours` colour."""
+    import plotly.graph_objects as go
+
+    figs, failed, moved = [], [], 0
+    for model in models:
+        best = _best_by([r for r in rows if r["model"] == model], ("n_gpus",))
+        bars: list[tuple[str, dict[str, float]]] = []
+        for (n,), r in sorted(best.items(), key=lambda kv: int(kv[0][0])):
+            try:
+                pred = row_prediction(r)
+            except (MoesimError, KeyError, ValueError) as err:
+                failed.append(f"{model} on {n} GPUs ({err})")
+                continue
+            if abs(pred.step_time_s - float(r["step_time_s"])) > 1e-4 * max(1.0, pred.step_time_s):
+                moved += 1
+            bars.append((f"{n} x {r['gpu']}", pred.breakdown))
+        if not bars:
+            continue
+        fig = go.Figure()
+        colours = breakdown_colours(sorted({k for _, b in bars for k in b}))
+        for key, colour in colours.items():
+            fig.add_trace(go.Bar(name=key, x=[label for label, _ in bars], y=[b.get(key, 0.0) for _, b in bars],
+                                 marker_color=colour))
+        fig.update_layout(barmode="stack", title=f"{model}: step-time breakdown of the fastest configuration per "
+                          "GPU count (s, busiest pipeline rank; sums to the step)", xaxis_title="GPUs x GPU type",
+                          yaxis_title="seconds", height=560)
+        figs.append(fig)
+    text = ("The plan of each row of the table below, predicted again from the row (the results table holds no "
+            "breakdown). Each category has the same colour in every chart.")
+    if moved:
+        text += f" {moved} of them now predict a step time other than the table's (a newer build of sim)."
+    if failed:
+        text += " Not predicted: " + "; ".join(failed) + "."
+    return Section("Step-time breakdown", text, figs)
 
 
 def capacity_sections(rows: Sequence[Row]) -> list[Section]:
@@ -129,6 +195,7 @@ def capacity_sections(rows: Sequence[Row]) -> list[Section]:
             table_rows.append([model, n, r["gpu"], r["precision"], r["ep_backend"], r["nic_gbps"], r["nvlink_domain"],
                                _plan(r), f"{float(r['tokens_per_s_per_gpu']):.0f}", f"{float(r['mfu']) * 100:.1f}%",
                                r["peak_memory_gib"], f"{float(r['time_to_train_days']):.1f}"])
+    sections.append(_breakdown_section(ok, models))
     sections.append(Section("Fastest configuration per model and GPU count", "", [], [table_html(
         ["model", "GPUs", "GPU", "precision", "EP backend", "NIC Gb/s", "NVLink", "plan", "tok/s/GPU", "MFU",
          "peak GiB", "days"], table_rows)]))

@@ -19,6 +19,7 @@ from sim.loaders import derive_plan_fields, plan_from_mapping
 from sim.predict import Prediction
 from sim.scenarios import DEFAULT_SCENARIO, load_scenario
 from studies._sim import INTERVAL_NOTE, STACK_NOTE, interval_for, predict_run
+from studies.colours import breakdown_colours
 from studies.report import Section, ensure_dir, table_html, write_report
 
 __all__ = ["SeedRow", "seed_rows", "timeline_window", "seed_sections", "write_seed_report", "SMALL_MODEL"]
@@ -171,9 +172,9 @@ def seed_sections(rows: list[SeedRow]) -> list[Section]:
                            + ("" if err_y else " (no interval in this build)"), yaxis_title="tokens/s per GPU", height=460)
         bar_figs.append(bars)
         stack = go.Figure()
-        cats = sorted({k for r in sel for k in r.prediction.breakdown})
-        for cat in cats:
-            stack.add_trace(go.Bar(name=cat, x=[r.variant for r in sel],
+        colours = breakdown_colours(sorted({k for r in sel for k in r.prediction.breakdown}))
+        for cat, colour in colours.items():
+            stack.add_trace(go.Bar(name=cat, x=[r.variant for r in sel], marker_color=colour,
                                    y=[r.prediction.breakdown.get(cat, 0.0) for r in sel]))
         stack.update_layout(barmode="stack", title=f"{group}: step-time breakdown (s, busiest pipeline rank; sums "
                             "to the step)", yaxis_title="seconds", height=560)
