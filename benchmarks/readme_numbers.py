@@ -92,8 +92,15 @@ def _error_range(select: Callable[[Any], bool]) -> str:
     return f"{lo}" if lo == hi else f"{lo}-{hi}"
 
 
+def _run_error(run_id: str) -> float:
+    """Percent error of one measured run's prediction (``moesim validate``)."""
+    row = next(r for r in validation().rows if r.run_id == run_id)
+    assert row.predicted_tokens_per_s_per_gpu is not None, run_id
+    return (row.predicted_tokens_per_s_per_gpu / row.measured_tokens_per_s_per_gpu - 1) * 100
+
+
 @cache
-def deepseek() -> Any:
+def deepseek(extra: tuple[str, ...] = ()) -> Any:
     """DeepSeek's own plan on 2048 H800 (README command), with the deepseek stack and its calibration."""
     from moesim.predict_cmd import _compute, add_predict_arguments
 
@@ -101,8 +108,18 @@ def deepseek() -> Any:
     add_predict_arguments(parser)
     args = parser.parse_args(
         "--model deepseek-v3-671b --gpu h800 --gpus 2048 --stack deepseek --pp 16 --pp-schedule dualpipe --ep 64 "
-        "--tp 1 --seq-len 4096 --global-batch 15360 --precision fp8-blockwise --ep-backend deepep --ac selective".split())
+        "--tp 1 --seq-len 4096 --global-batch 15360 --precision fp8-blockwise --ep-backend deepep --ac selective".split()
+        + list(extra))
     return _compute(args).predictions[0]
+
+
+def _deepseek_window() -> str:
+    """The traced pair predicted from the bundled calibration (``calibrate compare``'s ``window.predicted``)."""
+    from calibrate.traced_plan import predicted_pair
+    from sim.calibration import load_calibration
+
+    w = predicted_pair(load_calibration("h800-deepseek-trace"))
+    return " | ".join(f"{v * 1e3:.1f}" for v in (w.compute_busy_s, w.comm_busy_s, w.exposed_comm_s, w.span_s))
 
 
 #: The DeepSeek-V3 report (s3): 180K H800 GPU-hours per trillion training tokens.
@@ -180,7 +197,11 @@ FIGURES: list[Figure] = [
     Figure("NVL72 error range", "README.md", r"NVL72 racks \(GB200/GB300\) ([\d-]+)% slow",
            lambda: _error_range(lambda r: r.gpu in ("gb200", "gb300"))),
     Figure("H100 error", "README.md", r"the H100 Qwen3-235B run ([\d-]+)% slow",
-           lambda: _error_range(lambda r: r.gpu == "h100")),
+           lambda: _error_range(lambda r: r.gpu == "h100" and r.stack == "megatron")),
+    Figure("TorchTitan H100 NCCL error", "README.md", r"TorchTitan's 512-H100 pair: standard EP ([+-][\d.]+)%",
+           lambda: f"{_run_error('titan-dsv3-h100-bf16'):+.1f}"),
+    Figure("TorchTitan H100 DeepEP error", "README.md", r"TorchTitan's 512-H100 pair: standard EP [+-][\d.]+%, "
+           r"DeepEP ([+-][\d.]+)%", lambda: f"{_run_error('titan-dsv3-h100-bf16-deepep'):+.1f}"),
     Figure("HGX B200 error range", "README.md", r"HGX B200 held-out runs within ([\d-]+)%",
            lambda: _error_range(lambda r: r.gpu == "b200" and r.stack == "megatron")),
     Figure("LOO coverage (README)", "README.md", r"Leave-one-out coverage on the held-out runs \(`moesim validate`\):\n"
@@ -194,6 +215,10 @@ FIGURES: list[Figure] = [
            lambda: f"{REPORT_TOKENS_PER_S_PER_GPU:.0f}"),
     Figure("DeepSeek vs report", "README.md", r"tok/s/GPU \(([+-][\d.]+)%; not a fitted number",
            lambda: f"{(deepseek().tokens_per_s_per_gpu / REPORT_TOKENS_PER_S_PER_GPU - 1) * 100:+.1f}"),
+    Figure("DeepSeek pair predicted window", "README.md", r"\| predicted \| ([\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+) \|",
+           _deepseek_window),
+    Figure("DeepSeek NIC what-if", "README.md", r"`--nic-gbps 800`: ([+-][\d.]+)% where",
+           lambda: f"{(deepseek(('--nic-gbps', '800')).tokens_per_s_per_gpu / deepseek().tokens_per_s_per_gpu - 1) * 100:+.1f}"),
     Figure("DeepSeek 4-layer pair", "README.md", r"forward/backward pair takes (\d+) ms where", _deepseek_pair_ms),
     Figure("LOO coverage (docs/calibration.md)", "docs/calibration.md",
            r"prints the leave-one-out coverage: ([^.]*)\.",

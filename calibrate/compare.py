@@ -31,7 +31,8 @@ from sim.calibration import (
 from sim.engine import Engine, Task
 from sim.fileio import write_atomic
 
-__all__ = ["OpRow", "Comparison", "compare_reading", "simulated_time", "write_simulated_trace"]
+__all__ = ["OpRow", "Comparison", "WindowBusy", "compare_reading", "simulated_time", "window_busy",
+           "write_simulated_trace"]
 
 _F_CHAIN = ("attn(F)", "dispatch(F)", "mlp(F)", "combine(F)")
 _B_CHAIN = ("combine(B)", "mlp(B)", "dispatch(B)", "attn(B)")
@@ -52,12 +53,67 @@ class OpRow:
         return self.simulated_s / self.measured_s - 1.0 if self.measured_s > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class WindowBusy:
+    """Where one window's time goes on the traced rank: busy time of the compute stream(s) (union of their
+    kernels), of the communication stream(s), the communication not under any compute kernel, and the span."""
+
+    compute_busy_s: float
+    comm_busy_s: float
+    exposed_comm_s: float
+    span_s: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"compute_busy_s": round(self.compute_busy_s, 9), "comm_busy_s": round(self.comm_busy_s, 9),
+                "exposed_comm_s": round(self.exposed_comm_s, 9), "span_s": round(self.span_s, 9)}
+
+
+def _merge(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        elif b > a:
+            out.append((a, b))
+    return out
+
+
+def window_busy(compute: Sequence[tuple[float, float]], comm: Sequence[tuple[float, float]]) -> WindowBusy:
+    """:class:`WindowBusy` of kernels given as ``(start, end)`` seconds on compute and communication streams.
+
+    >>> w = window_busy([(0.0, 2.0), (1.0, 3.0)], [(2.5, 4.0)])
+    >>> (w.compute_busy_s, w.comm_busy_s, w.exposed_comm_s, w.span_s)
+    (3.0, 1.5, 1.0, 4.0)
+    """
+    cu, cm = _merge(compute), _merge(comm)
+    hidden = 0.0
+    i = 0
+    for a, b in cm:
+        while i < len(cu) and cu[i][1] <= a:
+            i += 1
+        j = i
+        while j < len(cu) and cu[j][0] < b:
+            hidden += max(0.0, min(b, cu[j][1]) - max(a, cu[j][0]))
+            j += 1
+    comm_busy = sum(b - a for a, b in cm)
+    ends = [b for _, b in cu + cm]
+    starts = [a for a, _ in cu + cm]
+    span = max(ends) - min(starts) if ends else 0.0
+    return WindowBusy(sum(b - a for a, b in cu), comm_busy, comm_busy - hidden, span)
+
+
 @dataclass
 class Comparison:
     rows: list[OpRow]
     measured_window_s: float
     simulated_window_s: float
     records: list[tuple[str, str, str, float, float, dict[str, Any]]] = field(default_factory=list)
+    #: the window's busy/exposed breakdown: measured (the trace's kernels), replayed (this comparison's
+    #: simulation: the calibration's rates with its in-training comm readings and per-slot memory-kernel
+    #: times) and predicted (``moesim predict``'s path from the calibration alone: :mod:`calibrate.traced_plan`)
+    measured_busy: WindowBusy | None = None
+    replayed_busy: WindowBusy | None = None
+    predicted_busy: WindowBusy | None = None
 
     @property
     def window_error(self) -> float:
@@ -73,7 +129,10 @@ class Comparison:
                          "error": round(r.error, 6), "layers": r.layers} for r in self.rows],
                 "median_abs_op_error": round(self.median_abs_error, 6),
                 "window": {"measured_s": self.measured_window_s, "simulated_s": self.simulated_window_s,
-                           "error": round(self.window_error, 6)}}
+                           "error": round(self.window_error, 6),
+                           "measured": self.measured_busy.to_dict() if self.measured_busy else None,
+                           "replayed": self.replayed_busy.to_dict() if self.replayed_busy else None,
+                           "predicted": self.predicted_busy.to_dict() if self.predicted_busy else None}}
 
 
 def simulated_time(s: Sample, cal: Calibration, costs: Any, gpu: Any) -> float:
@@ -159,7 +218,11 @@ def compare_reading(reading: TraceReading, cal: Calibration, *, layer: int | Non
         m = statistics.median(meas[label].values())
         p = statistics.median(sim[label].values())
         rows.append(OpRow(label, kinds[label], m, p, len(meas[label])))
-    return Comparison(rows, reading.window_s, span, records)
+    measured = window_busy([(k.start_s, k.start_s + k.seconds) for k in reading.kernels if k.stream not in comm_streams],
+                           [(k.start_s, k.start_s + k.seconds) for k in reading.kernels if k.stream in comm_streams])
+    replayed = window_busy([(a, b) for _l, st, _p, a, b, _x in records if st == "compute"],
+                           [(a, b) for _l, st, _p, a, b, _x in records if st == "comm"])
+    return Comparison(rows, reading.window_s, span, records, measured, replayed)
 
 
 def _phase_of(reading: TraceReading, s: Sample) -> str:
@@ -200,4 +263,10 @@ def summary_lines(comp: Comparison, rows: Sequence[OpRow] | None = None) -> list
     lines.append(f"median |per-op error|: {comp.median_abs_error * 100:.1f}% over {len(comp.rows)} ops")
     lines.append(f"traced window: measured {comp.measured_window_s * 1e3:.2f} ms, simulated "
                  f"{comp.simulated_window_s * 1e3:.2f} ms ({comp.window_error * 100:+.1f}%)")
+    if comp.measured_busy:
+        cols = [("measured", comp.measured_busy), ("replayed", comp.replayed_busy), ("predicted", comp.predicted_busy)]
+        cols = [(n, w) for n, w in cols if w is not None]
+        lines.append("window (ms)     " + "".join(f"{n:>12}" for n, _ in cols))
+        for name in ("compute_busy_s", "comm_busy_s", "exposed_comm_s", "span_s"):
+            lines.append(f"  {name[:-2]:<14}" + "".join(f"{getattr(w, name) * 1e3:12.2f}" for _, w in cols))
     return lines

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from calibrate.fit import Sample, fit_tables, samples_from_ours
+from calibrate.memory_fit import fit_memory_rates
 from calibrate.rules import RunShapes, TraceReading, launch_gaps, read_job_trace
 from calibrate.traces import load_document
 from sim.calibration import SCHEMA, VERSION, parse_calibration
@@ -154,6 +155,9 @@ def fit_document(paths: Sequence[str | Path], *, gpu: str | None = None, name: s
     notes: list[str] = []
     for reading in readings:
         _comm_tables(tables, spec, reading)
+        rates, rate_residuals = fit_memory_rates(reading, spec)
+        tables.update(rates)
+        tables["residuals"].update(rate_residuals)
         gaps = launch_gaps(reading.kernels, _compute_stream(reading))
         tables["launch_overhead_s"] = float(f"{gaps['launch_gap_s']:.6g}")
         notes += reading.notes
@@ -170,7 +174,11 @@ def fit_document(paths: Sequence[str | Path], *, gpu: str | None = None, name: s
            "comm": "fitted: DeepEP kernels as they ran in training (logical bytes, published.md s6 node counts)",
            "op_seconds": "measured: memory-bound kernels per launch slot (the trace records no shapes)",
            "sm_sharing": "fitted: slowdown of repeated compute ops vs their overlap with DeepEP kernels",
-           "launch_overhead_s": "fitted: median idle gap under 50 us between compute-stream kernels"}
+           "launch_overhead_s": "fitted: median idle gap under 50 us between compute-stream kernels",
+           "quantize_bw_eff": "fitted (calibrate/memory_fit.py): the workload's quantize bytes per traced layer "
+                              "at HBM bandwidth over the trace's cast/quantize kernel seconds (median of layers)",
+           "mem_bw_eff": "fitted (calibrate/memory_fit.py): the workload's other memory-bound bytes per traced "
+                         "layer at HBM bandwidth over the trace's norm/activation/permute/elementwise seconds"}
     if exclude_layer is not None:
         notes.append(f"layer {exclude_layer} left out of the fit (held out)")
     return build_document(name, gpu_name, tables, provenance, kernels=real, sources=src, notes=notes)

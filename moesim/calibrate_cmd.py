@@ -103,6 +103,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.holdout_layer is not None and args.holdout_layer not in layers:
         raise ConfigError(f"--holdout-layer {args.holdout_layer}: the trace has layers {layers}")
     comp = compare_reading(reading, cal, layer=args.holdout_layer)
+    if cal.gpu == "h800" and layers:  # DeepSeek's traced job: its window as `moesim predict` predicts it
+        from calibrate.traced_plan import predicted_pair
+
+        comp.predicted_busy = predicted_pair(cal, layers=len(layers))
     if args.sim_trace:
         write_simulated_trace(comp, args.sim_trace, name=f"moesim simulated ({how})")
     if args.json:

@@ -134,18 +134,19 @@ def _plan_fields(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _costs(args: argparse.Namespace, gpu: Any, stack: Any = None) -> Any:
-    """The cost model of ``--calibration FILE`` (a :mod:`sim.calibration` file or bundled name) for ``gpu``;
-    without one, the stack's own bundled calibration when it was measured on this GPU (``deepseek`` on h800:
-    DeepSeek's trace), else moesim's defaults (None)."""
-    from sim.calibration import STACK_CALIBRATIONS, load_calibration, to_cost_model
+def _costs(args: argparse.Namespace, gpu: Any, stack: Any) -> tuple[Any, Any]:
+    """The cost model and the stack of ``--calibration FILE`` (a :mod:`sim.calibration` file or bundled name)
+    for ``gpu``, through :func:`sim.calibration.calibrated_inputs` (the path ``calibrate compare`` takes
+    too); without one, the stack's own bundled calibration when it was measured on this GPU (``deepseek``
+    on h800: DeepSeek's trace), else moesim's defaults (None) and the stack as it is."""
+    from sim.calibration import STACK_CALIBRATIONS, calibrated_inputs, load_calibration
 
     if not getattr(args, "calibration", None) and stack is not None and stack.name in STACK_CALIBRATIONS:
         cal = load_calibration(STACK_CALIBRATIONS[stack.name])
         if cal.gpu == gpu.name:
             args.calibration_summary = cal.summary()
             args.calibration_sd = _calibration_sd(cal)
-            return to_cost_model(cal, gpu)
+            return calibrated_inputs(cal, gpu, stack)
     if getattr(args, "calibration", None):
         try:
             cal = load_calibration(args.calibration)
@@ -156,11 +157,11 @@ def _costs(args: argparse.Namespace, gpu: Any, stack: Any = None) -> Any:
             args.calibration_summary = {"name": Path(args.calibration).stem, "path": str(args.calibration),
                                         "gpu": costs.gpu, "device": None, "method": "version-1 CostModel file "
                                         f"({costs.provenance})", "date": None, "git": None, "sources": []}
-            return costs
+            return costs, stack
         args.calibration_summary = cal.summary()
         args.calibration_sd = _calibration_sd(cal)
-        return to_cost_model(cal, gpu)
-    return None
+        return calibrated_inputs(cal, gpu, stack)
+    return None, stack
 
 
 def _legacy_costs(path: str) -> Any:
@@ -293,8 +294,8 @@ def _compute(args: argparse.Namespace) -> _Run:
         cluster = _cluster(args, args.cluster, args.gpus, args.gpu)
         fields = derive_plan_fields(plan_args, args.gpus, "plan (command line)")
         plan = plan_from_mapping(fields, "plan (command line)")
-        stack = _stack(args)
-        pred = predict(model, cluster, plan, _costs(args, cluster.gpu, stack), stack=stack)
+        costs, stack = _costs(args, cluster.gpu, _stack(args))
+        pred = predict(model, cluster, plan, costs, stack=stack)
         title = (f"{model.name} on {cluster.n_gpus} x {cluster.gpu.name} ({cluster.name})\n{_stack_title(stack)}\n"
                  f"{resolved_plan(pred.plan, stack)}")
         provenance = {"scenario": None, "model": model.name, "model_source": model.source, "cluster": cluster.name,
@@ -306,9 +307,8 @@ def _compute(args: argparse.Namespace) -> _Run:
     model = load_model(args.model or sc.model)
     gpus = args.gpus or sc.gpus
     cluster = _cluster(args, args.cluster or sc.cluster, gpus, args.gpu)
-    stack = _stack(args, sc.stack)
-    preds = run_scenario(sc, model=model, cluster=cluster, costs=_costs(args, cluster.gpu, stack), overrides=plan_args,
-                         stack=stack)
+    costs, stack = _costs(args, cluster.gpu, _stack(args, sc.stack))
+    preds = run_scenario(sc, model=model, cluster=cluster, costs=costs, overrides=plan_args, stack=stack)
     # What differs from the scenario as written (and so from the runs that were measured).
     changed = {k: v for k, v in (("model", args.model), ("gpus", args.gpus), ("gpu", args.gpu),
                                  ("cluster", args.cluster), ("nic_gbps", getattr(args, "nic_gbps", None)),

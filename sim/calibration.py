@@ -47,7 +47,8 @@ from sim.errors import ConfigError
 from sim.specs import GPUSpec
 
 __all__ = ["SCHEMA", "VERSION", "Calibration", "parse_calibration", "load_calibration", "bundled_path",
-           "BUNDLED", "STACK_CALIBRATIONS", "to_cost_model", "calibration_stack", "device_gpu_spec", "MAX_NESTING"]
+           "BUNDLED", "STACK_CALIBRATIONS", "to_cost_model", "calibration_stack", "calibrated_inputs",
+           "COST_TABLES", "INFORMATION_TABLES", "device_gpu_spec", "MAX_NESTING"]
 
 SCHEMA = "moesim.calibration"
 VERSION = 2
@@ -353,13 +354,64 @@ def to_cost_model(cal: Calibration, gpu: Any = None) -> Any:
         return {**getattr(base, key), **{d: Curve(tuple(c["sizes"]), tuple(c["values"]))
                                          for d, c in t.get(key, {}).items()}}
 
+    def attn_top(phase: str, default: float) -> float:
+        """The measured attention efficiency at the largest size profiled (the cost model's scalar)."""
+        curve = t.get("attn_eff", {}).get(phase)
+        return float(curve["values"][-1]) if curve else default
+
     sources = {**base.sources, **t.get("sources", {})}
     return dataclasses.replace(
         base, gemm_eff=curves("gemm_eff"), grouped_gemm_eff=curves("grouped_gemm_eff"),
-        attn_fwd_eff=t.get("attn_fwd_eff", base.attn_fwd_eff), attn_bwd_eff=t.get("attn_bwd_eff", base.attn_bwd_eff),
+        attn_fwd_eff=t.get("attn_fwd_eff", attn_top("fwd", base.attn_fwd_eff)),
+        attn_bwd_eff=t.get("attn_bwd_eff", attn_top("bwd", base.attn_bwd_eff)),
         mem_bw_eff=t.get("mem_bw_eff", base.mem_bw_eff), quantize_bw_eff=t.get("quantize_bw_eff", base.quantize_bw_eff),
         comm=dict(t.get("comm", {})), sources=sources,
         provenance=f"calibration {cal.name}: {cal.provenance.get('method', '')}")
+
+
+#: Tables that become costs, and where (:func:`calibrated_inputs`): the kernel rates and the network
+#: overrides go into the :class:`~sim.costs.CostModel`; ``stack_efficiency`` (pass ratios the fit measured,
+#: e.g. the FP8 wgrad against the forward) multiplies the stack's efficiency on the calibrated architecture;
+#: the launch gap and the host sync are the stack's own where the calibration measured that stack.
+COST_TABLES = ("gemm_eff", "grouped_gemm_eff", "attn_fwd_eff", "attn_bwd_eff", "attn_eff", "mem_bw_eff",
+               "quantize_bw_eff", "comm", "stack_efficiency", "launch_overhead_s", "host_sync_s")
+#: Tables a calibration carries that are not costs of a prediction: what was measured and how well it
+#: fits (``residuals``, ``sources``, ``kernels``, ``device_spec``: the device itself), and the trace's own
+#: per-kernel readings that ``moesim calibrate compare`` replays (``comm_rates``: in-training rates of one
+#: regime; ``op_seconds``: memory-bound kernels the trace gives no shapes for; ``sm_sharing``: the fitted
+#: slowdown of compute beside communication). A prediction models those from mechanisms, never from
+#: one trace's readings, so they are reported, not applied.
+INFORMATION_TABLES = ("kernels", "residuals", "sources", "device_spec", "comm_rates", "op_seconds", "sm_sharing",
+                      "notes")
+
+
+def calibrated_inputs(cal: Calibration, gpu: Any, stack: Any) -> tuple[Any, Any]:
+    """The one path from a calibration to a prediction's inputs: ``(CostModel, StackProfile)`` for
+    ``gpu`` and ``stack`` (a :class:`~sim.stacks.StackProfile`), every table of :data:`COST_TABLES` applied.
+    ``predict --calibration`` and ``calibrate compare`` both go through it.
+
+    >>> from sim.catalog import load_gpu
+    >>> from sim.stacks import load_stack
+    >>> cal = load_calibration("h800-deepseek-trace")
+    >>> costs, stack = calibrated_inputs(cal, load_gpu("h800"), load_stack("deepseek"))
+    >>> round(stack.eff("sm90", "gemm.wgrad") / load_stack("deepseek").eff("sm90", "gemm.wgrad"), 4)
+    0.7691
+    """
+    costs = to_cost_model(cal, gpu)
+    t = cal.tables
+    ratios = t.get("stack_efficiency", {}).get(getattr(gpu, "arch", ""), {})
+    changes: dict[str, Any] = {}
+    if ratios:
+        arch = gpu.arch
+        table = {**{k: float(v) for k, v in stack.efficiency.get(arch, {}).items()}}
+        for op_class, ratio in ratios.items():
+            table[op_class] = stack.eff(arch, op_class) * float(ratio)
+        changes["efficiency"] = {**stack.efficiency, arch: table}
+    if STACK_CALIBRATIONS.get(stack.name) == cal.name:  # the calibration measured this stack's host gaps
+        for key, fname in (("launch_overhead_s", "kernel_overhead_s"), ("host_sync_s", "host_sync_s")):
+            if key in t:
+                changes[fname] = float(t[key])
+    return costs, (dataclasses.replace(stack, **changes) if changes else stack)
 
 
 def calibration_stack(cal: Calibration) -> Any:

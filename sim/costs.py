@@ -215,7 +215,10 @@ class CostModel:
             t, cls = self.gemm_time(op.flops, peak, op.dtype), f"gemm.{op.gemm_pass}"
         elif k == "grouped_gemm":
             peak = gpu.bf16_flops if op.dtype == "bf16" else gpu.fp8_flops
-            key = "mxfp8_wgrad" if op.dtype == "mxfp8" and op.gemm_pass == "wgrad" else op.dtype
+            # A calibration's own wgrad curve (``<dtype>_wgrad``: TorchAO's 2D-2D MXFP8 kernel, DeepSeek's
+            # FP8 wgrad) where it has one, else the dtype's forward curve.
+            wgrad_key = f"{op.dtype}_wgrad"
+            key = wgrad_key if op.gemm_pass == "wgrad" and wgrad_key in self.grouped_gemm_eff else op.dtype
             key = key if key in self.grouped_gemm_eff else "fp8"
             t, cls = self.grouped_gemm_time(op.flops * f, op.rows * f, peak, key), "grouped_gemm"
             # An empty grouped GEMM still launches (every EP rank runs its experts' kernel).

@@ -40,7 +40,7 @@ def test_shipped_dataset_is_within_the_repository_thresholds(shipped: dict) -> N
 
 def test_every_run_is_listed_with_fitted_marked_and_speedups_paired(shipped: dict) -> None:
     rows = {r["run_id"]: r for r in shipped["out"]["rows"]}
-    assert len(rows) == len(load_runs()) == 16
+    assert len(rows) == len(load_runs()) == 18
     assert rows["titan-dsv3-b200-bf16"]["fitted"] and abs(rows["titan-dsv3-b200-bf16"]["error"]) < 1e-3
     deepep = rows["titan-dsv3-b200-bf16-deepep"]
     assert not deepep["fitted"] and deepep["baseline"] == "titan-dsv3-b200-bf16"
@@ -68,7 +68,7 @@ def test_a_tighter_threshold_exits_1(tmp_path: Path) -> None:
 
 def test_a_users_own_file_is_validated_without_the_shipped_threshold(tmp_path: Path) -> None:
     text = default_dataset_path().read_text()
-    first = text.split("# --- Megatron-Core")[0]  # the three TorchTitan runs
+    first = text.split("# --- TorchTitan with DeepEP")[0]  # the three TorchTitan B200 seed runs
     (tmp_path / "mine.toml").write_text(first)
     result = run(str(tmp_path / "mine.toml"), "--json")
     assert result.returncode == 0, result.stderr
@@ -105,7 +105,7 @@ def test_missing_file_exits_2() -> None:
 def test_python_m_studies_is_an_alias() -> None:
     result = subprocess.run([sys.executable, "-m", "studies", "validate", "--json"], capture_output=True,
                             text=True, timeout=300, cwd=ROOT)
-    assert result.returncode == 0 and len(json.loads(result.stdout)["rows"]) == 16
+    assert result.returncode == 0 and len(json.loads(result.stdout)["rows"]) == 18
 
 
 _RUN = """

@@ -1,0 +1,61 @@
+"""Issue 14, Must show 1: DeepSeek's traced pair predicted from the bundled calibration alone (the path
+``moesim predict`` takes), reported by ``moesim calibrate compare --json`` as ``window.measured`` and
+``window.predicted``. Compute busy matches the trace (the memory-bound rates are fitted from it:
+calibrate/memory_fit.py); the exposed communication and the span do not yet (the open gap of issue 14,
+kept as strict xfails so that closing it shows)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from moesim.cli import main
+
+_NAME = "deepseek-v3-train-h800-ep64.json.gz"
+_ROOT = Path(__file__).resolve().parents[2]
+_BASES = [Path(os.environ["MOESIM_SHARED_DIR"])] if os.environ.get("MOESIM_SHARED_DIR") else []
+_CANDIDATES = [b / "data" / "traces" / _NAME for b in (*_BASES, _ROOT.parent / "shared", _ROOT.parent.parent / "shared")]
+TRACE = next((p for p in _CANDIDATES if p.exists()), None)
+
+pytestmark = [pytest.mark.shared_data,
+              pytest.mark.skipif(TRACE is None, reason=f"DeepSeek's trace not found beside the checkout: {_CANDIDATES}")]
+KEYS = ("compute_busy_s", "comm_busy_s", "exposed_comm_s", "span_s")
+
+
+@pytest.fixture(scope="module")
+def window() -> dict[str, dict[str, float]]:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(["calibrate", "compare", str(TRACE), "--calibration", "h800-deepseek-trace", "--json"])
+    assert rc == 0
+    return json.loads(out.getvalue())["window"]
+
+
+def test_the_window_is_reported_measured_and_predicted(window: dict[str, dict[str, float]]) -> None:
+    for side in ("measured", "predicted", "replayed"):
+        assert set(window[side]) == set(KEYS), side
+    m = window["measured"]
+    assert m["span_s"] == pytest.approx(0.12901, abs=1e-4)  # the trace's own window
+    assert m["exposed_comm_s"] == pytest.approx(0.00422, abs=2e-4)
+    assert m["compute_busy_s"] > m["comm_busy_s"]  # the real pair is compute-bound
+
+
+def test_predicted_compute_busy_within_5_percent(window: dict[str, dict[str, float]]) -> None:
+    m, p = window["measured"], window["predicted"]
+    assert abs(p["compute_busy_s"] / m["compute_busy_s"] - 1) <= 0.05
+
+
+@pytest.mark.xfail(strict=True, reason="issue 14 open: predicted exposed a2a 21.8 ms against 4.2 ms measured")
+def test_predicted_exposed_communication_within_3_ms(window: dict[str, dict[str, float]]) -> None:
+    assert abs(window["predicted"]["exposed_comm_s"] - window["measured"]["exposed_comm_s"]) <= 3e-3
+
+
+@pytest.mark.xfail(strict=True, reason="issue 14 open: predicted span 146.5 ms against 129.0 ms measured")
+def test_predicted_span_within_5_percent(window: dict[str, dict[str, float]]) -> None:
+    assert abs(window["predicted"]["span_s"] / window["measured"]["span_s"] - 1) <= 0.05
