@@ -296,21 +296,23 @@ def simulate_layer(ctx: Context, kind: str, phase: str) -> SimResult:
 def _pair_order(n_b: int, n_f: int) -> list[tuple[str, int, str]]:
     """Issue order of one (forward layer, backward layer) pair as (side, segment index, part) with part
     ``main`` or ``w`` (a backward segment's weight gradients). Segments alternate compute (even indices)
-    and all-to-all groups (odd). Step ``k``: backward compute ``2k``, the forward's all-to-all ``2k-1``, the
-    backward's all-to-all ``2k+1``, the backward's deferred W of ``2k``, forward compute ``2k``. For two
-    all-to-alls a side this is DeepSeek's order: combine(B) | attn(F) | mlp(B) | dispatch(F), dispatch(B) |
-    mlp(W) | mlp(F) | attn(B) | combine(F), attn(W).
+    and all-to-all groups (odd). Step ``k``: the forward's all-to-all ``2k-1``, backward compute ``2k``, the
+    backward's all-to-all ``2k+1``, the backward's deferred W of ``2k``, forward compute ``2k``. Each
+    all-to-all is issued before the other chunk's compute that it runs under, as DeepSeek's trace shows
+    (measured-runs.md s3: combine(B) under attn(F), dispatch(F) under mlp(B), dispatch(B) under mlp(W) and
+    mlp(F), combine(F) under attn(B)); issued after it, a blocking host sync would hold the all-to-all
+    until that compute ended.
 
     >>> _pair_order(5, 5)[:6]
-    [('B', 0, 'main'), ('B', 1, 'main'), ('B', 0, 'w'), ('F', 0, 'main'), ('B', 2, 'main'), ('F', 1, 'main')]
+    [('B', 0, 'main'), ('B', 1, 'main'), ('B', 0, 'w'), ('F', 0, 'main'), ('F', 1, 'main'), ('B', 2, 'main')]
     """
     out: list[tuple[str, int, str]] = []
     for k in range((max(n_b, n_f) + 1) // 2):
         c = 2 * k
-        if c < n_b:
-            out.append(("B", c, "main"))
         if 0 < c <= n_f:
             out.append(("F", c - 1, "main"))
+        if c < n_b:
+            out.append(("B", c, "main"))
         if c + 1 < n_b:
             out.append(("B", c + 1, "main"))
         if c < n_b:

@@ -16,8 +16,8 @@ def test_pair_order_is_deepseeks_for_five_segments_a_side() -> None:
     # segments: 0 attn | 1 dispatch | 2 mlp | 3 combine | 4 post (forward); backward the mirror
     assert _pair_order(5, 5) == [
         ("B", 0, "main"), ("B", 1, "main"), ("B", 0, "w"), ("F", 0, "main"),
-        ("B", 2, "main"), ("F", 1, "main"), ("B", 3, "main"), ("B", 2, "w"), ("F", 2, "main"),
-        ("B", 4, "main"), ("F", 3, "main"), ("B", 4, "w"), ("F", 4, "main"),
+        ("F", 1, "main"), ("B", 2, "main"), ("B", 3, "main"), ("B", 2, "w"), ("F", 2, "main"),
+        ("F", 3, "main"), ("B", 4, "main"), ("B", 4, "w"), ("F", 4, "main"),
     ]
 
 
