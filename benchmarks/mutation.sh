@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Mutation score of sim/ against the fast in-process tests (setup.cfg [mutmut]: paths, test subset).
+# Mutation score of sim/ and calibrate/ against the fast in-process tests (setup.cfg [mutmut]: paths, test subset).
 #
-#   benchmarks/mutation.sh                        # every mutant of sim/ (about 11,000: many hours on 2 cores)
-#   SAMPLE=500 benchmarks/mutation.sh             # a seeded uniform random sample of every mutant of sim/
+#   benchmarks/mutation.sh                        # every mutant of sim/ and calibrate/ (many hours on 2 cores)
+#   SAMPLE=500 benchmarks/mutation.sh             # a seeded uniform random sample of every mutant of sim/ and calibrate/
 #   benchmarks/mutation.sh 'sim.limits.*' 'sim.specs.*'   # some modules (mutmut name globs)
 #   JOBS=2 benchmarks/mutation.sh ...             # parallel children (default 1: a shared 2-core box)
 #
 # SAMPLE=N draws N mutants with random.Random(SEED) (SEED defaults to 0) from every mutant mutmut
-# generates for sim/, then runs exactly those; the score comes with a 95% Wilson interval, the
+# generates for sim/ and calibrate/, then runs exactly those; the score comes with a 95% Wilson interval, the
 # sampling error of estimating the whole population's score from N of its mutants.
 #
 # Needs the `mutation` extra (pip install -e ".[mutation]"). Works in ./mutants (git-ignored).
@@ -29,7 +29,7 @@ if [ -n "${SAMPLE:-}" ]; then
   mapfile -t selection < <(python - "$SAMPLE" "${SEED:-0}" <<'PY'
 import random, sys
 names = sorted({line.rsplit(":", 1)[0].strip() for line in open("mutants/all.txt", encoding="utf-8")
-                if ":" in line and line.strip().startswith("sim.")})
+                if ":" in line and line.strip().startswith(("sim.", "calibrate."))})
 n = min(int(sys.argv[1]), len(names))
 print(f"sampling {n} of {len(names)} mutants", file=sys.stderr)
 print("\n".join(random.Random(int(sys.argv[2])).sample(names, n)))

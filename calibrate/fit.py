@@ -252,12 +252,14 @@ def samples_from_ours(events: Iterable[Mapping[str, Any]], *, num_sms: int = 1) 
             overlap = float(args.get("overlap", 0.0))
             held = int(args.get("held_sms", 0))
             layer = int(args.get("layer", 0))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"trace event {index} ({name}): args size/work/overlap/held_sms/layer must be "
                               f"numbers, got {dict(args)!r}"[:200]) from None
         if not (math.isfinite(size) and math.isfinite(work)) or size <= 0 or work <= 0:
             raise ConfigError(f"trace event {index} ({name}): size and work must be positive, "
                               f"got size={args['size']!r} work={args['work']!r}")
+        if not 0 <= held <= 1 << 16:
+            raise ConfigError(f"trace event {index} ({name}): held_sms must be a count of SMs, got {held!r}"[:200])
         kind = str(args["kind"])
         if kind not in (*COMPUTE_KINDS, "mem", "comm", "notify"):
             raise ConfigError(f"trace event {index} ({name}): unknown kind {kind!r}")

@@ -232,9 +232,10 @@ def read_job_trace(events: Sequence[Mapping[str, Any]], shapes: RunShapes | None
             ph, layer = last.get(stream, ("-", -1))
         last[stream] = (ph, layer)
         grid = args.get("grid")
-        grid0 = int(grid[0]) if isinstance(grid, list) and grid and isinstance(grid[0], int | float) else 0
-        family = classify(str(e["name"])) if e.get("cat") == "kernel" else "mem.copy"
-        kernels.append(Kernel(str(e["name"]), family, stream, float(e["ts"]) * 1e-6, float(e["dur"]) * 1e-6,
+        grid0 = (int(grid[0]) if isinstance(grid, list) and grid and isinstance(grid[0], int | float)
+                 and 0 <= grid[0] < 2**31 else 0)  # a NaN, infinite or huge grid reads as unknown
+        family = classify(str(e.get("name", ""))) if e.get("cat") == "kernel" else "mem.copy"
+        kernels.append(Kernel(str(e.get("name", "")), family, stream, float(e["ts"]) * 1e-6, float(e["dur"]) * 1e-6,
                               ph, layer, grid0))
     if unlinked:
         notes.append(f"{unlinked} kernels had no launching runtime event; they take their stream's previous phase")

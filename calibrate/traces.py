@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
+import sys
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -65,7 +65,7 @@ def _check_event(path: Path, index: int, event: Mapping[str, Any]) -> None:
         value = event.get(key)
         if value is None:
             raise ConfigError(f"{path}: traceEvents[{index}] ({name!r}): missing {key}")
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not abs(value) <= sys.float_info.max:
             raise ConfigError(f"{path}: traceEvents[{index}] ({name!r}): {key} must be a finite number, "
                               f"got {repr(value)[:40]}")
     if event["dur"] < 0:
@@ -75,6 +75,9 @@ def _check_event(path: Path, index: int, event: Mapping[str, Any]) -> None:
     args = event.get("args")
     if args is not None and not isinstance(args, Mapping):
         raise ConfigError(f"{path}: traceEvents[{index}] ({name!r}): args must be an object, got {repr(args)[:40]}")
+    if args is not None and isinstance(args.get("correlation"), list | Mapping):
+        raise ConfigError(f"{path}: traceEvents[{index}] ({name!r}): args.correlation must be a number, got "
+                          f"{repr(args['correlation'])[:40]}")
 
 
 def load_document(path: str | Path) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:

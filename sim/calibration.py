@@ -103,7 +103,10 @@ def _number(origin: str, key: str, value: Any, *, positive: bool = False, lo: fl
             hi: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{_where(origin, key)} must be a number, got {value!r}")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an integer past float's range
+        raise ConfigError(f"{_where(origin, key)} must be finite, got {_short(value)}") from None
     if not math.isfinite(v):
         raise ConfigError(f"{_where(origin, key)} must be finite, got {value!r}")
     if positive and v <= 0:
@@ -200,6 +203,9 @@ def _validate_tables(data: Mapping[str, Any], origin: str) -> dict[str, Any]:
         for k, v in _mapping(origin, "comm", data["comm"]).items():
             if k not in known:
                 raise ConfigError(f"{origin}: comm.{k} is not a CommCosts field")
+            if isinstance(getattr(CommCosts.default(), k), tuple):  # a table (by SMs, by EP size)
+                raise ConfigError(f"{origin}: comm.{k} is a table of CommCosts; a calibration overrides only its "
+                                  f"scalar fields (got {_short(v)})")
             comm[k] = _number(origin, f"comm.{k}", v, lo=0.0)
         out["comm"] = comm
     if "comm_rates" in data:

@@ -163,7 +163,7 @@ class CostModel:
                 f"calibration: version {version!r} is not supported (this moesim reads {CALIBRATION_VERSION})"
             )
         try:
-            return CostModel(
+            model = CostModel(
                 gpu=str(data["gpu"]),
                 gemm_eff={k: Curve.from_dict(v) for k, v in data["gemm_eff"].items()},
                 grouped_gemm_eff={k: Curve.from_dict(v) for k, v in data["grouped_gemm_eff"].items()},
@@ -180,6 +180,15 @@ class CostModel:
             )
         except (KeyError, TypeError) as err:
             raise ConfigError(f"calibration: missing or malformed field: {err}") from None
+        for table in ("gemm_eff", "grouped_gemm_eff"):
+            if not getattr(model, table):  # a dtype without its own curve falls back to another one
+                raise ConfigError(f"calibration: {table} needs at least one curve")
+        from sim.comm import CommCosts
+
+        unknown = sorted(set(model.comm) - set(CommCosts.__dataclass_fields__))
+        if unknown:
+            raise ConfigError(f"calibration: comm.{unknown[0]} is not a CommCosts field")
+        return model
 
     @staticmethod
     def from_json(text: str) -> CostModel:
@@ -219,7 +228,6 @@ class CostModel:
             # FP8 wgrad) where it has one, else the dtype's forward curve.
             wgrad_key = f"{op.dtype}_wgrad"
             key = wgrad_key if op.gemm_pass == "wgrad" and wgrad_key in self.grouped_gemm_eff else op.dtype
-            key = key if key in self.grouped_gemm_eff else "fp8"
             t, cls = self.grouped_gemm_time(op.flops * f, op.rows * f, peak, key), "grouped_gemm"
             # An empty grouped GEMM still launches (every EP rank runs its experts' kernel).
             return t / stack.eff(gpu.arch, cls) + stack.kernel_overhead_s
@@ -243,14 +251,13 @@ class CostModel:
         (dtypes without their own curve, e.g. ``fp8-current``, run at the FP8 curve)."""
         if flops <= 0:
             return 0.0
-        curve = self.gemm_eff.get(dtype) or self.gemm_eff["fp8"]
-        return flops / (peak_flops * curve(flops))
+        return flops / (peak_flops * _fallback(self.gemm_eff, dtype)(flops))
 
     def grouped_gemm_time(self, flops: float, rows: float, peak_flops: float, dtype: str = "bf16") -> float:
         """Kernel seconds of one grouped GEMM call over ``rows`` token copies (all local experts)."""
         if flops <= 0:
             return 0.0
-        eff = self.grouped_gemm_eff[dtype](max(rows, 1.0))
+        eff = _fallback(self.grouped_gemm_eff, dtype)(max(rows, 1.0))
         return flops / (peak_flops * eff)
 
     def attention_time(self, flops: float, peak_flops: float, backward: bool, *, exps: float = 0.0,
@@ -280,6 +287,12 @@ class CostModel:
         if elems <= 0:
             return 0.0
         return elems * self.rearrange_s_per_elem[kind]
+
+
+def _fallback(curves: dict[str, Curve], dtype: str) -> Curve:
+    """The curve of ``dtype``; a dtype without its own (e.g. ``fp8-current``) runs at the FP8 curve, and a
+    table without FP8 (a BF16-only file) at its first curve by name."""
+    return curves.get(dtype) or curves.get("fp8") or curves[min(curves)]
 
 
 # --- defaults ------------------------------------------------------------------------------------

@@ -135,7 +135,7 @@ def check_finite(owner: str, field: str, value: float) -> None:
     """A :class:`ConfigError` unless ``value`` is a finite number."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ConfigError(f"{owner}: {field} must be a number, got {value!r}")
-    if not math.isfinite(value):
+    if not isinstance(value, numbers.Integral) and not math.isfinite(value):  # an int is finite (and may exceed float)
         raise ConfigError(f"{owner}: {field} must be a finite number, got {value!r}")
 
 

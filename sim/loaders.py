@@ -77,6 +77,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels") from None
     except OSError as err:
         raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
+    except ValueError as err:  # tomllib's own int() of a literal past Python's int-conversion limit
+        raise ConfigError(f"{path}: malformed TOML: {err}") from None
     if json_depth(data) > MAX_JSON_DEPTH:
         raise ConfigError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels")
     return data
@@ -193,9 +195,13 @@ def _rename_units(owner: str, data: Mapping[str, Any], units: Mapping[str, tuple
     for key, value in data.items():
         if key in units:
             field, scale = units[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            try:
+                number = float(value) if isinstance(value, (int, float)) else math.nan
+            except OverflowError:  # an integer past float's range
+                number = math.inf
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(number):
                 raise ConfigError(f"{owner}: {key} must be a finite number, got {value!r}")
-            out[field] = float(value) * scale
+            out[field] = number * scale
         elif key in {field for field, _ in units.values()}:
             raise ConfigError(f"{owner}: unknown key {key!r}; write it in human units as one of "
                               f"{', '.join(k for k, (f, _) in units.items() if f == key)}")

@@ -28,6 +28,7 @@ user file, strictly:
 from __future__ import annotations
 
 import math
+import sys
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -236,7 +237,7 @@ def stack_names() -> list[str]:
 def _check_value(where: str, key: str, value: Any) -> Any:
     want = _TYPES[key]
     if want is float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not abs(value) <= sys.float_info.max:
             raise ConfigError(f"{where}: {key} must be a finite number, got {value!r}")
         return float(value)
     if want is list:
@@ -245,7 +246,8 @@ def _check_value(where: str, key: str, value: Any) -> Any:
         return tuple(value)
     if want is dict:
         if not isinstance(value, dict) or not all(
-                isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()):
+                isinstance(v, int | float) and not isinstance(v, bool) and abs(v) <= sys.float_info.max
+                for v in value.values()):
             raise ConfigError(f"{where}: {key} must be a table of component = bytes per element, got {value!r}")
         return {k: float(v) for k, v in value.items()}
     if want is int and (isinstance(value, bool) or not isinstance(value, int)):

@@ -98,10 +98,13 @@ def interval(predicted: float, log_residuals: Sequence[float], *, calibration_sd
         sd, val = float("nan"), float("inf") if n == 0 and calibration_sd == 0 else 0.0
         if n == 1:
             val = abs(rs[0]) * _t90(1)  # one run: its error, widened as a 1-df t would
-    half = math.sqrt(val ** 2 + (_Z90 * calibration_sd) ** 2) if math.isfinite(val) else val
-    centre = predicted * math.exp(mean)
-    lo = min(predicted, centre * math.exp(-half)) if math.isfinite(half) else 0.0
-    hi = max(predicted, centre * math.exp(half)) if math.isfinite(half) else float("inf")
+    try:
+        half = math.sqrt(val ** 2 + (_Z90 * calibration_sd) ** 2) if math.isfinite(val) else val
+        centre = predicted * math.exp(mean)
+        lo = min(predicted, centre * math.exp(-half)) if math.isfinite(half) else 0.0
+        hi = max(predicted, centre * math.exp(half)) if math.isfinite(half) else float("inf")
+    except OverflowError:  # a spread (or shift) past float's range: unbounded, as with no data at all
+        lo, hi = 0.0, float("inf")
     return Interval(lo, predicted, hi, n, stack, calibration_sd, sd if n >= 2 else 0.0, mean, left_out)
 
 

@@ -17,6 +17,8 @@ MOE_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep")
 PHASES = ("dispatch", "combine")
 # DeepEP FP8 dispatch: 1 byte per element plus one fp32 scale per 128 (published.md s6: 7,392 B at D=7168).
 FP8_WITH_SCALES_BYTES_PER_ELEM = 1.0 + 4.0 / 128
+# Fields that scale a link's capacity or divide by one: zero would leave a link with no capacity.
+_RATE_SUFFIXES = ("_fraction", "_nvl5", "_nvl4", "_bw", "_bw_per_sm", "_bytes_per_s", "_ref_copy_bytes", "_sm_scale")
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,8 @@ class CommCosts:
             vals = v if isinstance(v, tuple) else (v,)
             if any(isinstance(x, (int, float)) and x < 0 for x in vals):
                 raise ConfigError(f"CommCosts: {f.name} must be non-negative, got {v}")
+            if f.name.endswith(_RATE_SUFFIXES) and any(isinstance(x, (int, float)) and not x > 0 for x in vals):
+                raise ConfigError(f"CommCosts: {f.name} must be positive (a rate or a link's share), got {v}")
 
 
 @dataclass(frozen=True, eq=False)  # numpy fields: compare field by field
