@@ -10,12 +10,12 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import statistics
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from calibrate.barrier_fit import fit_arrival_cv
 from calibrate.fit import Sample, fit_tables, samples_from_ours
 from calibrate.memory_fit import fit_memory_rates
 from calibrate.rules import RunShapes, TraceReading, launch_gaps, read_job_trace
@@ -97,13 +97,13 @@ def _comm_tables(tables: dict[str, Any], gpu: Any, reading: TraceReading) -> Non
     logical = total_bytes / total_s
     fraction = logical * _REMOTE_OF_DISTINCT / reading_nic_bw(gpu)
     overheads = [v["overhead_s"] for v in deepep.values() if "overhead_s" in v]
-    tables["comm"] = {"deepep_rdma_fraction": round(min(fraction, 1.0), 4)}
-    if overheads:
-        tables["comm"]["deepep_overhead_s"] = float(f"{statistics.median(overheads):.6g}")
-    # These rates are the kernels as they ran in training: the in-training adjustment the default costs apply
-    # to the microbenchmark model (CommCosts.deepep_internode_*, sim.comm.in_training_s) is already in them.
-    tables["comm"].update(deepep_internode_dispatch_training_factor=1.0, deepep_internode_combine_training_factor=1.0,
-                          deepep_internode_notify_s=tables["comm"].get("deepep_overhead_s", 0.0))
+    del overheads  # the notify kernels are barrier waits: fitted as the arrival spread below, not a constant
+    # These rates are the kernels as they ran in training, beside the other chunk's compute: the overlap
+    # slowdown the default costs apply to the microbenchmark model is already in them.
+    tables["comm"] = {"deepep_rdma_fraction": round(min(fraction, 1.0), 4), "overlap_kernel_slowdown": 0.0}
+    fitted = fit_arrival_cv(reading, reading.shapes.ep)
+    if fitted is not None:
+        tables["comm"]["arrival_cv"], tables["residuals"]["comm.arrival_cv"] = fitted
     for kind, row in deepep.items():
         bench = _DEEPEP_BENCH_EP64["dispatch" if ".dispatch." in kind else "combine"]
         row["benchmark_bytes_per_s"] = bench

@@ -72,18 +72,22 @@ class CommCosts:
     deepep_internode_nvlink_fraction: float = 0.78
     # Notify (count exchange on the GPU) + barrier per DeepEP kernel, as in DeepEP's benchmarks. ASSUMED.
     deepep_overhead_s: float = 10e-6
-    # DeepEP internode kernels IN TRAINING (MEASURED, DeepSeek's H800 EP64 trace, measured-runs.md s3;
-    # read off the trace by `moesim calibrate fit`; checked by tests/sim/test_comm.py). :func:`moe_alltoall` stays the
-    # microbenchmark model (it reproduces DeepEP's tables); the simulator's step applies these
-    # (:func:`in_training_s`). The notify_dispatch / cached_notify kernel before every internode dispatch
-    # and combine (count exchange + barrier: it waits until every peer has arrived) averages 2,036 us
-    # (16 kernels, 753-3,807 us) and takes the place of deepep_overhead_s:
-    deepep_internode_notify_s: float = 2036e-6
-    # and the kernels run slower than the model predicts for the same shapes (4096 tokens, EP64, 20 SMs):
-    # forward FP8 dispatch 4,346 us measured vs 2,192 us modelled (x1.98); BF16 combine 6,181 us vs
-    # 4,240 us (x1.46).
-    deepep_internode_dispatch_training_factor: float = 4346 / 2192
-    deepep_internode_combine_training_factor: float = 6181 / 4240
+    # DeepEP normal-mode kernels IN TRAINING, as mechanisms (:func:`sim.comm.deepep.in_training_s`); the
+    # microbenchmark model above reproduces DeepEP's tables, these two numbers add what training adds.
+    # (1) Barrier waits: notify_dispatch / cached_notify end in a barrier over the EP group, so a rank waits
+    # for the slowest of its peers (sim.comm.barrier): arrivals spread by arrival_cv x the compute since the
+    # previous barrier. FITTED on DeepSeek's H800 EP64 trace (measured-runs.md s3) by
+    # calibrate.barrier_fit.fit_arrival_cv: the 16 notify kernels' median wait 1,399 us (1,409 us less the
+    # 10 us overhead) = cv x 8.16 ms (the window's 130.6 ms of compute kernels over its 16 barriers) x
+    # E[max of 64 normals] 2.344 -> cv 0.0731 (residual: the kernels spread -30%..+159% around the median;
+    # tests/calibrate/test_trace_window.py refits it from the trace).
+    arrival_cv: float = 0.0731
+    # (2) Kernels slowed by the compute beside them (HBM, L2 and SMs shared), only where the schedule runs
+    # the all-to-all under compute (DualPipe pairs, Megatron's combined 1F1B). FITTED on the same trace: its
+    # forward FP8 dispatch kernels average 4,346 us where the model gives 2,192 us (x1.98) and its BF16
+    # combines 6,181 us vs 4,240 us (x1.46); one slowdown for both, their geometric mean x1.70 (residuals
+    # -14% / +16%).
+    overlap_kernel_slowdown: float = 0.70
     # DeepEP v1 low-latency kernels, H800 (~50 GB/s NIC), 128 tokens, top-8, FP8 dispatch / BF16 combine
     # (s5): time by EP size; scaled linearly by token-copy bytes and by the NIC (NVLink for EP8) rate.
     deepep_ll_ep: tuple[int, ...] = (8, 16, 32, 64, 128, 256)

@@ -2,13 +2,15 @@
 RDMA once per distinct remote NVLink domain (to the rank on the sender's rail) and is fanned out over
 NVLink to each distinct destination GPU there. Time = max(link-limited time of those flows, SM-limited
 time from the ``num_sms`` curve (NVLink) and ``deepep_rdma_bw_per_sm`` (RDMA)) + ``deepep_overhead_s``.
-:func:`in_training_s` turns the microbenchmark model into the kernel times DeepSeek's trace shows.
+:func:`in_training_s` adds what training adds: barrier waits from arrival spread, and the slowdown of
+kernels that run under compute.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from sim.comm.barrier import barrier_wait_s
 from sim.comm.case import Case
 from sim.comm.costs import AllToAllResult, CommCosts
 from sim.comm.fabric import (
@@ -22,26 +24,30 @@ from sim.routing import part_hit_probabilities
 
 __all__ = ["deepep_alltoall", "deepep_nvlink_bw", "in_training_s"]
 
-def in_training_s(result: AllToAllResult, costs: CommCosts, internode: bool) -> float:
-    """Seconds of one DeepEP/HybridEP normal-mode dispatch or combine inside a training step: the
-    microbenchmark model's time, internode scaled to the kernel rates DeepSeek's trace shows and with the
-    measured notify/barrier instead of the benchmark's overhead. Other backends (HybridEP included: NVIDIA's
-    own kernels, which the DeepSeek trace does not measure): the model's time.
+def in_training_s(result: AllToAllResult, costs: CommCosts, *, peers: int, work_s: float,
+                  overlapped: bool) -> float:
+    """Seconds of one DeepEP normal-mode dispatch or combine inside a training step: the microbenchmark
+    model's kernel, slowed by ``costs.overlap_kernel_slowdown`` where the schedule runs it under compute
+    (``overlapped``), plus its notify: DeepEP's benchmark overhead and the barrier wait for the slowest of
+    ``peers`` ranks, whose arrivals spread by ``costs.arrival_cv * work_s`` (``work_s``: the compute since
+    the previous barrier; :mod:`sim.comm.barrier`). Other backends: the model's time.
 
     >>> from sim.catalog import load_cluster, load_model
     >>> from sim.comm import moe_alltoall, FP8_WITH_SCALES_BYTES_PER_ELEM
     >>> c, m = load_cluster("h800-deepseek", n_gpus=2048), load_model("deepseek-v3-671b")
     >>> r = moe_alltoall(c, range(64), 4096, m, "deepep", "dispatch", CommCosts.default(),
     ...                  bytes_per_elem=FP8_WITH_SCALES_BYTES_PER_ELEM)
-    >>> round(in_training_s(r, CommCosts.default(), True) * 1e6)  # ~4,330 us kernel + 2,036 us notify
-    6362
+    >>> bench = in_training_s(r, CommCosts.default(), peers=64, work_s=0.0, overlapped=False)
+    >>> round(bench * 1e6)  # the microbenchmark model alone
+    2192
+    >>> round(in_training_s(r, CommCosts.default(), peers=64, work_s=7.77e-3, overlapped=True) * 1e6)
+    5051
     """
     t = float(result.time_s.max())
-    if result.backend != "deepep" or not internode or t <= 0:
+    if result.backend != "deepep" or t <= 0:
         return t
-    factor = (costs.deepep_internode_dispatch_training_factor if result.phase == "dispatch"
-              else costs.deepep_internode_combine_training_factor)
-    return (t - costs.deepep_overhead_s) * factor + costs.deepep_internode_notify_s
+    kernel = (t - costs.deepep_overhead_s) * (1.0 + (costs.overlap_kernel_slowdown if overlapped else 0.0))
+    return kernel + costs.deepep_overhead_s + barrier_wait_s(peers, costs.arrival_cv * max(work_s, 0.0))
 
 
 def deepep_nvlink_bw(num_sms: int, phase: str, bytes_per_elem: float, costs: CommCosts) -> float:

@@ -167,16 +167,18 @@ def _shared_under_a2a(seq: list[tuple[OpSpec, str]]
 class _Builder:
     """Adds one layer's nodes to an engine rank, compute runs merged into one task each."""
 
-    def __init__(self, ctx: Context, eng: Engine, rank: Hashable, cls: int, key: Hashable) -> None:
+    def __init__(self, ctx: Context, eng: Engine, rank: Hashable, cls: int, key: Hashable,
+                 overlapped: bool = False) -> None:
         self.ctx, self.eng, self.rank, self.cls, self.key = ctx, eng, rank, cls, key
         self.n_cls = ctx.n_classes
+        self.overlapped = overlapped  # an overlapped pair: its all-to-alls run under the other chunk's compute
 
     def add(self, nodes: Sequence[Node], idx: Sequence[int], handles: dict[int, int], start: int | None,
             tag: Hashable) -> None:
         """Issue ``nodes[i]`` for ``i`` in ``idx`` (in that order); ``handles`` maps node -> engine handle;
         ``start`` is the engine handle standing for the layer input (-1 deps)."""
         run: list[int] = []
-        times = self.ctx.node_times(nodes, self.cls)
+        times = self.ctx.node_times(nodes, self.cls, self.overlapped)
         eng, rank = self.eng, self.rank
 
         def dep_handles(i: int) -> list[int]:
@@ -329,7 +331,7 @@ def _split_w(nodes: Sequence[Node], seg: list[int]) -> tuple[list[int], list[int
 
 def _pair_program(ctx: Context, f_kinds: Sequence[str], b_kinds: Sequence[str], eng: Engine, cls: int,
                   key: Hashable) -> None:
-    b = _Builder(ctx, eng, cls, cls, key)
+    b = _Builder(ctx, eng, cls, cls, key, overlapped=bool(f_kinds) and bool(b_kinds))
     f_nodes = [layer_nodes(ctx, k, "fwd") for k in f_kinds]
     b_nodes = [layer_nodes(ctx, k, "bwd") for k in b_kinds]
     prev: dict[str, int | None] = {"F": None, "B": None}

@@ -74,8 +74,9 @@ class Context:
         self.nic_bw = cluster.nic_bw_bytes_per_s * cluster.nics_per_gpu * self.ccosts.ib_fraction
         self._a2a: dict[str, comm.AllToAllResult] = {}
         self._coll: dict[tuple[str, str, float], float] = {}
-        self._op_times: dict[tuple[OpSpec, int], OpTime] = {}
-        self._node_times: dict[tuple[int, int], list[OpTime]] = {}
+        self._op_times: dict[tuple[OpSpec, int, bool], OpTime] = {}
+        self._node_times: dict[tuple[int, int, bool], list[OpTime]] = {}
+        self._barrier_work: float | None = None
         self.node_cache: dict[tuple[str, str], list] = {}  # type: ignore[type-arg]
         self._ep_groups = distinct_ep_groups(self.layout, self.cluster)
         self.ep_internode = any(self.crosses_nic(g) for g in self._ep_groups)
@@ -119,23 +120,40 @@ class Context:
         return len({r // dom for r in ranks}) > 1
 
     # --- op durations ---------------------------------------------------------------------------
-    def op_time(self, op: OpSpec, cls: int) -> OpTime:
-        """Seconds, SMs held and NIC flow of ``op`` on symmetry class ``cls`` (memoised)."""
-        key = (op, cls)
+    def op_time(self, op: OpSpec, cls: int, overlapped: bool = False) -> OpTime:
+        """Seconds, SMs held and NIC flow of ``op`` on symmetry class ``cls`` (memoised); ``overlapped``: the
+        op runs in an overlapped pair, under the other chunk's compute (it changes only DeepEP kernels)."""
+        key = (op, cls, overlapped)
         t = self._op_times.get(key)
         if t is None:
-            t = self._op_times[key] = self._op_time(op, cls)
+            t = self._op_times[key] = self._op_time(op, cls, overlapped)
         return t
 
-    def node_times(self, nodes: Sequence[Any], cls: int) -> list[OpTime]:
-        """:meth:`op_time` of every node of a layer (memoised per node list and class)."""
-        key = (id(nodes), cls)
+    def node_times(self, nodes: Sequence[Any], cls: int, overlapped: bool = False) -> list[OpTime]:
+        """:meth:`op_time` of every node of a layer (memoised per node list, class and overlap)."""
+        key = (id(nodes), cls, overlapped)
         out = self._node_times.get(key)
         if out is None:
-            out = self._node_times[key] = [self.op_time(n.op, cls) for n in nodes]
+            out = self._node_times[key] = [self.op_time(n.op, cls, overlapped) for n in nodes]
         return out
 
-    def _op_time(self, op: OpSpec, cls: int) -> OpTime:
+    @property
+    def barrier_work_s(self) -> float:
+        """Mean compute seconds between two EP barriers of a MoE layer on the representative rank: the
+        layer's forward, recompute and backward compute over its all-to-alls (the arrival spread of a
+        barrier grows with it: :mod:`sim.comm.barrier`)."""
+        if self._barrier_work is None:
+            compute, barriers = 0.0, 0
+            for phase in ("fwd", "recompute", "bwd"):
+                for op in self.wl.layer_ops("moe", phase):
+                    if op.kind == "comm":
+                        barriers += op.coll in ("a2a.dispatch", "a2a.combine")
+                    elif op.kind != "host_sync":
+                        compute += self.costs.op_seconds(op, self.gpu, self.stack, 1.0)
+            self._barrier_work = compute / barriers if barriers else 0.0
+        return self._barrier_work
+
+    def _op_time(self, op: OpSpec, cls: int, overlapped: bool = False) -> OpTime:
         k = op.kind
         if k == "host_sync":
             return OpTime(self.stack.host_sync_s)
@@ -146,8 +164,9 @@ class Context:
         if op.coll.startswith("a2a."):
             res = self.a2a(op.coll)
             t = float(res.time_s[cls if self.n_classes > 1 else 0])
-            if res.backend in ("deepep", "hybridep"):
-                t = comm.in_training_s(res, self.ccosts, self.ep_internode)
+            if res.backend == "deepep":
+                t = comm.in_training_s(res, self.ccosts, peers=self.plan.ep, work_s=self.barrier_work_s,
+                                       overlapped=overlapped)
             nic = float(res.nic_bytes.max())
             flow = Flow(nic, nic / t) if nic > 0 and t > 0 else None
             return OpTime(t, res.sms_used, flow)
