@@ -68,16 +68,6 @@ class WindowBusy:
                 "exposed_comm_s": round(self.exposed_comm_s, 9), "span_s": round(self.span_s, 9)}
 
 
-def _merge(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        elif b > a:
-            out.append((a, b))
-    return out
-
-
 def window_busy(compute: Sequence[tuple[float, float]], comm: Sequence[tuple[float, float]]) -> WindowBusy:
     """:class:`WindowBusy` of kernels given as ``(start, end)`` seconds on compute and communication streams.
 
@@ -85,19 +75,13 @@ def window_busy(compute: Sequence[tuple[float, float]], comm: Sequence[tuple[flo
     >>> (w.compute_busy_s, w.comm_busy_s, w.exposed_comm_s, w.span_s)
     (3.0, 1.5, 1.0, 4.0)
     """
-    cu, cm = _merge(compute), _merge(comm)
-    hidden = 0.0
-    i = 0
-    for a, b in cm:
-        while i < len(cu) and cu[i][1] <= a:
-            i += 1
-        j = i
-        while j < len(cu) and cu[j][0] < b:
-            hidden += max(0.0, min(b, cu[j][1]) - max(a, cu[j][0]))
-            j += 1
-    comm_busy = sum(b - a for a, b in cm)
-    ends = [b for _, b in cu + cm]
-    starts = [a for a, _ in cu + cm]
+    from sim.trace import comm_under_compute, union_intervals
+
+    cu = union_intervals(compute)
+    hidden, exposed = comm_under_compute(compute, comm)
+    comm_busy = hidden + exposed
+    ends = [b for _, b in [*compute, *comm]]
+    starts = [a for a, _ in [*compute, *comm]]
     span = max(ends) - min(starts) if ends else 0.0
     return WindowBusy(sum(b - a for a, b in cu), comm_busy, comm_busy - hidden, span)
 

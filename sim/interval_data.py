@@ -30,7 +30,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sim.errors import ConfigError, MoesimError
+from sim.errors import ConfigError
 
 __all__ = ["SCHEMA_VERSION", "INTERVALS_FILE", "ResidualRow", "IntervalData", "run_signature", "build",
            "write", "load", "load_shipped", "interval_note", "dataset_sha256", "sources_sha256"]
@@ -114,23 +114,13 @@ def _git_describe() -> str | None:
 
 def build(dataset: str | Path | None = None) -> IntervalData:
     """Predict every held-out run of ``dataset`` (default: the shipped one) with its own stack profile."""
-    from sim.measured_runs import MEASURED_RUNS, load_runs, resolve_run
-    from sim.predict import predict
-    from sim.stacks import profile_for
-    from sim.uncertainty import stack_family
+    from sim.measured_runs import MEASURED_RUNS
+    from sim.uncertainty import held_out_predictions, stack_family
 
     path = Path(dataset) if dataset is not None else MEASURED_RUNS
-    rows, skipped = [], []
-    for run in load_runs(path):
-        if run.fitted:
-            skipped.append(f"{run.id}: fitted (its residual is zero by construction)")
-            continue
-        try:
-            model, cluster, plan = resolve_run(run)
-            pred = predict(model, cluster, plan, stack=profile_for(run.stack, run.release))
-        except MoesimError as err:
-            skipped.append(f"{run.id}: {err}")
-            continue
+    rows = []
+    predicted, skipped = held_out_predictions(path)
+    for run, pred in predicted:
         sig = run_signature(pred.model, pred.gpu, pred.n_gpus, pred.plan, pred.stack, pred.stack_release)
         rows.append(ResidualRow(run.id, stack_family(run.stack), sig, float(pred.tokens_per_s_per_gpu),
                                 float(run.measured_tokens_per_s_per_gpu)))

@@ -32,7 +32,7 @@ from sim.errors import ConfigError
 from sim.fileio import write_atomic
 from sim.predict import Prediction
 
-__all__ = ["chrome_trace_events", "write_chrome_trace", "default_window", "check_window",
+__all__ = ["chrome_trace_events", "comm_under_compute", "union_intervals", "write_chrome_trace", "default_window", "check_window",
            "predicted_hidden_share", "trace_hidden_share"]
 
 _US = 1e6
@@ -192,7 +192,8 @@ def predicted_hidden_share(pred: Prediction, microbatches: Sequence[int] | None 
     return hidden / (hidden + exposed) if hidden + exposed > 0 else 0.0
 
 
-def _union(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
+def union_intervals(iv: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``(start, end)`` intervals merged where they overlap, sorted; empty ones dropped."""
     out: list[tuple[float, float]] = []
     for s, e in sorted(iv):
         if out and s <= out[-1][1]:
@@ -202,13 +203,14 @@ def _union(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def _overlap(comp: list[tuple[float, float]], other: list[tuple[float, float]]) -> tuple[float, float]:
+def comm_under_compute(comp: Sequence[tuple[float, float]], other: Sequence[tuple[float, float]]
+                       ) -> tuple[float, float]:
     """(seconds some communication runs under compute, seconds it runs with no compute).
 
-    >>> _overlap([(0.0, 2.0)], [(1.0, 3.0), (1.5, 2.5)])
+    >>> comm_under_compute([(0.0, 2.0)], [(1.0, 3.0), (1.5, 2.5)])
     (1.0, 1.0)
     """
-    c, o = _union(comp), _union(other)
+    c, o = union_intervals(comp), union_intervals(other)
     under = 0.0
     for s, e in o:
         for cs, ce in c:
@@ -230,7 +232,7 @@ def trace_hidden_share(events: Sequence[dict[str, Any]]) -> float:
                   and e.get("cat") not in ("pipeline", "layer")]
         comp = [(e["ts"], e["ts"] + e["dur"]) for e in slices if _is_compute(e["name"], e["cat"])]
         other = [(e["ts"], e["ts"] + e["dur"]) for e in slices if not _is_compute(e["name"], e["cat"])]
-        h, x = _overlap(comp, other)
+        h, x = comm_under_compute(comp, other)
         hidden += h
         exposed += x
     return hidden / (hidden + exposed) if hidden + exposed > 0 else 0.0

@@ -145,29 +145,36 @@ def loo_coverage(pairs: Sequence[tuple[str, str, float, float]], *, calibration_
             "nominal": 0.8, "per_stack": per_stack, "rows": rows}
 
 
-def measured_run_pairs(path: str | Path = MEASURED_RUNS, costs: Any = None) -> tuple[list[tuple[str, str, float, float]],
-                                                                                   list[str]]:
-    """Predict every held-out measured run of ``path`` (read strictly, :func:`sim.measured_runs.load_runs`)
-    with its own stack profile (``stack`` + ``release``; ``costs`` default: moesim's) -> ``(id, stack,
-    predicted, measured)`` pairs, and the runs left out (fitted runs, whose residual is zero by
-    construction, and runs the simulator cannot predict, with the reason)."""
+def held_out_predictions(path: str | Path = MEASURED_RUNS, costs: Any = None) -> tuple[list[tuple[Any, Any]], list[str]]:
+    """``[(MeasuredRun, Prediction)]`` for every held-out run of ``path``, each with its own stack profile
+    (``stack`` + ``release``; ``costs`` default: moesim's), and the runs left out with the reason: fitted runs
+    (their residual is zero by construction) and runs the simulator cannot predict."""
     from sim.measured_runs import load_runs, resolve_run
     from sim.predict import predict
     from sim.stacks import profile_for
 
-    pairs, skipped = [], []
+    out, skipped = [], []
     for run in load_runs(path):
         if run.fitted:
             skipped.append(f"{run.id}: fitted (its residual is zero by construction)")
             continue
         try:
             model, cluster, plan = resolve_run(run)
-            stack = profile_for(run.stack, run.release)
-            pred = predict(model, cluster, plan, costs, stack=stack).tokens_per_s_per_gpu
+            out.append((run, predict(model, cluster, plan, costs, stack=profile_for(run.stack, run.release))))
         except MoesimError as err:  # unknown model or cluster, a plan that cannot run: reported, not fatal
             skipped.append(f"{run.id}: {err}")
-            continue
-        pairs.append((run.id, run.stack, float(pred), run.measured_tokens_per_s_per_gpu))
+    return out, skipped
+
+
+def measured_run_pairs(path: str | Path = MEASURED_RUNS, costs: Any = None) -> tuple[list[tuple[str, str, float, float]],
+                                                                                   list[str]]:
+    """Predict every held-out measured run of ``path`` (read strictly, :func:`sim.measured_runs.load_runs`)
+    with its own stack profile (``stack`` + ``release``; ``costs`` default: moesim's) -> ``(id, stack,
+    predicted, measured)`` pairs, and the runs left out (fitted runs, whose residual is zero by
+    construction, and runs the simulator cannot predict, with the reason)."""
+    predicted, skipped = held_out_predictions(path, costs)
+    pairs = [(run.id, run.stack, float(pred.tokens_per_s_per_gpu), run.measured_tokens_per_s_per_gpu)
+             for run, pred in predicted]
     return pairs, skipped
 
 

@@ -79,7 +79,6 @@ class Context:
         self._barrier_work: float | None = None
         self.node_cache: dict[tuple[str, str], list] = {}  # type: ignore[type-arg]
         self._ep_groups = distinct_ep_groups(self.layout, self.cluster)
-        self.ep_internode = any(self.crosses_nic(g) for g in self._ep_groups)
 
     @property
     def n_classes(self) -> int:
