@@ -28,6 +28,7 @@ from typing import Any
 
 from calibrate.fit import Sample
 from sim import ops
+from sim.costs import GROUPED_REF_GROUPS
 
 __all__ = ["RULES", "classify", "launch_gaps", "RunShapes", "DSV3_SLOTS", "Kernel", "TraceReading", "read_job_trace",
            "PHASE_RE"]
@@ -95,6 +96,12 @@ class RunShapes:
     @property
     def R(self) -> int:  # noqa: N802  (shape letter)
         return self.T * self.K
+
+
+def grouped_curve_rows(rows: float, sh: RunShapes) -> float:
+    """A traced grouped GEMM's position on the grouped-GEMM curve: rows per local expert times the
+    curve's reference group count (:data:`sim.costs.GROUPED_REF_GROUPS`), as ``predict`` reads it."""
+    return float(rows) / (sh.E / sh.ep) * GROUPED_REF_GROUPS
 
 
 def _gemm(op: str, phase: str, m: float, k: float, n: float) -> tuple[str, str, float, float]:
@@ -261,7 +268,7 @@ def read_job_trace(events: Sequence[Mapping[str, Any]], shapes: RunShapes | None
             dtype = "bf16" if family == "gemm.bf16" else "fp8"
             kind = "grouped_gemm" if family == "gemm.grouped_fp8" else "gemm"
             for k, (op, gpass, flops, rows) in zip(ks, slot):
-                size = rows if kind == "grouped_gemm" else flops
+                size = grouped_curve_rows(rows, sh) if kind == "grouped_gemm" else flops
                 samples.append(Sample(op, gpass, kind, dtype, size, flops, k.seconds, overlap(k), held_sms, layer,
                                       f"{op}.{gpass}", k.start_s, k.stream))
         elif family.startswith("gemm.") and (ph, family) == ("mlp(W)", "gemm.wgrad_fp8"):
@@ -269,7 +276,7 @@ def read_job_trace(events: Sequence[Mapping[str, Any]], shapes: RunShapes | None
             spans = [(k.start_s, k.start_s + k.seconds) for k in ks]
             wall = _union(spans)
             ov = _intervals_overlap(min(s for s, _ in spans), max(e for _, e in spans), comm, comm_starts)
-            samples.append(Sample(ops.MOE_EXPERT_GEMM, "wgrad", "grouped_gemm", "fp8", float(sh.R), flops, wall,
+            samples.append(Sample(ops.MOE_EXPERT_GEMM, "wgrad", "grouped_gemm", "fp8", grouped_curve_rows(sh.R, sh), flops, wall,
                                   min(1.0, ov / wall), held_sms, layer, "moe.expert_gemm+shared.wgrad",
                                   min(s for s, _ in spans), "compute"))
         elif family.startswith("gemm."):

@@ -228,7 +228,7 @@ class CostModel:
             # FP8 wgrad) where it has one, else the dtype's forward curve.
             wgrad_key = f"{op.dtype}_wgrad"
             key = wgrad_key if op.gemm_pass == "wgrad" and wgrad_key in self.grouped_gemm_eff else op.dtype
-            t, cls = self.grouped_gemm_time(op.flops * f, op.rows * f, peak, key), "grouped_gemm"
+            t, cls = self.grouped_gemm_time(op.flops * f, op.rows * f, peak, key, groups=op.groups), "grouped_gemm"
             # An empty grouped GEMM still launches (every EP rank runs its experts' kernel).
             return t / stack.eff(gpu.arch, cls) + stack.kernel_overhead_s
         elif k == "attn":
@@ -253,10 +253,25 @@ class CostModel:
             return 0.0
         return flops / (peak_flops * _fallback(self.gemm_eff, dtype)(flops))
 
-    def grouped_gemm_time(self, flops: float, rows: float, peak_flops: float, dtype: str = "bf16") -> float:
-        """Kernel seconds of one grouped GEMM call over ``rows`` token copies (all local experts)."""
+    def grouped_gemm_time(self, flops: float, rows: float, peak_flops: float, dtype: str = "bf16",
+                          groups: int = 0) -> float:
+        """Kernel seconds of one grouped GEMM call over ``rows`` token copies spread over ``groups`` local
+        experts (0: unknown, read the curve at ``rows``).
+
+        The efficiency follows the rows *per expert*: each expert is its own GEMM of ``rows / groups`` rows
+        (its own weight tile loads, its own partial last wave), so 32 experts of 1,024 rows run like
+        torch._grouped_mm at 1,024 rows per group, not like one GEMM of 32,768. The curves are tabulated
+        as the benchmark measured them, total rows at :data:`GROUPED_REF_GROUPS` groups (TorchAO's
+        DeepSeek-V3 shapes, G = 8, published.md s4), so a call is read at ``rows / groups * 8``.
+
+        >>> c = default_costs(__import__("sim.catalog", fromlist=["load_gpu"]).load_gpu("b200"))
+        >>> c.grouped_gemm_time(1e12, 32768, 2250e12, groups=32) > c.grouped_gemm_time(1e12, 32768, 2250e12, groups=4)
+        True
+        """
         if flops <= 0:
             return 0.0
+        if groups > 0:
+            rows = rows / groups * GROUPED_REF_GROUPS
         eff = _fallback(self.grouped_gemm_eff, dtype)(max(rows, 1.0))
         return flops / (peak_flops * eff)
 
@@ -313,6 +328,8 @@ _MXFP8_SPEEDUP = ((16384.0, 0.99), (32768.0, 1.20), (65536.0, 1.25), (131072.0, 
 # Measured scale-rearrange kernel times at the reference shape (131072 tokens, dim 7168, hidden 2048,
 # G=8): s4 per-kernel breakdown. Rates are per element of the tensor whose scales are rearranged.
 _REF_M, _REF_K, _REF_N, _REF_G = 131072, 7168, 2048, 8
+#: Groups (local experts) of the grouped-GEMM benchmark the curves are tabulated at (published.md s4, G = 8).
+GROUPED_REF_GROUPS = _REF_G
 _REARRANGE = {
     "act": (29.7e-6 / (_REF_M * _REF_K) + 19.4e-6 / (_REF_M * _REF_N)) / 2,
     "weight": (13.3e-6 + 12.9e-6) / 2 / (_REF_G * _REF_N * _REF_K),
@@ -380,8 +397,8 @@ def default_costs(gpu: GPUSpec) -> CostModel:
                          "roll-off below 1e11 FLOPs/call assumed",
         "gemm_eff.fp8": "published.md s3: B200 cuBLAS FP8 2770 of 4500 TFLOPS (blockwise recipe reuses it)",
         "gemm_eff.mxfp8": "published.md s3: B200 cuBLAS MXFP8 2810-2886 of 4500 TFLOPS",
-        "grouped_gemm_eff.bf16": "published.md s4: 0.50 at M=131072 derived from per-kernel MXFP8 sum and the "
-                                 "1.39x speedup; smaller-M roll-off assumed",
+        "grouped_gemm_eff.bf16": "published.md s4: 0.50 at M=131072 (G=8) derived from per-kernel MXFP8 sum and "
+                                 "the 1.39x speedup; smaller-M roll-off assumed; read at rows per expert x 8",
         "grouped_gemm_eff.mxfp8": "published.md s4: derived so quantize+rearrange+fwd+dgrad+wgrad GEMMs "
                                   "reproduce the fwd+bwd speedup vs M table (0.99/1.20/1.25/1.39x)",
         "grouped_gemm_eff.mxfp8_wgrad": "published.md s4: wgrad 2103.3 us vs fwd 1671.2 us per-kernel",

@@ -84,6 +84,8 @@ class OpSpec:
     backward: bool = False
     k_in: float = 0.0
     n_out: float = 0.0
+    #: grouped_gemm: the local experts the call spans (0: unknown, the curve is read at ``rows``).
+    groups: int = 0
     #: the recompute module the op belongs to (Megatron ``recompute_modules`` names; "" for none).
     module: str = ""
 
@@ -329,7 +331,7 @@ class Workload:
                     out.append(OpSpec(ops.MOE_QUANTIZE, "rearrange", elems=e * n_out * k_in, layout="weight",
                                       module="moe"))
             out.append(OpSpec(name, "grouped_gemm", flops=2 * rows * k_in * n_out, rows=rows, dtype=dtype,
-                              load_scaled=True, k_in=k_in, n_out=n_out, module="moe"))
+                              load_scaled=True, k_in=k_in, n_out=n_out, groups=e, module="moe"))
         out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True, module="moe"))
         if p.ep > 1:
             out.append(OpSpec(ops.MOE_COMBINE, "comm", coll="a2a.combine", nbytes=BF16 * rows_out * D, module="moe"))
