@@ -122,6 +122,10 @@ class StackProfile:
     # --- host ------------------------------------------------------------------------------------
     kernel_overhead_s: float = 4e-6
     host_sync_s: float = 100e-6
+    #: blocking host syncs per DeepEP normal-mode forward dispatch, each a ``host_sync_s`` stall: DeepEP's own
+    #: wait for the receive counts, plus the framework's glue around it (boolean-mask indexing,
+    #: ``repeat_interleave`` without ``output_size``, a blocking host-to-device copy of the counts).
+    deepep_host_syncs: int = 1
     # --- efficiency --------------------------------------------------------------------------------
     #: arch ("sm90", "sm100", ... or "*") -> op class (or "default") -> fraction of the calibration's rate.
     efficiency: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -149,6 +153,10 @@ class StackProfile:
                 0 <= self.nvlink_domain_ranks <= 1_000_000):
             raise ConfigError(f"stack {self.name!r}: nvlink_domain_ranks must be an integer >= 0, "
                               f"got {self.nvlink_domain_ranks!r}")
+        if isinstance(self.deepep_host_syncs, bool) or not isinstance(self.deepep_host_syncs, int) or not (
+                1 <= self.deepep_host_syncs <= 64):
+            raise ConfigError(f"stack {self.name!r}: deepep_host_syncs must be an integer in 1..64, "
+                              f"got {self.deepep_host_syncs!r}")
         for fname in ("deepep_sms", "grad_bytes", "master_bytes", "moment_bytes"):
             value = getattr(self, fname)
             if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 256:
@@ -215,7 +223,7 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
                            "launch": str, "deepep_sms": int, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
-                           "kernel_overhead_s": float, "host_sync_s": float, "provenance": str}
+                           "kernel_overhead_s": float, "host_sync_s": float, "deepep_host_syncs": int, "provenance": str}
 assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file type"
 _TABLES = ("stack", "efficiency", "sources")
 
