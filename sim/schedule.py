@@ -1,4 +1,4 @@
-"""Pipeline schedules at chunk granularity, simulated with SimPy.
+"""Pipeline schedules at chunk granularity, simulated as list schedules (:func:`_run_ranks`).
 
 A pipeline rank runs forward (``F``) and backward (``B``, recompute included) actions of its model chunks
 (virtual stages) for every microbatch. ``F(s, mb)`` needs ``F(s-1, mb)`` and its activations sent over
@@ -41,8 +41,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-
-import simpy
 
 from sim.errors import PlanError
 
@@ -229,58 +227,92 @@ def _single_rank(spec: PipelineSpec) -> PipelineResult:
 
 class _Deps:
     """Completions and arrivals of every (phase, position, mb) along a pipeline of ``n_pos`` positions whose
-    position ``pos`` runs microbatch ``mb`` on rank ``rank_of(pos, mb)``. A SimPy event exists only for a
-    key some rank waits on before it has happened; the rest are just remembered as done."""
+    position ``pos`` runs microbatch ``mb`` on rank ``rank_of(pos, mb)``: when each happened, and which
+    parked ranks wait on one that has not happened yet."""
 
-    def __init__(self, env: simpy.Environment, n_pos: int, rank_of: Callable[[int, int], int], p2p_s: float) -> None:
-        self.env, self.n_pos, self.rank_of, self.p2p_s = env, n_pos, rank_of, p2p_s
-        self.events: dict[tuple[str, int, int], simpy.Event] = {}
-        self.happened: set[tuple[str, int, int]] = set()
+    def __init__(self, n_pos: int, rank_of: Callable[[int, int], int], p2p_s: float) -> None:
+        self.n_pos, self.rank_of, self.p2p_s = n_pos, rank_of, p2p_s
+        self.at: dict[Key, float] = {}
+        self.parked: dict[Key, list[int]] = {}
+        self.ready: deque[int] = deque()
 
-    def needs(self, phase: str, pos: int, mb: int) -> tuple[str, int, int] | None:
+    def needs(self, phase: str, pos: int, mb: int) -> Key | None:
         """What ``phase`` of ``(pos, mb)`` waits for: the arrival from the neighbour (or, the last
         position's backward, its own forward); None for the first position's forward."""
         if phase == "F":
             return ("Fa", pos - 1, mb) if pos > 0 else None
         return ("Ba", pos + 1, mb) if pos < self.n_pos - 1 else ("F", pos, mb)
 
-    def wait(self, phase: str, pos: int, mb: int) -> Iterator[simpy.Event]:
-        """The event still pending before ``phase`` of ``(pos, mb)`` may start (yield each from a process)."""
+    def wait(self, phase: str, pos: int, mb: int) -> Iterator[Key]:
+        """The key ``phase`` of ``(pos, mb)`` waits on, if any (``yield from`` it in a rank's program)."""
         key = self.needs(phase, pos, mb)
-        if key is not None and key not in self.happened:
-            ev = self.events.get(key)
-            if ev is None:
-                ev = self.events[key] = self.env.event()
-            yield ev
+        if key is not None:
+            yield key
 
-    def _happen(self, key: tuple[str, int, int]) -> None:
-        self.happened.add(key)
-        ev = self.events.pop(key, None)
-        if ev is not None:
-            ev.succeed()
+    def _happen(self, key: Key, t: float) -> None:
+        self.at[key] = t
+        woken = self.parked.pop(key, None)
+        if woken:
+            self.ready.extend(woken)
 
-    def done(self, phase: str, pos: int, mb: int) -> None:
-        self._happen((phase, pos, mb))
-        arrival = ("Fa" if phase == "F" else "Ba", pos, mb)
+    def done(self, phase: str, pos: int, mb: int, t: float) -> None:
+        """``phase`` of ``(pos, mb)`` ended at ``t``; its activation (or gradient) arrives one p2p transfer
+        later, or at once on the same rank."""
+        self._happen((phase, pos, mb), t)
         nxt = pos + 1 if phase == "F" else pos - 1
         same = 0 <= nxt < self.n_pos and self.rank_of(nxt, mb) == self.rank_of(pos, mb)
-        if same or self.p2p_s <= 0:
-            self._happen(arrival)
-        else:  # the activation (or gradient) arrives one p2p transfer later
-            self.env.timeout(self.p2p_s).callbacks.append(lambda _t: self._happen(arrival))
+        self._happen(("Fa" if phase == "F" else "Ba", pos, mb), t if same or self.p2p_s <= 0 else t + self.p2p_s)
+
+
+#: A rank's program: yields seconds to run, or a :class:`_Deps` key to wait on.
+_Program = Iterator["float | Key"]
+
+
+def _run_ranks(deps: _Deps, now: list[float], programs: list[_Program]) -> None:
+    """Run one program per pipeline rank, each on its own clock ``now[p]``.
+
+    A rank's actions run one after another in a fixed order and ranks couple only through the completions
+    they wait on, with no resource shared between ranks: the schedule's timeline is the longest path through
+    that dependency graph. A rank that waits on a key resumes at ``max(now, when the key happened)``; one
+    whose key has not happened yet is parked until it has. This is the discrete-event simulation of such a
+    schedule without an event queue (a SimPy run of the same programs gives the same floating-point times:
+    each clock advances by ``now + seconds``). Ranks left parked are a deadlock, which the callers report
+    by counting the actions that ran.
+    """
+    at = deps.at
+    waiting: list[Key | None] = [None] * len(programs)
+    deps.ready.extend(range(len(programs)))
+    while deps.ready:
+        p = deps.ready.popleft()
+        key = waiting[p]
+        if key is not None:
+            waiting[p] = None
+            if at[key] > now[p]:
+                now[p] = at[key]
+        for item in programs[p]:
+            if isinstance(item, tuple):
+                t = at.get(item)
+                if t is None:
+                    waiting[p] = item
+                    deps.parked.setdefault(item, []).append(p)
+                    break
+                if t > now[p]:
+                    now[p] = t
+            else:
+                now[p] = now[p] + item
 
 
 def _fixed(spec: PipelineSpec) -> PipelineResult:
-    env = simpy.Environment(initial_time=0.0)
     stage_rank = {stage_of(spec.schedule, spec.pp, p, j): p for p in range(spec.pp) for j in range(spec.vpp)}
-    deps = _Deps(env, spec.n_stages, lambda s, _mb: stage_rank[s], spec.p2p_s)
+    deps = _Deps(spec.n_stages, lambda s, _mb: stage_rank[s], spec.p2p_s)
+    now = [0.0] * spec.pp
     orders = combined_orders(spec) if spec.combined else [[(a,) for a in o] for o in rank_orders(spec)]
     acts: list[list[tuple[str, int, int, float, float]]] = [[] for _ in range(spec.pp)]
     timeline: dict[Key, tuple[int, float, float]] = {}
     pairs: dict[tuple[int, int], tuple[int, int]] = {}
     seen: set[int] = set()
 
-    def rank_proc(p: int):  # type: ignore[no-untyped-def]
+    def rank_proc(p: int) -> _Program:
         for keys in orders[p]:
             for phase, stage, mb in keys:
                 yield from deps.wait(phase, stage, mb)
@@ -288,7 +320,7 @@ def _fixed(spec: PipelineSpec) -> PipelineResult:
                 if phase == "F" and stage not in seen:
                     seen.add(stage)
                     if _extra(spec, stage):
-                        yield env.timeout(_extra(spec, stage))
+                        yield _extra(spec, stage)
             if len(keys) == 2:
                 (_, fs, fmb), (_, bs, _bmb) = keys
                 dur = spec.pair_s.get((fs, bs), spec.f_s[fs] + spec.b_s[bs])
@@ -298,17 +330,15 @@ def _fixed(spec: PipelineSpec) -> PipelineResult:
                 phase, stage, mb = keys[0]
                 dur = spec.f_s[stage] if phase == "F" else spec.b_s[stage]
                 head = keys[0]
-            start = float(env.now)
-            yield env.timeout(dur)
-            acts[p].append((*head, float(start), float(env.now)))
+            start = now[p]
+            yield dur
+            acts[p].append((*head, start, now[p]))
             for key in keys:
-                timeline[key] = (p, start, float(env.now))
+                timeline[key] = (p, start, now[p])
             for key in keys:
-                deps.done(*key)
+                deps.done(*key, now[p])
 
-    for p in range(spec.pp):
-        env.process(rank_proc(p))
-    env.run()
+    _run_ranks(deps, now, [rank_proc(p) for p in range(spec.pp)])
     n_done = len(timeline)
     if n_done != 2 * spec.n_micro * spec.n_stages:
         raise RuntimeError(f"pipeline deadlock: {n_done} of {2 * spec.n_micro * spec.n_stages} actions ran")
@@ -464,13 +494,13 @@ def _pieces(spec: PipelineSpec, lanes: _Lanes, act: _Act) -> list[tuple[str, int
 def _dual(spec: PipelineSpec) -> PipelineResult:
     _check_dual(spec)
     lanes = _Lanes(spec)
-    env = simpy.Environment(initial_time=0.0)
-    deps = _Deps(env, lanes.n_pos, lanes.rank, spec.p2p_s)
+    deps = _Deps(lanes.n_pos, lanes.rank, spec.p2p_s)
+    now = [0.0] * spec.pp
     acts: list[list[tuple[str, int, int, float, float]]] = [[] for _ in range(spec.pp)]
     timeline: dict[Key, tuple[int, float, float]] = {}
     pairs: dict[tuple[int, int], tuple[int, int]] = {}
 
-    def rank_proc(p: int):  # type: ignore[no-untyped-def]
+    def rank_proc(p: int) -> _Program:
         gathered: set[int] = set()  # chunks whose weights this rank has all-gathered
         for act in _dual_order(lanes, p):
             kind, f, b = act
@@ -482,13 +512,13 @@ def _dual(spec: PipelineSpec) -> PipelineResult:
                 if c not in gathered:
                     gathered.add(c)
                     if _extra(spec, c):
-                        yield env.timeout(_extra(spec, c))
-            start = float(env.now)
+                        yield _extra(spec, c)
+            start = now[p]
             pieces = _pieces(spec, lanes, act)
-            yield env.timeout(sum(piece[3] for piece in pieces))
+            yield sum(piece[3] for piece in pieces)
             t = start
             for i, (phase, c, mb, d, keys) in enumerate(pieces):
-                end = float(env.now) if i == len(pieces) - 1 else t + d
+                end = now[p] if i == len(pieces) - 1 else t + d
                 if d > 0 or phase != "W":
                     if phase == "FB":
                         pairs[(p, len(acts[p]))] = (c, keys[1][1])
@@ -498,13 +528,11 @@ def _dual(spec: PipelineSpec) -> PipelineResult:
                     timeline[key] = (p, t, end)
                 t = end
             if f is not None:
-                deps.done("F", *f)
+                deps.done("F", *f, now[p])
             if b is not None and kind != "W":
-                deps.done("B", *b)
+                deps.done("B", *b, now[p])
 
-    for p in range(spec.pp):
-        env.process(rank_proc(p))
-    env.run()
+    _run_ranks(deps, now, [rank_proc(p) for p in range(spec.pp)])
     n_fb = sum(1 for key in timeline if key[0] != "W")
     if n_fb != 2 * spec.n_micro * spec.n_stages:
         raise RuntimeError(f"pipeline deadlock: {n_fb} of {2 * spec.n_micro * spec.n_stages} actions ran")

@@ -173,12 +173,13 @@ class _Builder:
         self.n_cls = ctx.n_classes
         self.overlapped = overlapped  # an overlapped pair: its all-to-alls run under the other chunk's compute
 
-    def add(self, nodes: Sequence[Node], idx: Sequence[int], handles: dict[int, int], start: int | None,
-            tag: Hashable) -> None:
-        """Issue ``nodes[i]`` for ``i`` in ``idx`` (in that order); ``handles`` maps node -> engine handle;
-        ``start`` is the engine handle standing for the layer input (-1 deps)."""
+    def add(self, layer: tuple[str, str], nodes: Sequence[Node], idx: Sequence[int], handles: dict[int, int],
+            start: int | None, tag: Hashable) -> None:
+        """Issue ``nodes[i]`` (the nodes of ``layer``, its ``(kind, phase)``) for ``i`` in ``idx`` (in that
+        order); ``handles`` maps node -> engine handle; ``start`` is the engine handle standing for the layer
+        input (-1 deps)."""
         run: list[int] = []
-        times = self.ctx.node_times(nodes, self.cls, self.overlapped)
+        times = self.ctx.node_times(layer, nodes, self.cls, self.overlapped)
         eng, rank = self.eng, self.rank
 
         def dep_handles(i: int) -> list[int]:
@@ -288,7 +289,7 @@ def simulate_layer(ctx: Context, kind: str, phase: str) -> SimResult:
     eng = _engine(ctx)
     for cls in range(n_cls):
         _fsdp_tasks(ctx, eng, cls, kind, phase)
-        _Builder(ctx, eng, cls, cls, (kind, phase)).add(nodes, range(len(nodes)), {}, None, 0)
+        _Builder(ctx, eng, cls, cls, (kind, phase)).add((kind, phase), nodes, range(len(nodes)), {}, None, 0)
     eng.run()
     return summarize(eng)
 
@@ -349,7 +350,8 @@ def _pair_program(ctx: Context, f_kinds: Sequence[str], b_kinds: Sequence[str], 
             if side == "B":
                 main, w = _split_w(nodes, seg)
                 seg = w if part == "w" else main
-            b.add(nodes, seg, handles, prev[side], (li, side))
+            b.add((f_kinds[li], "fwd") if side == "F" else (b_kinds[li], "bwd"), nodes, seg, handles, prev[side],
+                  (li, side))
         for side, (nodes, _segs, handles) in sides.items():
             chain = [handles[i] for i in handles if nodes[i].op.gemm_pass != "wgrad"]
             if chain:

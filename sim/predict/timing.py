@@ -75,7 +75,7 @@ class Context:
         self._a2a: dict[str, comm.AllToAllResult] = {}
         self._coll: dict[tuple[str, str, float], float] = {}
         self._op_times: dict[tuple[OpSpec, int, bool], OpTime] = {}
-        self._node_times: dict[tuple[int, int, bool], list[OpTime]] = {}
+        self._node_times: dict[tuple[tuple[str, str], int, bool], list[OpTime]] = {}
         self._barrier_work: float | None = None
         self.node_cache: dict[tuple[str, str], list] = {}  # type: ignore[type-arg]
         self._ep_groups = distinct_ep_groups(self.layout, self.cluster)
@@ -128,9 +128,11 @@ class Context:
             t = self._op_times[key] = self._op_time(op, cls, overlapped)
         return t
 
-    def node_times(self, nodes: Sequence[Any], cls: int, overlapped: bool = False) -> list[OpTime]:
-        """:meth:`op_time` of every node of a layer (memoised per node list, class and overlap)."""
-        key = (id(nodes), cls, overlapped)
+    def node_times(self, layer: tuple[str, str], nodes: Sequence[Any], cls: int, overlapped: bool = False
+                   ) -> list[OpTime]:
+        """:meth:`op_time` of every node of ``layer`` (its ``(kind, phase)``, whose nodes are ``nodes``),
+        memoised per layer, class and overlap."""
+        key = (layer, cls, overlapped)
         out = self._node_times.get(key)
         if out is None:
             out = self._node_times[key] = [self.op_time(n.op, cls, overlapped) for n in nodes]
