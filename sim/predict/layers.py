@@ -175,11 +175,11 @@ class _Builder:
 
     def add(self, layer: tuple[str, str], nodes: Sequence[Node], idx: Sequence[int], handles: dict[int, int],
             start: int | None, tag: Hashable) -> None:
-        """Issue ``nodes[i]`` (the nodes of ``layer``, its ``(kind, phase)``) for ``i`` in ``idx`` (in that
-        order); ``handles`` maps node -> engine handle; ``start`` is the engine handle standing for the layer
-        input (-1 deps)."""
+        """Issue ``nodes[i]`` (``layer_nodes`` of ``layer``, its ``(kind, phase)``) for ``i`` in ``idx`` (in
+        that order); ``handles`` maps node -> engine handle; ``start`` is the engine handle standing for the
+        layer input (-1 deps)."""
         run: list[int] = []
-        times = self.ctx.node_times(layer, nodes, self.cls, self.overlapped)
+        times = self.ctx.node_times(layer, self.cls, self.overlapped)
         eng, rank = self.eng, self.rank
 
         def dep_handles(i: int) -> list[int]:

@@ -8,9 +8,7 @@ class ``cls``" (:meth:`Context.op_time`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -128,14 +126,13 @@ class Context:
             t = self._op_times[key] = self._op_time(op, cls, overlapped)
         return t
 
-    def node_times(self, layer: tuple[str, str], nodes: Sequence[Any], cls: int, overlapped: bool = False
-                   ) -> list[OpTime]:
-        """:meth:`op_time` of every node of ``layer`` (its ``(kind, phase)``, whose nodes are ``nodes``),
-        memoised per layer, class and overlap."""
+    def node_times(self, layer: tuple[str, str], cls: int, overlapped: bool = False) -> list[OpTime]:
+        """:meth:`op_time` of every node of ``layer`` (its ``(kind, phase)``, as built into :attr:`node_cache`
+        by :func:`sim.predict.layers.layer_nodes`), memoised per layer, class and overlap."""
         key = (layer, cls, overlapped)
         out = self._node_times.get(key)
         if out is None:
-            out = self._node_times[key] = [self.op_time(n.op, cls, overlapped) for n in nodes]
+            out = self._node_times[key] = [self.op_time(n.op, cls, overlapped) for n in self.node_cache[layer]]
         return out
 
     @property

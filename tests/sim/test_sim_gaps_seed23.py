@@ -79,14 +79,6 @@ def test_torchao_fp8_linear_backward_quantises_grad_input_and_weight() -> None:
         assert quantised >= need * (1 - 1e-12), name
 
 
-def test_hybridep_also_needs_sms_left_for_compute() -> None:
-    """(sim.predict validate_plan) HybridEP's kernels hold deepep_sms SMs like DeepEP's: all of them is refused."""
-    gpu = load_gpu("b200")
-    plan = ParallelPlan(ep=8, dp_shard=8, global_batch=8, ep_backend="hybridep", deepep_sms=gpu.num_sms)
-    with pytest.raises(PlanError, match=r"deepep_sms \(148\) must be below the GPU's 148 SMs"):
-        validate_plan(load_model("deepseek-v3-16b"), load_cluster("hgx-b200", n_gpus=8), plan)
-
-
 def test_mxfp8_grouped_needs_block_scaled_fp8_hardware() -> None:
     """(sim.predict validate_plan) Hopper has no MXFP8 tensor cores: MXFP8 grouped experts are refused there."""
     assert not load_gpu("h100").mxfp8

@@ -25,11 +25,13 @@ def test_plan_errors_start_with_plan() -> None:
         ParallelPlan(tp=0)
 
 
-def test_deepep_sms_must_leave_sms_for_compute() -> None:
+@pytest.mark.parametrize("backend", ["deepep", "hybridep"])
+def test_deepep_sms_must_leave_sms_for_compute(backend: str) -> None:
+    """DeepEP's and HybridEP's kernels both hold deepep_sms SMs: all of them is refused."""
     from sim.predict import validate_plan
 
     gpu = load_gpu("b200")
-    plan = ParallelPlan(ep=8, dp_shard=8, global_batch=8, ep_backend="deepep", deepep_sms=gpu.num_sms)
+    plan = ParallelPlan(ep=8, dp_shard=8, global_batch=8, ep_backend=backend, deepep_sms=gpu.num_sms)
     with pytest.raises(PlanError, match=rf"plan: deepep_sms \({gpu.num_sms}\) must be below the GPU's {gpu.num_sms} SMs"):
         validate_plan(load_model("deepseek-v3-16b"), load_cluster("hgx-b200", n_gpus=8), plan)
 
