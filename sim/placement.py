@@ -40,7 +40,22 @@ def placement_signature(group: list[int], cluster: ClusterSpec) -> tuple[tuple[i
 
 
 def distinct_ep_groups(layout: Layout, cluster: ClusterSpec) -> list[list[int]]:
-    """One EP group per placement signature, in rank order of their first member (rank 0's group first)."""
+    """One EP group per placement signature, in rank order of their first member (rank 0's group first).
+    Memoised by what the groups depend on: the mesh shape, EP and expert TP, the NVLink domain and node sizes."""
+    p = layout.plan
+    key = (layout.shape, p.ep, p.etp, cluster.nvlink_domain_gpus, cluster.gpus_per_node)
+    groups = _DISTINCT.get(key)
+    if groups is None:
+        if len(_DISTINCT) >= 4096:
+            _DISTINCT.clear()
+        groups = _DISTINCT[key] = tuple(tuple(g) for g in _distinct_ep_groups(layout, cluster))
+    return [list(g) for g in groups]
+
+
+_DISTINCT: dict[tuple[object, ...], tuple[tuple[int, ...], ...]] = {}
+
+
+def _distinct_ep_groups(layout: Layout, cluster: ClusterSpec) -> list[list[int]]:
     seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
     out: list[list[int]] = []
     covered: set[int] = set()

@@ -15,7 +15,7 @@ from functools import cache
 from typing import Any
 
 from sim.costs import CostModel, default_costs
-from sim.predict import Prediction, predict
+from sim.predict import Prediction, SimMemo, predict
 from sim.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
 from sim.stacks import StackProfile, load_stack, stack_names
 
@@ -44,9 +44,10 @@ def costs_for(gpu: GPUSpec) -> CostModel:
 
 
 def predict_run(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str = "torchtitan",
-                costs: CostModel | None = None, *, name: str = "") -> Prediction:
-    """Predict one plan under the named framework stack."""
-    return predict(model, cluster, plan, costs or costs_for(cluster.gpu), name=name, stack=stack_profile(stack_name))
+                costs: CostModel | None = None, *, name: str = "", memo: SimMemo | None = None) -> Prediction:
+    """Predict one plan under the named framework stack (``memo``: see :func:`sim.predict.predict`)."""
+    return predict(model, cluster, plan, costs or costs_for(cluster.gpu), name=name, stack=stack_profile(stack_name),
+                   memo=memo)
 
 
 def interval_for(pred: Prediction, stack_name: str | None = None,
@@ -117,19 +118,21 @@ def layer_compute_seconds(model: ModelSpec, cluster: ClusterSpec, plan: Parallel
 
 
 def layer_sim_seconds(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str,
-                      costs: CostModel | None = None) -> dict[str, tuple[float, float, float, float]]:
+                      costs: CostModel | None = None, memo: SimMemo | None = None
+                      ) -> dict[str, tuple[float, float, float, float]]:
     """Per layer kind: (forward, backward) seconds as the simulator's layer level simulates them (compute and
     the communication it cannot hide inside the layer), and the (forward, backward) compute seconds in them,
     for one microbatch (:func:`sim.predict.layers.simulate_layer`).
 
     The pipeline level runs each plain forward or backward chunk for exactly the sum of its layers' times,
-    so these give a pipeline lower bound far tighter than compute alone, at a fraction of a prediction."""
+    so these give a pipeline lower bound far tighter than compute alone, at a fraction of a prediction;
+    with ``memo`` (a search's) the predictions of the plans reuse these simulations."""
     from sim.predict.layers import simulate_layer
     from sim.predict.timing import Context
 
     stack = stack_profile(stack_name)
     placed = stack.place(cluster)
-    ctx = Context(model, placed, plan, costs or costs_for(placed.gpu), stack)
+    ctx = Context(model, placed, plan, costs or costs_for(placed.gpu), stack, memo)
     kinds = {"embed", "head", "moe" if model.n_moe_layers else "dense"}
     if model.n_dense_layers:
         kinds.add("dense")
@@ -140,3 +143,16 @@ def layer_sim_seconds(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan
         out[kind] = (float(f.time_s), float(b.time_s), float(sum(f.compute_s.values())),
                      float(sum(b.compute_s.values())))
     return out
+
+
+def step_bound_seconds(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str,
+                       costs: CostModel | None = None, memo: SimMemo | None = None) -> float:
+    """Seconds the predicted step of ``plan`` takes at least: its schedule run on simulated layers with each
+    overlapped pair at its compute alone (:func:`sim.predict.pipeline.step_lower_bound_s`), a fraction of a
+    prediction with ``memo`` holding the layers."""
+    from sim.predict.pipeline import step_lower_bound_s
+    from sim.predict.timing import Context
+
+    stack = stack_profile(stack_name)
+    placed = stack.place(cluster)
+    return step_lower_bound_s(Context(model, placed, plan, costs or costs_for(placed.gpu), stack, memo))

@@ -1,7 +1,7 @@
 """Lower bounds on a plan's predicted step time, for pruning plan searches without predicting.
 
-Two bounds, each never above what :func:`sim.predict.predict` returns (tests/studies/test_bounds.py
-checks both against predictions over generated plans):
+Three bounds, each never above what :func:`sim.predict.predict` returns (tests/studies/test_plan_search.py
+checks them against predictions over generated plans):
 
 - :func:`peak_bound_s` (physics): the busiest GPU does at least the mean share of the model's exact
   training FLOPs (forward, 2x backward, and the recomputed forward under full recompute) at no more than
@@ -16,6 +16,11 @@ checks both against predictions over generated plans):
   the chunks before its first, and (schedules without deferred weight gradients) after its last backward
   the same microbatch's backward must still cross those chunks. The compute-only times
   (:func:`studies._sim.layer_compute_seconds`) are a cheaper first bound for every schedule.
+- :func:`schedule_bound_s` (the simulator's own schedule): the plan's pipeline schedule run on its
+  simulated chunks, each overlapped pair at the compute its busiest symmetry class runs (the compute stream
+  is serial and communication only slows it), plus the replica all-reduce and the optimizer. A
+  fixed-order schedule's makespan only grows with its durations, so it is a bound, and it sees the
+  bubbles and pairs the per-rank sum cannot. It costs a schedule run per plan (the layers are shared).
 
 >>> from sim.catalog import load_model, load_cluster
 >>> from sim.specs import ParallelPlan
@@ -30,9 +35,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sim.accounting import exact_flops_per_token
+from sim.predict.memo import SimMemo
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 from sim.workload import chunk_layers
-from studies._sim import layer_compute_seconds, layer_sim_seconds
+from studies._sim import layer_compute_seconds, layer_sim_seconds, step_bound_seconds
 
 __all__ = ["peak_bound_s", "pipeline_compute_bound_s", "chunk_ranks", "layer_times", "compute_only_times",
            "LayerTimes"]
@@ -41,9 +47,18 @@ __all__ = ["peak_bound_s", "pipeline_compute_bound_s", "chunk_ranks", "layer_tim
 LayerTimes = dict[str, tuple[float, float, float, float]]
 
 
-def layer_times(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str) -> LayerTimes:
-    """The layer times the pipeline bound uses: simulated layers where sim exposes them, else compute only."""
-    return layer_sim_seconds(model, cluster, plan, stack_name)
+def layer_times(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str,
+                memo: SimMemo | None = None) -> LayerTimes:
+    """The layer times the pipeline bound uses: simulated layers where sim exposes them, else compute only
+    (``memo``: the search's shared simulations, :mod:`sim.predict.memo`)."""
+    return layer_sim_seconds(model, cluster, plan, stack_name, memo=memo)
+
+
+def schedule_bound_s(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str,
+                     memo: SimMemo | None = None) -> float:
+    """The tightest bound: the plan's own schedule on its simulated layers, overlapped pairs at their compute
+    alone, plus the step tail that does not depend on the timeline (one plan at a time, not per layer key)."""
+    return step_bound_seconds(model, cluster, plan, stack_name, memo=memo)
 
 
 def compute_only_times(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str) -> LayerTimes:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.errors import ConfigError, MoesimError
-from sim.predict import Prediction, validate_plan
+from sim.predict import Prediction, SimMemo, validate_plan
 from sim.specs import (
     AC_MODES,
     EP_BACKENDS,
@@ -44,6 +44,7 @@ from studies.bounds import (
     layer_times,
     peak_bound_s,
     pipeline_compute_bound_s,
+    schedule_bound_s,
 )
 
 __all__ = ["PlanSpace", "Candidate", "SearchResult", "search", "enumerate_plans"]
@@ -167,9 +168,14 @@ def _layer_key(plan: ParallelPlan) -> tuple[Any, ...]:
             (plan.dp_shard, plan.dp_replicate) if plan.pp == 1 else None)
 
 
+#: This process's layer and pair simulations, shared by the plans it predicts for one search (a memo holds
+#: one scope's results: a search of another model, cluster or stack replaces them, :meth:`SimMemo.bind`).
+_MEMO = SimMemo()
+
+
 def _predict_one(args: tuple[ModelSpec, ClusterSpec, ParallelPlan, str]) -> Prediction:
     model, cluster, plan, stack = args
-    pred = predict_run(model, cluster, plan, stack)
+    pred = predict_run(model, cluster, plan, stack, memo=_MEMO)
     pred.trace_data = None  # not needed by searches; keeps results small across processes
     return pred
 
@@ -200,14 +206,14 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
     def tight_times(p: ParallelPlan) -> LayerTimes:
         key = _layer_key(p)
         if key not in tight:
-            tight[key] = layer_times(model, cluster, p, stack)
+            tight[key] = layer_times(model, cluster, p, stack, memo=_MEMO)
         return tight[key]
 
     # Best first on a lazily tightened bound: every plan starts at its cheap bound (peak rates, compute-only
-    # layer times); the one with the lowest bound is tightened (simulated layer times, shared by every plan
-    # of the same layer key) and re-queued, and predicted once its tightened bound is still the lowest.
-    # A plan whose bound (cheap or tight) reaches the cutoff cannot enter the top ``keep``: it and every plan
-    # behind it are pruned.
+    # layer times); the one with the lowest bound is tightened (level 1: simulated layer times, shared by
+    # every plan of the same layer key; level 2: its own schedule on them, pairs at their compute) and
+    # re-queued, and predicted once its fully tightened bound is still the lowest. A plan whose bound (at any
+    # level) reaches the cutoff cannot enter the top ``keep``: it and every plan behind it are pruned.
     heap: list[tuple[float, int, int, ParallelPlan]] = [
         (max(peak_bound_s(model, cluster, p), pipeline_compute_bound_s(model, cluster, p, stack, cheap_times(p))),
          0, i, p) for i, p in enumerate(fitting)]
@@ -240,10 +246,13 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
             if bound >= cutoff():
                 return None
             heapq.heappop(heap)
-            if tightened or not prune:
+            if tightened == 2 or not prune:
                 return bound, plan
-            tb = max(bound, pipeline_compute_bound_s(model, cluster, plan, stack, tight_times(plan)))
-            heapq.heappush(heap, (tb, 1, i, plan))
+            if tightened == 0:
+                tb = max(bound, pipeline_compute_bound_s(model, cluster, plan, stack, tight_times(plan)))
+            else:
+                tb = max(bound, schedule_bound_s(model, cluster, plan, stack, memo=_MEMO))
+            heapq.heappush(heap, (tb, tightened + 1, i, plan))
         return None
 
     evaluated = 0

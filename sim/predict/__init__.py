@@ -39,12 +39,13 @@ from sim.costs import CostModel, default_costs
 from sim.errors import PlanError
 from sim.predict.breakdown import breakdown
 from sim.predict.layers import SimResult
+from sim.predict.memo import SimMemo
 from sim.predict.pipeline import assemble
 from sim.predict.timing import Context
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 from sim.stacks import StackProfile, load_stack
 
-__all__ = ["Prediction", "SimResult", "LayerResult", "predict", "validate_plan"]
+__all__ = ["Prediction", "SimResult", "SimMemo", "LayerResult", "predict", "validate_plan"]
 
 #: the former name of a simulated layer's result
 LayerResult = SimResult
@@ -116,9 +117,12 @@ def validate_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
 
 
 def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: CostModel | None = None,
-            *, stack: StackProfile | str | None = None, name: str = "") -> Prediction:
+            *, stack: StackProfile | str | None = None, name: str = "", memo: SimMemo | None = None) -> Prediction:
     """Predict one training step of ``model`` on ``cluster`` under ``plan`` with framework ``stack`` (a
     profile, a built-in profile name or a profile file; None: the ``torchtitan`` profile).
+
+    ``memo``: layer and pair simulations shared across predictions of one model, cluster, cost model and
+    stack (a plan search's; :mod:`sim.predict.memo`); the prediction is the same with or without it.
 
     Raises :class:`~sim.errors.PlanError` for plans that cannot run.
     """
@@ -126,7 +130,7 @@ def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: C
     cluster = stack.place(cluster)  # e.g. Megatron's 64 ranks per NVL72 rack
     validate_plan(model, cluster, plan, stack)
     costs = costs or default_costs(cluster.gpu)
-    ctx = Context(model, cluster, plan, costs, stack)
+    ctx = Context(model, cluster, plan, costs, stack, memo)
     step = assemble(ctx)
     parts, hidden = breakdown(step)
     tokens = plan.tokens_per_step

@@ -284,6 +284,10 @@ def _engine(ctx: Context) -> Engine:
 
 def simulate_layer(ctx: Context, kind: str, phase: str) -> SimResult:
     """Simulate one layer of ``kind`` in ``phase`` on every symmetry class; the critical class's result."""
+    return ctx.shared(("layer", kind, phase), lambda: _simulate_layer(ctx, kind, phase))
+
+
+def _simulate_layer(ctx: Context, kind: str, phase: str) -> SimResult:
     nodes = layer_nodes(ctx, kind, phase)
     n_cls = ctx.n_classes if kind == "moe" else 1
     eng = _engine(ctx)
@@ -393,6 +397,11 @@ def simulate_pair(ctx: Context, f_kinds: Sequence[str], b_kinds: Sequence[str]) 
 
 
 def _run_pair(ctx: Context, f_kinds: Sequence[str], b_kinds: Sequence[str]) -> SimResult:
+    """One simulation of the pair (chunks of different lengths compress to the same ones: shared)."""
+    return ctx.shared(("pair", tuple(f_kinds), tuple(b_kinds)), lambda: _simulate_pair(ctx, f_kinds, b_kinds))
+
+
+def _simulate_pair(ctx: Context, f_kinds: Sequence[str], b_kinds: Sequence[str]) -> SimResult:
     moe = "moe" in f_kinds or "moe" in b_kinds
     eng = _engine(ctx)
     for cls in range(ctx.n_classes if moe else 1):

@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 
 from sim import comm
 from sim.layout import Coords
-from sim.predict.layers import SimResult, simulate_layer, simulate_pair
+from sim.predict.layers import (
+    SimResult,
+    _stream_of,
+    layer_nodes,
+    simulate_layer,
+    simulate_pair,
+)
 from sim.predict.timing import BF16, FP32, Context
 from sim.schedule import (
     DUAL,
@@ -29,7 +35,7 @@ from sim.schedule import (
 )
 from sim.workload import chunk_layers
 
-__all__ = ["Chunk", "Step", "assemble"]
+__all__ = ["Chunk", "Step", "assemble", "step_lower_bound_s"]
 
 
 @dataclass
@@ -67,6 +73,7 @@ class Step:
 def _chunks(ctx: Context, layer_res: dict[tuple[str, str], SimResult]) -> list[Chunk]:
     model = ctx.model
     out = []
+    wgrad: dict[str, float] = {}
     chunks = chunk_layers(model, ctx.plan)
     for ci, layers in enumerate(chunks):
         kinds = ["dense" if li < model.n_dense_layers else "moe" for li in layers]
@@ -92,7 +99,10 @@ def _chunks(ctx: Context, layer_res: dict[tuple[str, str], SimResult]) -> list[C
                     hidden[ph][key] += v
         ch.f_parts, ch.b_parts = dict(parts["fwd"]), dict(parts["bwd"])
         ch.f_hidden, ch.b_hidden = dict(hidden["fwd"]), dict(hidden["bwd"])
-        ch.w_s = min(ch.b_s, sum(_wgrad_time(ctx, k) for k in kinds))
+        for k in kinds:
+            if k not in wgrad:
+                wgrad[k] = _wgrad_time(ctx, k)
+        ch.w_s = min(ch.b_s, sum(wgrad[k] for k in kinds))
         out.append(ch)
     return out
 
@@ -105,15 +115,18 @@ def _wgrad_time(ctx: Context, kind: str) -> float:
     return max(sum(ctx.op_time(op, cls).seconds for op in wgrad) for cls in classes)
 
 
-def assemble(ctx: Context) -> Step:
-    """Simulate the distinct layers and pairs once each, run the schedule, add the step tail."""
-    model, plan, cluster = ctx.model, ctx.plan, ctx.cluster
-    kinds = {"embed", "head", "moe" if model.n_moe_layers else "dense"}
-    if model.n_dense_layers:
+def _layer_results(ctx: Context) -> dict[tuple[str, str], SimResult]:
+    """Each distinct layer of the model simulated once per phase."""
+    kinds = {"embed", "head", "moe" if ctx.model.n_moe_layers else "dense"}
+    if ctx.model.n_dense_layers:
         kinds.add("dense")
     kinds.update(ctx.wl.last_chunk_tail())
-    layer_res = {(k, ph): simulate_layer(ctx, k, ph) for k in sorted(kinds) for ph in ("fwd", "bwd")}
-    chunks = _chunks(ctx, layer_res)
+    return {(k, ph): simulate_layer(ctx, k, ph) for k in sorted(kinds) for ph in ("fwd", "bwd")}
+
+
+def _pipeline_spec(ctx: Context, chunks: list[Chunk]) -> tuple[PipelineSpec, list[float]]:
+    """The schedule's input (without the overlapped pairs' durations) and each chunk's gradient reduction."""
+    model, plan, cluster = ctx.model, ctx.plan, ctx.cluster
     p2p = 0.0
     if plan.pp > 1:
         dst = ctx.layout.rank(Coords(1, 0, 0, 0, 0))
@@ -134,6 +147,25 @@ def assemble(ctx: Context) -> Step:
     spec = PipelineSpec(plan.pp_schedule, plan.pp, plan.vpp, plan.n_microbatches, [c.f_s for c in chunks],
                         [c.b_s for c in chunks], p2p, first_ag, {}, [c.w_s for c in chunks] if dual else (),
                         combined=combined)
+    return spec, chunk_rs
+
+
+def _fixed_tail(ctx: Context, chunks: list[Chunk]) -> tuple[float, float]:
+    """(replica all-reduce, optimizer) seconds after the pipeline: they do not depend on its timeline."""
+    plan, cluster, stack = ctx.plan, ctx.cluster, ctx.stack
+    local_params = sum(sum(ctx.layer_shards(k)) for ch in chunks for k in ch.layers) / max(1, plan.pp)
+    dp_ar = ctx.collective("ar", local_params * FP32, "rep") if plan.dp_replicate > 1 else 0.0
+    opt = ctx.costs.memory_time(local_params * 32.0, cluster.gpu.hbm_bw_bytes_per_s, kernels=4,
+                                overhead_s=stack.kernel_overhead_s) / stack.eff(cluster.gpu.arch, "mem")
+    opt += sum(ctx.costs.op_seconds(op, cluster.gpu, stack) for op in ctx.wl.step_ops())  # per-step weight quant
+    return dp_ar, opt
+
+
+def assemble(ctx: Context) -> Step:
+    """Simulate the distinct layers and pairs once each, run the schedule, add the step tail."""
+    layer_res = _layer_results(ctx)
+    chunks = _chunks(ctx, layer_res)
+    spec, chunk_rs = _pipeline_spec(ctx, chunks)
     # Simulate only the overlapped pairs the schedule runs, each distinct (forward layers, backward layers)
     # once; a pair always runs on one rank, so it meets only that rank's own chunks.
     pairs: dict[tuple[int, int], SimResult] = {}
@@ -150,12 +182,43 @@ def assemble(ctx: Context) -> Step:
     if ctx.zero1:
         rs_tail = chunk_rs[last_stage] / max(1, len(chunks[last_stage].layers))  # the last bucket
     else:
-        rs_tail = chunk_rs[last_stage] if plan.pp > 1 else sum(chunk_rs)
-    local_params = sum(sum(ctx.layer_shards(k)) for ch in chunks for k in ch.layers) / max(1, plan.pp)
-    dp_ar = ctx.collective("ar", local_params * FP32, "rep") if plan.dp_replicate > 1 else 0.0
-    stack = ctx.stack
-    opt = ctx.costs.memory_time(local_params * 32.0, cluster.gpu.hbm_bw_bytes_per_s, kernels=4,
-                                overhead_s=stack.kernel_overhead_s) / stack.eff(cluster.gpu.arch, "mem")
-    opt += sum(ctx.costs.op_seconds(op, cluster.gpu, stack) for op in ctx.wl.step_ops())  # per-step weight quant
+        rs_tail = chunk_rs[last_stage] if ctx.plan.pp > 1 else sum(chunk_rs)
+    dp_ar, opt = _fixed_tail(ctx, chunks)
     step = pipe.makespan + rs_tail + dp_ar + opt
-    return Step(layer_res, pairs, chunks, pipe, first_ag, rs_tail, dp_ar, opt, step)
+    return Step(layer_res, pairs, chunks, pipe, first_ag=list(spec.first_f_extra_s), rs_tail=rs_tail, dp_ar=dp_ar,
+                opt=opt, step_s=step)
+
+
+def step_lower_bound_s(ctx: Context) -> float:
+    """Seconds :func:`assemble`'s step takes at least, without simulating an overlapped pair: the same
+    schedule with each pair at the compute its critical symmetry class runs in it (the compute stream is
+    serial and communication only slows it), plus the tail that does not depend on the timeline. The
+    schedule's makespan only grows with its durations (a fixed-order list schedule), so this is a bound."""
+    chunks = _chunks(ctx, _layer_results(ctx))
+    spec, _ = _pipeline_spec(ctx, chunks)
+    sums: dict[tuple[tuple[str, str], int, bool], float] = {}
+    floor = {(i, j): _pair_compute_s(ctx, chunks[i].layers, chunks[j].layers, sums)
+             for i, j in overlapped_pairs(spec)}
+    dp_ar, opt = _fixed_tail(ctx, chunks)
+    return simulate_pipeline(dataclasses.replace(spec, pair_s=floor)).makespan + dp_ar + opt
+
+
+def _pair_compute_s(ctx: Context, f_kinds: list[str], b_kinds: list[str],
+                    sums: dict[tuple[tuple[str, str], int, bool], float]) -> float:
+    """Seconds of the compute stream's tasks of one overlapped pair, on its busiest symmetry class (``sums``:
+    each layer's, memoised by the caller)."""
+    sides = [(k, "fwd") for k in f_kinds] + [(k, "bwd") for k in b_kinds]
+    classes = range(ctx.n_classes if any(k == "moe" for k, _ in sides) else 1)
+    overlapped = bool(f_kinds) and bool(b_kinds)  # as the pair's simulation times its ops
+    best = 0.0
+    for cls in classes:
+        total = 0.0
+        for layer in sides:
+            key = (layer, cls, overlapped)
+            if key not in sums:
+                nodes = layer_nodes(ctx, *layer)
+                times = ctx.node_times(layer, cls, overlapped)
+                sums[key] = sum(t.seconds for n, t in zip(nodes, times, strict=True) if _stream_of(n.op) == "compute")
+            total += sums[key]
+        best = max(best, total)
+    return best

@@ -8,7 +8,9 @@ class ``cls``" (:meth:`Context.op_time`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -17,12 +19,15 @@ from sim.accounting import count_params
 from sim.costs import CostModel
 from sim.layout import Coords, Layout
 from sim.placement import distinct_ep_groups
+from sim.predict.memo import SimMemo, layer_sim_key
 from sim.routing import expert_load, is_balanced, rank_load_factors
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 from sim.stacks import StackProfile
 from sim.workload import OpSpec, Workload
 
 __all__ = ["BF16", "FP32", "NIC", "Context", "Flow", "OpTime", "is_a2a"]
+
+T = TypeVar("T")
 
 BF16 = 2.0
 FP32 = 4.0
@@ -48,10 +53,11 @@ class OpTime:
 
 
 class Context:
-    """Specs, costs and stack of one prediction, with memoised communication results."""
+    """Specs, costs and stack of one prediction, with memoised communication results; ``memo``: layer and
+    pair simulations shared with other predictions of the same model, cluster, costs and stack."""
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: CostModel,
-                 stack: StackProfile) -> None:
+                 stack: StackProfile, memo: SimMemo | None = None) -> None:
         self.model, self.cluster, self.plan, self.costs, self.stack = model, cluster, plan, costs, stack
         self.gpu = cluster.gpu
         self.ccosts = comm.CommCosts(**costs.comm) if costs.comm else comm.CommCosts.default()
@@ -72,11 +78,25 @@ class Context:
         self.nic_bw = cluster.nic_bw_bytes_per_s * cluster.nics_per_gpu * self.ccosts.ib_fraction
         self._a2a: dict[str, comm.AllToAllResult] = {}
         self._coll: dict[tuple[str, str, float], float] = {}
+        self._groups: dict[str, list[int]] = {}
         self._op_times: dict[tuple[OpSpec, int, bool], OpTime] = {}
         self._node_times: dict[tuple[tuple[str, str], int, bool], list[OpTime]] = {}
         self._barrier_work: float | None = None
         self.node_cache: dict[tuple[str, str], list] = {}  # type: ignore[type-arg]
         self._ep_groups = distinct_ep_groups(self.layout, self.cluster)
+        self.memo = memo
+        self._sim_key: tuple[object, ...] | None = None
+        if memo is not None:
+            memo.bind(model, cluster, costs, stack)
+
+    def shared(self, what: Hashable, make: Callable[[], T]) -> T:
+        """``make()``, the simulation ``what`` of this prediction, or the memo's result of the same
+        simulation of an earlier prediction whose layers read the same (:func:`sim.predict.memo.layer_sim_key`)."""
+        if self.memo is None:
+            return make()
+        if self._sim_key is None:
+            self._sim_key = layer_sim_key(self.plan, self._ep_groups)
+        return self.memo.get((self._sim_key, what), make)
 
     @property
     def n_classes(self) -> int:
@@ -109,8 +129,13 @@ class Context:
         return self._coll[key]
 
     def group_ranks(self, group: str) -> list[int]:
-        return list({"tp": self.layout.tp_group, "dp": self.layout.dp_shard_group,
-                     "edp": self.layout.expert_fsdp_group, "rep": self.layout.dp_replicate_group}[group](self.rep))
+        """The representative rank's ``tp``, ``dp`` (FSDP), ``edp`` (expert FSDP) or ``rep`` group (memoised)."""
+        ranks = self._groups.get(group)
+        if ranks is None:
+            ranks = self._groups[group] = list(
+                {"tp": self.layout.tp_group, "dp": self.layout.dp_shard_group, "edp": self.layout.expert_fsdp_group,
+                 "rep": self.layout.dp_replicate_group}[group](self.rep))
+        return list(ranks)
 
     def crosses_nic(self, ranks: list[int]) -> bool:
         dom = self.cluster.nvlink_domain_gpus
