@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from sim.specs import GPUSpec, ModelSpec, ParallelPlan
@@ -118,8 +119,10 @@ def _attention_params(model: ModelSpec) -> int:
     return d * h * hd + 2 * d * model.n_kv_heads * hd + h * hd * d + qk_norm
 
 
+@lru_cache(maxsize=64)
 def count_params(model: ModelSpec) -> ParamCounts:
-    """Count every parameter of ``model`` (MTP modules reported apart, not in ``total``).
+    """Count every parameter of ``model`` (MTP modules reported apart, not in ``total``; memoised, the
+    counts are frozen).
 
     ``active`` is what one token touches: everything but the unselected routed experts.
     """

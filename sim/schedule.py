@@ -38,13 +38,14 @@ over the 4 * 2 * 3 = 24 of work per rank.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from sim.errors import PlanError
 
-__all__ = ["PipelineResult", "PipelineSpec", "combined_orders", "dualpipev_steps", "overlapped_pairs", "rank_orders",
+__all__ = ["PipelineResult", "PipelineSpec", "combined_orders", "dual_work", "dualpipev_steps", "overlapped_pairs", "rank_orders",
            "simulate_pipeline", "stage_of"]
 
 DUAL = ("dualpipe", "dualpipev")
@@ -444,8 +445,15 @@ _At = tuple[int, int]
 _Act = tuple[str, _At | None, _At | None]
 
 
-def _dual_order(lanes: _Lanes, rank: int) -> list[_Act]:
-    """The rank's steps with each local chunk's next microbatch filled in (W: the oldest deferred one)."""
+def _dual_order(lanes: _Lanes, rank: int) -> tuple[_Act, ...]:
+    """The rank's steps with each local chunk's next microbatch filled in (W: the oldest deferred one);
+    memoised: they depend only on the schedule, ``pp`` and the microbatch count."""
+    return _dual_order_of(lanes.spec.schedule, lanes.spec.pp, lanes.spec.n_micro, rank)
+
+
+@lru_cache(maxsize=4096)
+def _dual_order_of(schedule: str, pp: int, n_micro: int, rank: int) -> tuple[_Act, ...]:
+    lanes = _Lanes(PipelineSpec(schedule, pp, 1, n_micro, [0.0] * 2 * pp, [0.0] * 2 * pp))
     legs = lanes.legs(rank)
     n_f, n_b = [0, 0], [0, 0]
     deferred: deque[_At] = deque()
@@ -469,7 +477,39 @@ def _dual_order(lanes: _Lanes, rank: int) -> list[_Act]:
         else:
             out.append(("FB", take(n_f, c), take(n_b, 1 - c)))
     assert not deferred and n_f == n_b == [len(legs[0][1]), len(legs[1][1])]
-    return out
+    return tuple(out)
+
+
+@lru_cache(maxsize=256)
+def dual_work(schedule: str, pp: int, n_micro: int) -> tuple[dict[tuple[str, int, int], int], ...]:
+    """Per rank of a DualPipe(V) schedule: how often it runs each (phase, forward stage, backward stage):
+    ``("F", s, -1)`` a forward alone, ``("B", -1, s)`` a backward alone (with its weight gradients, or
+    without them and a ``W`` later: together the same work), ``("FB", f, b)`` an overlapped pair. Durations
+    do not enter: what a rank must run whatever they are (:func:`studies.bounds.pipeline_compute_bound_s`).
+
+    >>> work = dual_work("dualpipev", 2, 4)
+    >>> sorted(work[0].items())
+    [(('B', -1, 0), 2), (('B', -1, 3), 3), (('F', 0, -1), 3), (('F', 3, -1), 2), (('FB', 0, 3), 1), (('FB', 3, 0), 2)]
+    """
+    n = 2 * pp
+    spec = PipelineSpec(schedule, pp, 1, n_micro, [0.0] * n, [0.0] * n)
+    _check_dual(spec)
+    lanes = _Lanes(spec)
+    out = []
+    for rank in range(pp):
+        counts: Counter[tuple[str, int, int]] = Counter()
+        for kind, f, b in _dual_order(lanes, rank):
+            if kind == "F":
+                assert f is not None
+                counts.update(("F", c, -1) for c in lanes.chunks(f[0]))
+            elif kind in ("B", "I"):
+                assert b is not None
+                counts.update(("B", -1, c) for c in lanes.chunks(b[0]))
+            elif kind == "FB":
+                assert f is not None and b is not None
+                counts.update(("FB", cf, cb) for cf, cb in zip(lanes.chunks(f[0]), lanes.chunks(b[0])[::-1]))
+        out.append(dict(counts))
+    return tuple(out)
 
 
 def _pieces(spec: PipelineSpec, lanes: _Lanes, act: _Act) -> list[tuple[str, int, int, float, tuple[Key, ...]]]:

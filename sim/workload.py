@@ -196,6 +196,12 @@ class Workload:
         return [OpSpec(ops.MOE_QUANTIZE, "quant", elems=elems)] if elems else []
 
     # --- op lists -------------------------------------------------------------------------------
+    def share_layer_ops(self, cache: dict[tuple[str, str], list[OpSpec]]) -> None:
+        """Keep :meth:`layer_ops`' lists in ``cache``, shared with the workloads of other plans whose layers
+        read the same (one layer's ops read every plan field but the pipeline's: :mod:`sim.predict.memo`)."""
+        cache.update(self._cache)
+        self._cache = cache
+
     def layer_ops(self, kind: str, phase: str) -> list[OpSpec]:
         """Ops of one layer of ``kind`` (embed/dense/moe/head) in ``phase`` (fwd/bwd/recompute)."""
         key = (kind, phase)

@@ -119,10 +119,10 @@ def layer_compute_seconds(model: ModelSpec, cluster: ClusterSpec, plan: Parallel
 
 def layer_sim_seconds(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str,
                       costs: CostModel | None = None, memo: SimMemo | None = None
-                      ) -> dict[str, tuple[float, float, float, float]]:
+                      ) -> dict[str, tuple[float, float, float, float, float, float]]:
     """Per layer kind: (forward, backward) seconds as the simulator's layer level simulates them (compute and
-    the communication it cannot hide inside the layer), and the (forward, backward) compute seconds in them,
-    for one microbatch (:func:`sim.predict.layers.simulate_layer`).
+    the communication it cannot hide inside the layer), the (forward, backward) compute seconds in them and
+    the (forward, backward) busy seconds of their all-to-all stream, for one microbatch (:func:`sim.predict.layers.simulate_layer`).
 
     The pipeline level runs each plain forward or backward chunk for exactly the sum of its layers' times,
     so these give a pipeline lower bound far tighter than compute alone, at a fraction of a prediction;
@@ -141,7 +141,7 @@ def layer_sim_seconds(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan
         f = simulate_layer(ctx, kind, "fwd")
         b = simulate_layer(ctx, kind, "bwd")
         out[kind] = (float(f.time_s), float(b.time_s), float(sum(f.compute_s.values())),
-                     float(sum(b.compute_s.values())))
+                     float(sum(b.compute_s.values())), float(f.comm_s), float(b.comm_s))
     return out
 
 

@@ -9,9 +9,10 @@ checks them against predictions over generated plans):
 - :func:`pipeline_compute_bound_s` (the simulator's own layer times): per chunk, the time of its layers as
   the simulator's layer level gives them (:func:`studies._sim.layer_sim_seconds`: compute plus the
   communication the layer cannot hide), which is exactly what a plain forward or backward chunk takes in
-  the pipeline; for DualPipe(V) and combined 1F1B (``ep_overlap``), whose overlapped pairs may hide
-  communication, only the compute in them
-  (a serial compute stream that communication only slows). Summed per pipeline rank, plus the
+  the pipeline; for combined 1F1B (``ep_overlap``), whose overlapped pairs may hide communication, only
+  the compute in them (a serial compute stream that communication only slows); for DualPipe(V), what each
+  rank runs (:func:`sim.schedule.dual_work`): forwards and backwards alone at their chunk times, the
+  overlapped pairs at their compute. Summed per pipeline rank, plus the
   pipeline's unavoidable fill and drain: a rank cannot start before microbatch 0's forward has crossed
   the chunks before its first, and (schedules without deferred weight gradients) after its last backward
   the same microbatch's backward must still cross those chunks. The compute-only times
@@ -36,6 +37,7 @@ from collections.abc import Callable
 
 from sim.accounting import exact_flops_per_token
 from sim.predict.memo import SimMemo
+from sim.schedule import dual_work
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 from sim.workload import chunk_layers
 from studies._sim import layer_compute_seconds, layer_sim_seconds, step_bound_seconds
@@ -43,8 +45,9 @@ from studies._sim import layer_compute_seconds, layer_sim_seconds, step_bound_se
 __all__ = ["peak_bound_s", "pipeline_compute_bound_s", "chunk_ranks", "layer_times", "compute_only_times",
            "LayerTimes"]
 
-#: layer kind -> (forward s, backward s, forward compute s, backward compute s) of one microbatch
-LayerTimes = dict[str, tuple[float, float, float, float]]
+#: layer kind -> (forward s, backward s, forward compute s, backward compute s, forward all-to-all stream s,
+#: backward all-to-all stream s) of one microbatch
+LayerTimes = dict[str, tuple[float, float, float, float, float, float]]
 
 
 def layer_times(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str,
@@ -63,7 +66,7 @@ def schedule_bound_s(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
 
 def compute_only_times(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str) -> LayerTimes:
     """Compute-only layer times (cheap: no simulation), valid as a lower bound for every schedule."""
-    return {k: (f, b, f, b) for k, (f, b) in layer_compute_seconds(model, cluster, plan, stack_name).items()}
+    return {k: (f, b, f, b, 0.0, 0.0) for k, (f, b) in layer_compute_seconds(model, cluster, plan, stack_name).items()}
 
 
 def peak_bound_s(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> float:
@@ -104,19 +107,22 @@ def pipeline_compute_bound_s(model: ModelSpec, cluster: ClusterSpec, plan: Paral
     dual = plan.pp_schedule in ("dualpipe", "dualpipev") and plan.pp > 1
     # Overlapped F&B pairs (DualPipe, Megatron's combined 1F1B) may hide communication: compute only.
     fi, bi = (2, 3) if dual or plan.ep_overlap else (0, 1)
-    fwd, bwd = [], []
+    zero = (0.0,) * 6
+    dense_t, moe_t = times.get("dense", zero), times.get("moe", zero)
+    cols: list[list[float]] = [[] for _ in range(6)]  # per chunk: the six LayerTimes columns
     for ci, layers in enumerate(chunks):
-        kinds = ["dense" if li < model.n_dense_layers else "moe" for li in layers]
-        if ci == 0:
-            kinds.append("embed")
-        if ci == len(chunks) - 1:
-            kinds.append("head")
-        fwd.append(sum(times[k][fi] for k in kinds))
-        bwd.append(sum(times[k][bi] for k in kinds))
+        n_dense = sum(1 for li in layers if li < model.n_dense_layers)
+        n_moe = len(layers) - n_dense
+        ends = (times["embed"] if ci == 0 else zero, times["head"] if ci == len(chunks) - 1 else zero)
+        for i, col in enumerate(cols):
+            col.append(n_dense * dense_t[i] + n_moe * moe_t[i] + ends[0][i] + ends[1][i])
+    fwd, bwd = cols[fi], cols[bi]
+    fwd_alone, bwd_alone, fwd_comm, bwd_comm = cols[0], cols[1], cols[4], cols[5]
     m = plan.n_microbatches
+    if dual:
+        return _dual_bound(plan, fwd, bwd, fwd_alone, bwd_alone, fwd_comm, bwd_comm)
     ranks = chunk_ranks(plan, len(chunks))
-    if ranks is None:  # DualPipe: every microbatch crosses every layer once; the busiest rank >= the mean.
-        return m * (sum(fwd) + sum(bwd)) / plan.pp
+    assert ranks is not None  # None only for DualPipe, bounded above
     deferred_w = plan.pp_schedule == "dualpipev"
     best = 0.0
     for r in range(plan.pp):
@@ -126,4 +132,25 @@ def pipeline_compute_bound_s(model: ModelSpec, cluster: ClusterSpec, plan: Paral
         start = sum(fwd[:first])
         end = 0.0 if deferred_w else sum(bwd[:first])
         best = max(best, start + work + end)
+    return best
+
+
+def _dual_bound(plan: ParallelPlan, fwd: list[float], bwd: list[float], fwd_alone: list[float],
+                bwd_alone: list[float], fwd_comm: list[float], bwd_comm: list[float]) -> float:
+    """DualPipe(V): per rank, what it must run (:func:`sim.schedule.dual_work`): each forward or backward
+    alone at its plain chunk time, each overlapped pair at least the busier of its serial compute stream
+    (``fwd`` + ``bwd``) and its serial all-to-all stream (whose kernels overlap only slows); after a
+    start no earlier than microbatch 0's forward through the chunks before the rank's first (DualPipeV)."""
+    best = 0.0
+    for r, work in enumerate(dual_work(plan.pp_schedule, plan.pp, plan.n_microbatches)):
+        busy = 0.0
+        for (phase, f, b), n in work.items():
+            if phase == "F":
+                busy += n * fwd_alone[f]
+            elif phase == "B":
+                busy += n * bwd_alone[b]
+            else:
+                busy += n * max(fwd[f] + bwd[b], fwd_comm[f] + bwd_comm[b])
+        start = sum(fwd_alone[:r]) if plan.pp_schedule == "dualpipev" else 0.0
+        best = max(best, start + busy)
     return best

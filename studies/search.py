@@ -171,6 +171,8 @@ def _layer_key(plan: ParallelPlan) -> tuple[Any, ...]:
 #: This process's layer and pair simulations, shared by the plans it predicts for one search (a memo holds
 #: one scope's results: a search of another model, cluster or stack replaces them, :meth:`SimMemo.bind`).
 _MEMO = SimMemo()
+#: Compute-only layer times by (model, GPU, stack, the layer key without its data-parallel part).
+_COMPUTE_TIMES: dict[tuple[Any, ...], LayerTimes] = {}
 
 
 def _predict_one(args: tuple[ModelSpec, ClusterSpec, ParallelPlan, str]) -> Prediction:
@@ -200,7 +202,13 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
     def cheap_times(p: ParallelPlan) -> LayerTimes:
         key = _layer_key(p)
         if key not in cheap:
-            cheap[key] = compute_only_times(model, cluster, p, stack)
+            # compute alone reads only the GPU of the cluster: shared by searches of other cluster sizes
+            ckey = (model, cluster.gpu, stack, key[:-2])
+            if ckey not in _COMPUTE_TIMES:
+                if len(_COMPUTE_TIMES) >= 65536:
+                    _COMPUTE_TIMES.clear()
+                _COMPUTE_TIMES[ckey] = compute_only_times(model, cluster, p, stack)
+            cheap[key] = _COMPUTE_TIMES[ckey]
         return cheap[key]
 
     def tight_times(p: ParallelPlan) -> LayerTimes:

@@ -191,12 +191,12 @@ def assemble(ctx: Context) -> Step:
 
 def step_lower_bound_s(ctx: Context) -> float:
     """Seconds :func:`assemble`'s step takes at least, without simulating an overlapped pair: the same
-    schedule with each pair at the compute its critical symmetry class runs in it (the compute stream is
-    serial and communication only slows it), plus the tail that does not depend on the timeline. The
+    schedule with each pair at the busiest of its serial streams (compute, which communication only slows,
+    and the all-to-all and TP streams), plus the tail that does not depend on the timeline. The
     schedule's makespan only grows with its durations (a fixed-order list schedule), so this is a bound."""
     chunks = _chunks(ctx, _layer_results(ctx))
     spec, _ = _pipeline_spec(ctx, chunks)
-    sums: dict[tuple[tuple[str, str], int, bool], float] = {}
+    sums: dict[tuple[tuple[str, str], int, bool], dict[str, float]] = {}
     floor = {(i, j): _pair_compute_s(ctx, chunks[i].layers, chunks[j].layers, sums)
              for i, j in overlapped_pairs(spec)}
     dp_ar, opt = _fixed_tail(ctx, chunks)
@@ -204,21 +204,24 @@ def step_lower_bound_s(ctx: Context) -> float:
 
 
 def _pair_compute_s(ctx: Context, f_kinds: list[str], b_kinds: list[str],
-                    sums: dict[tuple[tuple[str, str], int, bool], float]) -> float:
-    """Seconds of the compute stream's tasks of one overlapped pair, on its busiest symmetry class (``sums``:
-    each layer's, memoised by the caller)."""
+                    sums: dict[tuple[tuple[str, str], int, bool], dict[str, float]]) -> float:
+    """Seconds one overlapped pair takes at least: on its busiest symmetry class, the busiest of its streams
+    (compute, EP all-to-all, TP collectives), each serial, each task at least its own duration (``sums``:
+    each layer's per-stream seconds, memoised by the caller)."""
     sides = [(k, "fwd") for k in f_kinds] + [(k, "bwd") for k in b_kinds]
     classes = range(ctx.n_classes if any(k == "moe" for k, _ in sides) else 1)
     overlapped = bool(f_kinds) and bool(b_kinds)  # as the pair's simulation times its ops
     best = 0.0
     for cls in classes:
-        total = 0.0
+        total: dict[str, float] = defaultdict(float)
         for layer in sides:
             key = (layer, cls, overlapped)
             if key not in sums:
-                nodes = layer_nodes(ctx, *layer)
-                times = ctx.node_times(layer, cls, overlapped)
-                sums[key] = sum(t.seconds for n, t in zip(nodes, times, strict=True) if _stream_of(n.op) == "compute")
-            total += sums[key]
-        best = max(best, total)
+                per_stream: dict[str, float] = defaultdict(float)
+                for n, t in zip(layer_nodes(ctx, *layer), ctx.node_times(layer, cls, overlapped), strict=True):
+                    per_stream[_stream_of(n.op)] += t.seconds
+                sums[key] = per_stream
+            for stream, v in sums[key].items():
+                total[stream] += v
+        best = max(best, *total.values())
     return best

@@ -9,7 +9,7 @@ class ``cls``" (:meth:`Context.op_time`).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
@@ -52,6 +52,17 @@ class OpTime:
     flow: Flow | None = None
 
 
+@dataclass
+class _OpCaches:
+    """A prediction's memoised op-level results that depend only on what its layer simulations read."""
+
+    a2a: dict[str, comm.AllToAllResult] = field(default_factory=dict)
+    op_times: dict[tuple[OpSpec, int, bool], OpTime] = field(default_factory=dict)
+    node_times: dict[tuple[tuple[str, str], int, bool], list[OpTime]] = field(default_factory=dict)
+    node_cache: dict[tuple[str, str], list] = field(default_factory=dict)  # type: ignore[type-arg]
+    layer_ops: dict[tuple[str, str], list[OpSpec]] = field(default_factory=dict)
+
+
 class Context:
     """Specs, costs and stack of one prediction, with memoised communication results; ``memo``: layer and
     pair simulations shared with other predictions of the same model, cluster, costs and stack."""
@@ -84,10 +95,16 @@ class Context:
         self._barrier_work: float | None = None
         self.node_cache: dict[tuple[str, str], list] = {}  # type: ignore[type-arg]
         self._ep_groups = distinct_ep_groups(self.layout, self.cluster)
+        self._fsdp: dict[tuple[str, str], float] = {}
         self.memo = memo
         self._sim_key: tuple[object, ...] | None = None
         if memo is not None:
             memo.bind(model, cluster, costs, stack)
+            # op times, layer nodes and all-to-alls read what the layer simulations read: shared with them
+            caches = self.shared("op caches", _OpCaches)
+            self._a2a, self._op_times = caches.a2a, caches.op_times
+            self._node_times, self.node_cache = caches.node_times, caches.node_cache
+            self.wl.share_layer_ops(caches.layer_ops)
 
     def shared(self, what: Hashable, make: Callable[[], T]) -> T:
         """``make()``, the simulation ``what`` of this prediction, or the memo's result of the same
@@ -222,10 +239,14 @@ class Context:
         return dense / p.tp / (p.dp_shard * p.cp), expert
 
     def fsdp_time(self, kind: str, what: str) -> float:
-        """All-gather (bf16 weights) or reduce-scatter (fp32 grads) of one layer's shards."""
-        dense, expert = self.layer_shards(kind)
-        b = BF16 if what == "ag" else FP32
-        return self.collective(what, dense * b, "dp") + self.collective(what, expert * b, "edp")
+        """All-gather (bf16 weights) or reduce-scatter (fp32 grads) of one layer's shards (memoised)."""
+        t = self._fsdp.get((kind, what))
+        if t is None:
+            dense, expert = self.layer_shards(kind)
+            b = BF16 if what == "ag" else FP32
+            t = self._fsdp[(kind, what)] = (self.collective(what, dense * b, "dp")
+                                            + self.collective(what, expert * b, "edp"))
+        return t
 
     def fsdp_flow(self, kind: str, what: str) -> Flow | None:
         """The NIC bytes of one layer's FSDP gather/reduction (ring: (n-1) shards per rank) and its rate."""
