@@ -31,6 +31,7 @@ from sim.schedule import (
     PipelineResult,
     PipelineSpec,
     overlapped_pairs,
+    simulate_makespan,
     simulate_pipeline,
 )
 from sim.workload import chunk_layers
@@ -200,7 +201,7 @@ def step_lower_bound_s(ctx: Context) -> float:
     floor = {(i, j): _pair_compute_s(ctx, chunks[i].layers, chunks[j].layers, sums)
              for i, j in overlapped_pairs(spec)}
     dp_ar, opt = _fixed_tail(ctx, chunks)
-    return simulate_pipeline(dataclasses.replace(spec, pair_s=floor)).makespan + dp_ar + opt
+    return simulate_makespan(dataclasses.replace(spec, pair_s=floor)) + dp_ar + opt
 
 
 def _pair_compute_s(ctx: Context, f_kinds: list[str], b_kinds: list[str],
