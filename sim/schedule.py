@@ -566,15 +566,10 @@ def _dual(spec: PipelineSpec, record: bool = True) -> PipelineResult:
             start = now[p]
             pieces = _pieces(spec, lanes, act)
             yield sum(piece[3] for piece in pieces)
+            t = start
             if not record:
                 ran[0] += sum(len(piece[4]) for piece in pieces if piece[0] != "W")
-                if f is not None:
-                    deps.done("F", *f, now[p])
-                if b is not None and kind != "W":
-                    deps.done("B", *b, now[p])
-                continue
-            t = start
-            for i, (phase, c, mb, d, keys) in enumerate(pieces):
+            for i, (phase, c, mb, d, keys) in enumerate(pieces if record else ()):
                 end = now[p] if i == len(pieces) - 1 else t + d
                 if d > 0 or phase != "W":
                     if phase == "FB":
