@@ -171,7 +171,7 @@ def simulate_makespan(spec: PipelineSpec) -> float:
     """:func:`simulate_pipeline`'s makespan (the same float), without recording the timeline where that
     saves time (DualPipe(V))."""
     if spec.pp > 1 and spec.schedule in DUAL:
-        return _dual(spec, record=False).makespan
+        return _dual_makespan(spec)
     return simulate_pipeline(spec).makespan
 
 
@@ -186,14 +186,8 @@ def overlapped_pairs(spec: PipelineSpec) -> set[tuple[int, int]]:
         return {(0, 0)} if spec.combined and spec.n_stages == 1 and spec.n_micro > 1 else set()
     if spec.schedule in DUAL:
         _check_dual(spec)
-        lanes = _Lanes(spec)
-        out: set[tuple[int, int]] = set()
-        for p in range(spec.pp):
-            for kind, f, b in _dual_order(lanes, p):
-                if kind == "FB":
-                    assert f is not None and b is not None
-                    out.update(zip(lanes.chunks(f[0]), lanes.chunks(b[0])[::-1]))
-        return out
+        g = _dual_graph(spec.schedule, spec.pp, spec.n_micro)
+        return {pair for kind, fc, bc in g.recipes if kind == "FB" for pair in zip(fc, bc)}
     if not spec.combined:
         return set()
     return {(keys[0][1], keys[1][1]) for order in combined_orders(spec) for keys in order if len(keys) == 2}
@@ -499,48 +493,158 @@ def dual_work(schedule: str, pp: int, n_micro: int) -> tuple[dict[tuple[str, int
     >>> sorted(work[0].items())
     [(('B', -1, 0), 2), (('B', -1, 3), 3), (('F', 0, -1), 3), (('F', 3, -1), 2), (('FB', 0, 3), 1), (('FB', 3, 0), 2)]
     """
-    n = 2 * pp
-    spec = PipelineSpec(schedule, pp, 1, n_micro, [0.0] * n, [0.0] * n)
-    _check_dual(spec)
-    lanes = _Lanes(spec)
+    g = _dual_graph(schedule, pp, n_micro)
+    steps: list[Counter[int]] = [Counter() for _ in range(pp)]  # recipe -> count, in first-run order
+    for p, r in zip(g.rank, g.recipe):
+        steps[p][r] += 1
     out = []
-    for rank in range(pp):
-        counts: Counter[tuple[str, int, int]] = Counter()
-        for kind, f, b in _dual_order(lanes, rank):
+    for counts in steps:
+        work: Counter[tuple[str, int, int]] = Counter()
+        for r, n in counts.items():
+            kind, fc, bc = g.recipes[r]
             if kind == "F":
-                assert f is not None
-                counts.update(("F", c, -1) for c in lanes.chunks(f[0]))
+                work.update({("F", c, -1): n for c in fc})
             elif kind in ("B", "I"):
-                assert b is not None
-                counts.update(("B", -1, c) for c in lanes.chunks(b[0]))
+                work.update({("B", -1, c): n for c in bc[::-1]})  # counted in chunk order
             elif kind == "FB":
-                assert f is not None and b is not None
-                counts.update(("FB", cf, cb) for cf, cb in zip(lanes.chunks(f[0]), lanes.chunks(b[0])[::-1]))
-        out.append(dict(counts))
+                work.update({("FB", cf, cb): n for cf, cb in zip(fc, bc)})
+        out.append(dict(work))
     return tuple(out)
+
+
+def _piece_seconds(spec: PipelineSpec, kind: str, f_chunks: tuple[int, ...], b_chunks: tuple[int, ...]
+                   ) -> list[float]:
+    """Seconds of each piece of one step of ``kind`` on forward chunks ``f_chunks`` and backward chunks
+    ``b_chunks`` (in run order: a step's backward chunks run last first)."""
+    if kind == "F":
+        return [spec.f_s[c] for c in f_chunks]
+    if kind == "FB":
+        return [spec.pair_s.get((cf, cb), spec.f_s[cf] + spec.b_s[cb]) for cf, cb in zip(f_chunks, b_chunks)]
+    w = spec.w_s or [0.0] * spec.n_stages
+    if kind == "W":
+        return [w[c] for c in b_chunks]
+    return [spec.b_s[c] - (w[c] if kind == "I" else 0.0) for c in b_chunks]
 
 
 def _pieces(spec: PipelineSpec, lanes: _Lanes, act: _Act) -> list[tuple[str, int, int, float, tuple[Key, ...]]]:
     """(phase, chunk, mb, seconds, timeline keys) of one step, chunk by chunk (DualPipe: two chunks a step)."""
     kind, f, b = act
-    w = spec.w_s or [0.0] * spec.n_stages
+    f_chunks = lanes.chunks(f[0]) if f is not None else ()
+    b_chunks = lanes.chunks(b[0])[::-1] if b is not None else ()
+    seconds = _piece_seconds(spec, kind, f_chunks, b_chunks)
     if kind == "F":
         assert f is not None
-        return [("F", c, f[1], spec.f_s[c], (("F", c, f[1]),)) for c in lanes.chunks(f[0])]
+        return [("F", c, f[1], d, (("F", c, f[1]),)) for c, d in zip(f_chunks, seconds)]
     assert b is not None
-    b_chunks = lanes.chunks(b[0])[::-1]
     if kind == "FB":
         assert f is not None
-        return [("FB", cf, f[1], spec.pair_s.get((cf, cb), spec.f_s[cf] + spec.b_s[cb]),
-                 (("F", cf, f[1]), ("B", cb, b[1]))) for cf, cb in zip(lanes.chunks(f[0]), b_chunks)]
-    if kind == "W":
-        return [("W", c, b[1], w[c], (("W", c, b[1]),)) for c in b_chunks]
-    cut = w if kind == "I" else [0.0] * spec.n_stages
-    return [("B", c, b[1], spec.b_s[c] - cut[c], (("B", c, b[1]),)) for c in b_chunks]
+        return [("FB", cf, f[1], d, (("F", cf, f[1]), ("B", cb, b[1])))
+                for cf, cb, d in zip(f_chunks, b_chunks, seconds)]
+    phase = "W" if kind == "W" else "B"
+    return [(phase, c, b[1], d, ((phase, c, b[1]),)) for c, d in zip(b_chunks, seconds)]
 
 
-def _dual(spec: PipelineSpec, record: bool = True) -> PipelineResult:
-    """The DualPipe(V) schedule; ``record=False``: the makespan only (no actions, timeline or pairs)."""
+@dataclass(frozen=True)
+class _DualGraph:
+    """DualPipe(V)'s actions for one (schedule, pp, microbatches) as a dependency graph, durations left out,
+    in an order where every action comes after the ones it waits on (:func:`_dual_graph`).
+
+    Action ``a`` runs on ``rank[a]`` after that rank's previous action and after each ``(producer, sent)``
+    of ``deps[a]`` (``sent``: one p2p transfer later, the producer is on another rank); first the weight
+    gathers of ``extras[a]`` (chunks its rank gathers for the first time), then ``recipe[a]``'s pieces, as
+    :func:`_pieces` lists them: ``recipes[i]`` = (kind, forward chunks, backward chunks in run order)."""
+
+    rank: tuple[int, ...]
+    deps: tuple[tuple[tuple[int, bool], ...], ...]
+    extras: tuple[tuple[int, ...], ...]
+    recipe: tuple[int, ...]
+    recipes: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]
+
+
+@lru_cache(maxsize=256)
+def _dual_graph(schedule: str, pp: int, n_micro: int) -> _DualGraph:
+    shape = PipelineSpec(schedule, pp, 1, n_micro, [0.0] * 2 * pp, [0.0] * 2 * pp)
+    _check_dual(shape)
+    lanes = _Lanes(shape)
+    orders = [_dual_order(lanes, p) for p in range(pp)]
+    producer: dict[Key, tuple[int, int]] = {}  # (phase, pos, mb) -> (rank, index in its order)
+    for p, order in enumerate(orders):
+        for i, (kind, f, b) in enumerate(order):
+            if f is not None:
+                producer[("F", *f)] = (p, i)
+            if b is not None and kind != "W":
+                producer[("B", *b)] = (p, i)
+
+    def waits(kind: str, f: _At | None, b: _At | None) -> list[tuple[tuple[int, int], bool]]:
+        out = []
+        if f is not None and f[0] > 0:
+            out.append((producer[("F", f[0] - 1, f[1])], lanes.rank(f[0] - 1, f[1]) != lanes.rank(*f)))
+        if b is not None and kind != "W":
+            if b[0] < lanes.n_pos - 1:
+                out.append((producer[("B", b[0] + 1, b[1])], lanes.rank(b[0] + 1, b[1]) != lanes.rank(*b)))
+            else:
+                out.append((producer[("F", *b)], False))
+        return out
+
+    index: dict[tuple[int, int], int] = {}
+    rank: list[int] = []
+    deps: list[tuple[tuple[int, bool], ...]] = []
+    extras: list[tuple[int, ...]] = []
+    recipe: list[int] = []
+    recipes: dict[tuple[str, tuple[int, ...], tuple[int, ...]], int] = {}
+    gathered: list[set[int]] = [set() for _ in range(pp)]
+    nxt = [0] * pp
+    progress = True
+    while progress:  # Kahn's order: each rank runs on while what its next action waits on has run
+        progress = False
+        for p, order in enumerate(orders):
+            while nxt[p] < len(order):
+                kind, f, b = order[nxt[p]]
+                need = waits(kind, f, b)
+                if any(q not in index for q, _ in need):
+                    break
+                index[(p, nxt[p])] = len(rank)
+                rank.append(p)
+                deps.append(tuple((index[q], sent) for q, sent in need))
+                new = tuple(c for c in (lanes.chunks(f[0]) if f is not None else ()) if c not in gathered[p])
+                gathered[p].update(new)
+                extras.append(new)
+                key = (kind, lanes.chunks(f[0]) if f is not None else (), lanes.chunks(b[0])[::-1] if b is not None else ())
+                recipe.append(recipes.setdefault(key, len(recipes)))
+                nxt[p] += 1
+                progress = True
+    if len(rank) != sum(len(o) for o in orders):
+        raise RuntimeError(f"pipeline deadlock: {len(rank)} of {sum(len(o) for o in orders)} steps can run")
+    return _DualGraph(tuple(rank), tuple(deps), tuple(extras), tuple(recipe), tuple(recipes))
+
+
+def _dual_makespan(spec: PipelineSpec) -> float:
+    """:func:`_dual`'s makespan, the same float, from the schedule's dependency graph (:func:`_dual_graph`,
+    built once per schedule shape): the same sums and maxima in the same order, without the rank programs."""
+    _check_dual(spec)
+    g = _dual_graph(spec.schedule, spec.pp, spec.n_micro)
+    durations = [sum(_piece_seconds(spec, *r)) for r in g.recipes]
+    extra = spec.first_f_extra_s
+    p2p = spec.p2p_s if spec.p2p_s > 0 else None
+    end = [0.0] * len(g.rank)
+    now = [0.0] * spec.pp
+    for a, p in enumerate(g.rank):
+        t = now[p]
+        for q, sent in g.deps[a]:
+            at = end[q] + p2p if sent and p2p is not None else end[q]
+            if at > t:
+                t = at
+        if extra:
+            for c in g.extras[a]:
+                if extra[c]:
+                    t = t + extra[c]
+        t = t + durations[g.recipe[a]]
+        end[a] = now[p] = t
+    return max(now)
+
+
+def _dual(spec: PipelineSpec) -> PipelineResult:
+    """The DualPipe(V) schedule, every rank's actions recorded (the makespan alone: :func:`_dual_makespan`)."""
     _check_dual(spec)
     lanes = _Lanes(spec)
     deps = _Deps(lanes.n_pos, lanes.rank, spec.p2p_s)
@@ -548,7 +652,6 @@ def _dual(spec: PipelineSpec, record: bool = True) -> PipelineResult:
     acts: list[list[tuple[str, int, int, float, float]]] = [[] for _ in range(spec.pp)]
     timeline: dict[Key, tuple[int, float, float]] = {}
     pairs: dict[tuple[int, int], tuple[int, int]] = {}
-    ran = [0]  # forward and backward pieces run, when not recorded
 
     def rank_proc(p: int) -> _Program:
         gathered: set[int] = set()  # chunks whose weights this rank has all-gathered
@@ -567,9 +670,7 @@ def _dual(spec: PipelineSpec, record: bool = True) -> PipelineResult:
             pieces = _pieces(spec, lanes, act)
             yield sum(piece[3] for piece in pieces)
             t = start
-            if not record:
-                ran[0] += sum(len(piece[4]) for piece in pieces if piece[0] != "W")
-            for i, (phase, c, mb, d, keys) in enumerate(pieces if record else ()):
+            for i, (phase, c, mb, d, keys) in enumerate(pieces):
                 end = now[p] if i == len(pieces) - 1 else t + d
                 if d > 0 or phase != "W":
                     if phase == "FB":
@@ -585,9 +686,7 @@ def _dual(spec: PipelineSpec, record: bool = True) -> PipelineResult:
                 deps.done("B", *b, now[p])
 
     _run_ranks(deps, now, [rank_proc(p) for p in range(spec.pp)])
-    n_fb = sum(1 for key in timeline if key[0] != "W") if record else ran[0]
+    n_fb = sum(1 for key in timeline if key[0] != "W")
     if n_fb != 2 * spec.n_micro * spec.n_stages:
         raise RuntimeError(f"pipeline deadlock: {n_fb} of {2 * spec.n_micro * spec.n_stages} actions ran")
-    if not record:  # every rank's clock ends at its last action's end
-        return PipelineResult(max(now), acts, timeline, pairs)
     return PipelineResult(max(a[4] for r in acts for a in r), acts, timeline, pairs)
