@@ -27,7 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.errors import ConfigError, MoesimError
+from sim.layout import Layout
+from sim.placement import distinct_ep_groups
 from sim.predict import Prediction, SimMemo, validate_plan
+from sim.predict.memo import PIPELINE_FIELDS, layer_sim_key
 from sim.specs import (
     AC_MODES,
     EP_BACKENDS,
@@ -37,7 +40,7 @@ from sim.specs import (
     ModelSpec,
     ParallelPlan,
 )
-from studies._sim import memory_fits, predict_run
+from studies._sim import memory_fits, predict_run, stack_profile
 from studies.bounds import (
     LayerTimes,
     compute_only_times,
@@ -159,19 +162,16 @@ def _count(reasons: dict[str, int] | None, key: str) -> None:
         reasons[key] = reasons.get(key, 0) + 1
 
 
-def _layer_key(plan: ParallelPlan) -> tuple[Any, ...]:
-    """The plan fields one layer's per-microbatch simulation depends on: not the pipeline layout (PP is the
-    outermost mesh dimension, so the representative rank's TP and EP groups do not move with it), and the
-    data-parallel width only where the layer holds per-layer FSDP traffic (PP 1)."""
-    return (plan.tp, plan.cp, plan.ep, plan.etp, plan.seq_len, plan.micro_batch, plan.ac, plan.precision,
-            plan.ep_backend, plan.deepep_sms, plan.routing, plan.pp == 1,
-            (plan.dp_shard, plan.dp_replicate) if plan.pp == 1 else None)
+def _compute_key(plan: ParallelPlan) -> tuple[Any, ...]:
+    """The plan fields one layer's compute reads: all but the pipeline layout and data-parallel widths
+    (:data:`sim.predict.memo.PIPELINE_FIELDS`; compute alone holds no FSDP traffic)."""
+    return tuple(sorted((k, v) for k, v in dataclasses.asdict(plan).items() if k not in PIPELINE_FIELDS))
 
 
 #: This process's layer and pair simulations, shared by the plans it predicts for one search (a memo holds
 #: one scope's results: a search of another model, cluster or stack replaces them, :meth:`SimMemo.bind`).
 _MEMO = SimMemo()
-#: Compute-only layer times by (model, GPU, stack, the layer key without its data-parallel part).
+#: Compute-only layer times by (model, GPU, stack, :func:`_compute_key`).
 _COMPUTE_TIMES: dict[tuple[Any, ...], LayerTimes] = {}
 
 
@@ -196,23 +196,22 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
     enumerated = len(plans) + sum(reasons.values())
     headroom = space.headroom_gib * 2**30
     fitting = [p for p in plans if memory_fits(model, cluster, p, stack, headroom)]
-    cheap: dict[tuple[Any, ...], LayerTimes] = {}
     tight: dict[tuple[Any, ...], LayerTimes] = {}
 
+    placed = stack_profile(stack).place(cluster)
+
     def cheap_times(p: ParallelPlan) -> LayerTimes:
-        key = _layer_key(p)
-        if key not in cheap:
-            # compute alone reads only the GPU of the cluster: shared by searches of other cluster sizes
-            ckey = (model, cluster.gpu, stack, key[:-2])
-            if ckey not in _COMPUTE_TIMES:
-                if len(_COMPUTE_TIMES) >= 65536:
-                    _COMPUTE_TIMES.clear()
-                _COMPUTE_TIMES[ckey] = compute_only_times(model, cluster, p, stack)
-            cheap[key] = _COMPUTE_TIMES[ckey]
-        return cheap[key]
+        # compute alone reads only the GPU of the cluster: shared by searches of other cluster sizes
+        ckey = (model, cluster.gpu, stack, _compute_key(p))
+        if ckey not in _COMPUTE_TIMES:
+            if len(_COMPUTE_TIMES) >= 65536:
+                _COMPUTE_TIMES.clear()
+            _COMPUTE_TIMES[ckey] = compute_only_times(model, cluster, p, stack)
+        return _COMPUTE_TIMES[ckey]
 
     def tight_times(p: ParallelPlan) -> LayerTimes:
-        key = _layer_key(p)
+        # what the layer simulation reads (sim.predict.memo), the same key the predictions' memo uses
+        key = layer_sim_key(p, distinct_ep_groups(Layout(p), placed))
         if key not in tight:
             tight[key] = layer_times(model, cluster, p, stack, memo=_MEMO)
         return tight[key]

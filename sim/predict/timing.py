@@ -87,13 +87,9 @@ class Context:
             self.load = expert_load(plan.routing, model.n_routed_experts, plan.routing_seed)
             self.factors = rank_load_factors(self.load, plan.ep)
         self.nic_bw = cluster.nic_bw_bytes_per_s * cluster.nics_per_gpu * self.ccosts.ib_fraction
-        self._a2a: dict[str, comm.AllToAllResult] = {}
         self._coll: dict[tuple[str, str, float], float] = {}
         self._groups: dict[str, list[int]] = {}
-        self._op_times: dict[tuple[OpSpec, int, bool], OpTime] = {}
-        self._node_times: dict[tuple[tuple[str, str], int, bool], list[OpTime]] = {}
         self._barrier_work: float | None = None
-        self.node_cache: dict[tuple[str, str], list] = {}  # type: ignore[type-arg]
         self._ep_groups = distinct_ep_groups(self.layout, self.cluster)
         self._fsdp: dict[tuple[str, str], float] = {}
         self.memo = memo
@@ -101,10 +97,12 @@ class Context:
         if memo is not None:
             memo.bind(model, cluster, costs, stack)
             # op times, layer nodes and all-to-alls read what the layer simulations read: shared with them
-            caches = self.shared("op caches", _OpCaches)
-            self._a2a, self._op_times = caches.a2a, caches.op_times
-            self._node_times, self.node_cache = caches.node_times, caches.node_cache
-            self.wl.share_layer_ops(caches.layer_ops)
+            self.caches = self.shared("op caches", _OpCaches)
+            self.wl.share_layer_ops(self.caches.layer_ops)
+        else:
+            self.caches = _OpCaches()
+        #: each (kind, phase) layer's nodes, as :func:`sim.predict.layers.layer_nodes` builds them
+        self.node_cache = self.caches.node_cache
 
     def shared(self, what: Hashable, make: Callable[[], T]) -> T:
         """``make()``, the simulation ``what`` of this prediction, or the memo's result of the same
@@ -122,7 +120,7 @@ class Context:
     def a2a(self, coll: str) -> comm.AllToAllResult:
         """The dispatch or combine (``coll`` = ``a2a.dispatch`` / ``a2a.combine``) of the slowest EP group."""
         phase = coll.split(".")[1]
-        if phase not in self._a2a:
+        if phase not in self.caches.a2a:
             p = self.plan
             bpe = comm.FP8_WITH_SCALES_BYTES_PER_ELEM if (
                 p.precision == "fp8-blockwise" and phase == "dispatch" and p.ep_backend != "nccl") else BF16
@@ -134,8 +132,8 @@ class Context:
                 )
                 for group in self._ep_groups
             ]
-            self._a2a[phase] = max(results, key=lambda r: float(r.time_s.max()))
-        return self._a2a[phase]
+            self.caches.a2a[phase] = max(results, key=lambda r: float(r.time_s.max()))
+        return self.caches.a2a[phase]
 
     def collective(self, kind: str, nbytes: float, group: str = "tp") -> float:
         key = (kind, group, nbytes)
@@ -163,18 +161,18 @@ class Context:
         """Seconds, SMs held and NIC flow of ``op`` on symmetry class ``cls`` (memoised); ``overlapped``: the
         op runs in an overlapped pair, under the other chunk's compute (it changes only DeepEP kernels)."""
         key = (op, cls, overlapped)
-        t = self._op_times.get(key)
+        t = self.caches.op_times.get(key)
         if t is None:
-            t = self._op_times[key] = self._op_time(op, cls, overlapped)
+            t = self.caches.op_times[key] = self._op_time(op, cls, overlapped)
         return t
 
     def node_times(self, layer: tuple[str, str], cls: int, overlapped: bool = False) -> list[OpTime]:
         """:meth:`op_time` of every node of ``layer`` (its ``(kind, phase)``, as built into :attr:`node_cache`
         by :func:`sim.predict.layers.layer_nodes`), memoised per layer, class and overlap."""
         key = (layer, cls, overlapped)
-        out = self._node_times.get(key)
+        out = self.caches.node_times.get(key)
         if out is None:
-            out = self._node_times[key] = [self.op_time(n.op, cls, overlapped) for n in self.node_cache[layer]]
+            out = self.caches.node_times[key] = [self.op_time(n.op, cls, overlapped) for n in self.node_cache[layer]]
         return out
 
     @property
