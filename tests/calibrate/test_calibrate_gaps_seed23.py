@@ -5,26 +5,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
 
 from sim import ops
 from sim.catalog import load_gpu
-
-ROOT = Path(__file__).resolve().parents[2]
-# the shared folder sits beside the repository root (a worktree one level deeper also finds it)
-_BASES = [Path(os.environ["MOESIM_SHARED_DIR"])] if os.environ.get("MOESIM_SHARED_DIR") else []
-_CANDIDATES = [base / "data" / "traces" / "deepseek-v3-train-h800-ep64.json.gz"
-               for base in (*_BASES, ROOT.parent / "shared", ROOT.parent.parent / "shared")]
-TRACE = next((p for p in _CANDIDATES if p.exists()), _CANDIDATES[0])
-
-
-def needs_trace(f):  # type: ignore[no-untyped-def]
-    """shared_data: under MOESIM_CI=1 a skip for missing shared data stays a skip."""
-    f = pytest.mark.skipif(not TRACE.exists(), reason=f"{TRACE} is not here (it lives in ../shared)")(f)
-    return pytest.mark.shared_data(f)
+from tests.shared_trace import TRACE, needs_trace
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -14,16 +13,9 @@ from calibrate.rules import classify, read_job_trace
 from calibrate.traces import load_document
 from moesim.cli import main
 from sim.calibration import parse_calibration
+from tests.shared_trace import NEEDS_TRACE, TRACE
 
-ROOT = Path(__file__).resolve().parents[2]
-# the shared folder sits beside the repository root (a worktree one level deeper also finds it)
-_BASES = [Path(os.environ["MOESIM_SHARED_DIR"])] if os.environ.get("MOESIM_SHARED_DIR") else []
-_CANDIDATES = [base / "data" / "traces" / "deepseek-v3-train-h800-ep64.json.gz"
-               for base in (*_BASES, ROOT.parent / "shared", ROOT.parent.parent / "shared")]
-TRACE = next((p for p in _CANDIDATES if p.exists()), _CANDIDATES[0])
-# shared_data: under MOESIM_CI=1 a skip for missing shared data (not a missing tool) stays a skip.
-pytestmark = [pytest.mark.shared_data,
-              pytest.mark.skipif(not TRACE.exists(), reason=f"{TRACE} is not here (it lives in ../shared)")]
+pytestmark = NEEDS_TRACE
 
 
 @pytest.fixture(scope="module")

@@ -7,21 +7,13 @@ chunk's compute it runs under: sim.predict.layers._pair_order), span within 5%."
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from moesim.cli import main
+from tests.shared_trace import NEEDS_TRACE, TRACE
 
-_NAME = "deepseek-v3-train-h800-ep64.json.gz"
-_ROOT = Path(__file__).resolve().parents[2]
-_BASES = [Path(os.environ["MOESIM_SHARED_DIR"])] if os.environ.get("MOESIM_SHARED_DIR") else []
-_CANDIDATES = [b / "data" / "traces" / _NAME for b in (*_BASES, _ROOT.parent / "shared", _ROOT.parent.parent / "shared")]
-TRACE = next((p for p in _CANDIDATES if p.exists()), None)
-
-pytestmark = [pytest.mark.shared_data,
-              pytest.mark.skipif(TRACE is None, reason=f"DeepSeek's trace not found beside the checkout: {_CANDIDATES}")]
+pytestmark = NEEDS_TRACE
 KEYS = ("compute_busy_s", "comm_busy_s", "exposed_comm_s", "span_s")
 
 

@@ -20,26 +20,18 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from sim.comm import CommCosts
 from sim.engine import Engine, Task
+from tests.shared_trace import NEEDS_TRACE, TRACE
 
-_NAME = "deepseek-v3-train-h800-ep64.json.gz"
-_ROOT = Path(__file__).resolve().parents[2]
-_BASES = [Path(os.environ["MOESIM_SHARED_DIR"])] if os.environ.get("MOESIM_SHARED_DIR") else []
-_CANDIDATES = [base / "data" / "traces" / _NAME for base in (*_BASES, _ROOT.parent / "shared", _ROOT.parent.parent / "shared")]
-TRACE = next((p for p in _CANDIDATES if p.exists()), None)
 PHASES = ("attn(F)", "dispatch(F)", "mlp(F)", "combine(F)", "attn(B)", "attn(W)", "mlp(B)", "mlp(W)",
           "dispatch(B)", "combine(B)")
 COMM = ("dispatch(F)", "combine(F)", "dispatch(B)", "combine(B)")
 
-# shared_data: under MOESIM_CI=1 a skip for missing shared data (not a missing tool) stays a skip.
-pytestmark = [pytest.mark.shared_data,
-              pytest.mark.skipif(TRACE is None, reason=f"DeepSeek's trace not found beside the checkout: {_CANDIDATES}")]
+pytestmark = NEEDS_TRACE
 
 
 def _union(ivs: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -68,7 +60,6 @@ def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
 
 @pytest.fixture(scope="module")
 def trace():
-    assert TRACE is not None
     events = json.load(gzip.open(TRACE))["traceEvents"]
     ann = sorted((e for e in events if e.get("cat") == "user_annotation" and e.get("name") in PHASES),
                  key=lambda e: e["ts"])

@@ -14,10 +14,9 @@ from calibrate.traced_plan import traced_run
 from sim.calibration import calibrated_inputs, load_calibration
 from sim.comm.barrier import sampled_waits
 from sim.predict.timing import Context
-from tests.sim.test_deepseek_pair_replay import TRACE
+from tests.shared_trace import NEEDS_TRACE, TRACE
 
-pytestmark = [pytest.mark.shared_data,
-              pytest.mark.skipif(TRACE is None, reason="DeepSeek's trace not found beside the checkout")]
+pytestmark = NEEDS_TRACE
 
 
 def _trace_notify_us() -> list[float]:
