@@ -186,8 +186,8 @@ def overlapped_pairs(spec: PipelineSpec) -> set[tuple[int, int]]:
         return {(0, 0)} if spec.combined and spec.n_stages == 1 and spec.n_micro > 1 else set()
     if spec.schedule in DUAL:
         _check_dual(spec)
-        g = _dual_graph(spec.schedule, spec.pp, spec.n_micro)
-        return {pair for kind, fc, bc in g.recipes if kind == "FB" for pair in zip(fc, bc)}
+        recipes = _dual_steps(spec.schedule, spec.pp, spec.n_micro).recipes
+        return {pair for kind, fc, bc in recipes if kind == "FB" for pair in zip(fc, bc)}
     if not spec.combined:
         return set()
     return {(keys[0][1], keys[1][1]) for order in combined_orders(spec) for keys in order if len(keys) == 2}
@@ -493,10 +493,8 @@ def dual_work(schedule: str, pp: int, n_micro: int) -> tuple[dict[tuple[str, int
     >>> sorted(work[0].items())
     [(('B', -1, 0), 2), (('B', -1, 3), 3), (('F', 0, -1), 3), (('F', 3, -1), 2), (('FB', 0, 3), 1), (('FB', 3, 0), 2)]
     """
-    g = _dual_graph(schedule, pp, n_micro)
-    steps: list[Counter[int]] = [Counter() for _ in range(pp)]  # recipe -> count, in first-run order
-    for p, r in zip(g.rank, g.recipe):
-        steps[p][r] += 1
+    g = _dual_steps(schedule, pp, n_micro)
+    steps = [Counter(rank_steps) for rank_steps in g.recipe]  # recipe -> count, in first-run order
     out = []
     for counts in steps:
         work: Counter[tuple[str, int, int]] = Counter()
@@ -544,28 +542,55 @@ def _pieces(spec: PipelineSpec, lanes: _Lanes, act: _Act) -> list[tuple[str, int
     return [(phase, c, b[1], d, ((phase, c, b[1]),)) for c, d in zip(b_chunks, seconds)]
 
 
+#: One step's pieces as :func:`_piece_seconds` times them: (kind, forward chunks, backward chunks in run order).
+_Recipe = tuple[str, tuple[int, ...], tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class _DualSteps:
+    """DualPipe(V)'s steps for one (schedule, pp, microbatches), durations left out: per rank, each step's
+    index into ``recipes``, in the rank's order (:func:`_dual_order`)."""
+
+    recipe: tuple[tuple[int, ...], ...]
+    recipes: tuple[_Recipe, ...]
+
+
+@lru_cache(maxsize=256)
+def _dual_steps(schedule: str, pp: int, n_micro: int) -> _DualSteps:
+    shape = PipelineSpec(schedule, pp, 1, n_micro, [0.0] * 2 * pp, [0.0] * 2 * pp)
+    _check_dual(shape)
+    lanes = _Lanes(shape)
+    recipes: dict[_Recipe, int] = {}
+    per_rank = []
+    for p in range(pp):
+        per_rank.append(tuple(
+            recipes.setdefault((kind, lanes.chunks(f[0]) if f is not None else (),
+                                lanes.chunks(b[0])[::-1] if b is not None else ()), len(recipes))
+            for kind, f, b in _dual_order(lanes, p)))
+    return _DualSteps(tuple(per_rank), tuple(recipes))
+
+
 @dataclass(frozen=True)
 class _DualGraph:
-    """DualPipe(V)'s actions for one (schedule, pp, microbatches) as a dependency graph, durations left out,
-    in an order where every action comes after the ones it waits on (:func:`_dual_graph`).
+    """DualPipe(V)'s steps (:func:`_dual_steps`) as a dependency graph, in an order where every step comes
+    after the ones it waits on (:func:`_dual_graph`).
 
-    Action ``a`` runs on ``rank[a]`` after that rank's previous action and after each ``(producer, sent)``
-    of ``deps[a]`` (``sent``: one p2p transfer later, the producer is on another rank); first the weight
-    gathers of ``extras[a]`` (chunks its rank gathers for the first time), then ``recipe[a]``'s pieces, as
-    :func:`_pieces` lists them: ``recipes[i]`` = (kind, forward chunks, backward chunks in run order)."""
+    Step ``a`` runs on ``rank[a]`` after that rank's previous step and after each ``(producer, sent)`` of
+    ``deps[a]`` (``sent``: one p2p transfer later, the producer is on another rank); first the weight
+    gathers of ``extras[a]`` (chunks its rank gathers for the first time), then the pieces of
+    ``recipes[recipe[a]]``, as :func:`_pieces` lists them."""
 
     rank: tuple[int, ...]
     deps: tuple[tuple[tuple[int, bool], ...], ...]
     extras: tuple[tuple[int, ...], ...]
     recipe: tuple[int, ...]
-    recipes: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]
+    recipes: tuple[_Recipe, ...]
 
 
 @lru_cache(maxsize=256)
 def _dual_graph(schedule: str, pp: int, n_micro: int) -> _DualGraph:
-    shape = PipelineSpec(schedule, pp, 1, n_micro, [0.0] * 2 * pp, [0.0] * 2 * pp)
-    _check_dual(shape)
-    lanes = _Lanes(shape)
+    steps = _dual_steps(schedule, pp, n_micro)
+    lanes = _Lanes(PipelineSpec(schedule, pp, 1, n_micro, [0.0] * 2 * pp, [0.0] * 2 * pp))
     orders = [_dual_order(lanes, p) for p in range(pp)]
     producer: dict[Key, tuple[int, int]] = {}  # (phase, pos, mb) -> (rank, index in its order)
     for p, order in enumerate(orders):
@@ -586,36 +611,37 @@ def _dual_graph(schedule: str, pp: int, n_micro: int) -> _DualGraph:
                 out.append((producer[("F", *b)], False))
         return out
 
+    needs = [[waits(*act) for act in order] for order in orders]
     index: dict[tuple[int, int], int] = {}
     rank: list[int] = []
     deps: list[tuple[tuple[int, bool], ...]] = []
     extras: list[tuple[int, ...]] = []
     recipe: list[int] = []
-    recipes: dict[tuple[str, tuple[int, ...], tuple[int, ...]], int] = {}
     gathered: list[set[int]] = [set() for _ in range(pp)]
     nxt = [0] * pp
-    progress = True
-    while progress:  # Kahn's order: each rank runs on while what its next action waits on has run
-        progress = False
-        for p, order in enumerate(orders):
-            while nxt[p] < len(order):
-                kind, f, b = order[nxt[p]]
-                need = waits(kind, f, b)
-                if any(q not in index for q, _ in need):
-                    break
-                index[(p, nxt[p])] = len(rank)
-                rank.append(p)
-                deps.append(tuple((index[q], sent) for q, sent in need))
-                new = tuple(c for c in (lanes.chunks(f[0]) if f is not None else ()) if c not in gathered[p])
-                gathered[p].update(new)
-                extras.append(new)
-                key = (kind, lanes.chunks(f[0]) if f is not None else (), lanes.chunks(b[0])[::-1] if b is not None else ())
-                recipe.append(recipes.setdefault(key, len(recipes)))
-                nxt[p] += 1
-                progress = True
+    parked: dict[tuple[int, int], list[int]] = {}  # a step not placed yet -> ranks whose next step waits on it
+    ready = deque(range(pp))
+    while ready:  # Kahn's order: each rank runs on until its next step waits on one not placed yet
+        p = ready.popleft()
+        while nxt[p] < len(orders[p]):
+            i = nxt[p]
+            missing = next((q for q, _ in needs[p][i] if q not in index), None)
+            if missing is not None:
+                parked.setdefault(missing, []).append(p)
+                break
+            index[(p, i)] = len(rank)
+            rank.append(p)
+            deps.append(tuple((index[q], sent) for q, sent in needs[p][i]))
+            f = orders[p][i][1]
+            new = tuple(c for c in (lanes.chunks(f[0]) if f is not None else ()) if c not in gathered[p])
+            gathered[p].update(new)
+            extras.append(new)
+            recipe.append(steps.recipe[p][i])
+            ready.extend(parked.pop((p, i), ()))
+            nxt[p] += 1
     if len(rank) != sum(len(o) for o in orders):
         raise RuntimeError(f"pipeline deadlock: {len(rank)} of {sum(len(o) for o in orders)} steps can run")
-    return _DualGraph(tuple(rank), tuple(deps), tuple(extras), tuple(recipe), tuple(recipes))
+    return _DualGraph(tuple(rank), tuple(deps), tuple(extras), tuple(recipe), steps.recipes)
 
 
 def _dual_makespan(spec: PipelineSpec) -> float:

@@ -30,7 +30,7 @@ from sim.errors import ConfigError, MoesimError
 from sim.layout import Layout
 from sim.placement import distinct_ep_groups
 from sim.predict import Prediction, SimMemo, validate_plan
-from sim.predict.memo import PIPELINE_FIELDS, layer_sim_key
+from sim.predict.memo import PIPELINE_FIELDS, layer_sim_key, plan_items
 from sim.specs import (
     AC_MODES,
     EP_BACKENDS,
@@ -165,7 +165,7 @@ def _count(reasons: dict[str, int] | None, key: str) -> None:
 def _compute_key(plan: ParallelPlan) -> tuple[Any, ...]:
     """The plan fields one layer's compute reads: all but the pipeline layout and data-parallel widths
     (:data:`sim.predict.memo.PIPELINE_FIELDS`; compute alone holds no FSDP traffic)."""
-    return tuple(sorted((k, v) for k, v in dataclasses.asdict(plan).items() if k not in PIPELINE_FIELDS))
+    return plan_items(plan, PIPELINE_FIELDS)
 
 
 #: This process's layer and pair simulations, shared by the plans it predicts for one search (a memo holds

@@ -24,7 +24,7 @@ from sim.costs import CostModel
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 from sim.stacks import StackProfile
 
-__all__ = ["PIPELINE_FIELDS", "SimMemo", "layer_sim_key"]
+__all__ = ["PIPELINE_FIELDS", "SimMemo", "layer_sim_key", "plan_items"]
 
 T = TypeVar("T")
 
@@ -33,14 +33,20 @@ T = TypeVar("T")
 PIPELINE_FIELDS = frozenset({"pp", "pp_schedule", "vpp", "global_batch", "dp_shard", "dp_replicate"})
 
 
+_PLAN_FIELDS = tuple(sorted(f.name for f in dataclasses.fields(ParallelPlan)))
+
+
+def plan_items(plan: ParallelPlan, leave_out: frozenset[str] = frozenset()) -> tuple[tuple[str, Any], ...]:
+    """``plan``'s (field, value) pairs sorted by field name, but those in ``leave_out`` (a hashable key)."""
+    return tuple((name, getattr(plan, name)) for name in _PLAN_FIELDS if name not in leave_out)
+
+
 def layer_sim_key(plan: ParallelPlan, ep_groups: list[list[int]]) -> tuple[Any, ...]:
     """What a layer or pair simulation of ``plan`` depends on beyond the memo's scope: the plan's fields
     (all of them with ``pp == 1``, else all but :data:`PIPELINE_FIELDS`) and the ranks of the distinct EP
     groups whose slowest all-to-all the layer waits for."""
-    fields = dataclasses.asdict(plan)
-    if plan.pp > 1:
-        fields = {k: v for k, v in fields.items() if k not in PIPELINE_FIELDS}
-    return (plan.pp == 1, tuple(sorted(fields.items())), tuple(tuple(g) for g in ep_groups))
+    fields = plan_items(plan, PIPELINE_FIELDS if plan.pp > 1 else frozenset())
+    return (plan.pp == 1, fields, tuple(tuple(g) for g in ep_groups))
 
 
 class SimMemo:
