@@ -453,9 +453,17 @@ def _dual_order(lanes: _Lanes, rank: int) -> tuple[_Act, ...]:
     return _dual_order_of(lanes.spec.schedule, lanes.spec.pp, lanes.spec.n_micro, rank)
 
 
+@lru_cache(maxsize=256)
+def _shape_lanes(schedule: str, pp: int, n_micro: int) -> _Lanes:
+    """The lanes of one DualPipe(V) shape (schedule, pp, microbatches), durations left out; checked."""
+    shape = PipelineSpec(schedule, pp, 1, n_micro, [0.0] * 2 * pp, [0.0] * 2 * pp)
+    _check_dual(shape)
+    return _Lanes(shape)
+
+
 @lru_cache(maxsize=4096)
 def _dual_order_of(schedule: str, pp: int, n_micro: int, rank: int) -> tuple[_Act, ...]:
-    lanes = _Lanes(PipelineSpec(schedule, pp, 1, n_micro, [0.0] * 2 * pp, [0.0] * 2 * pp))
+    lanes = _shape_lanes(schedule, pp, n_micro)
     legs = lanes.legs(rank)
     n_f, n_b = [0, 0], [0, 0]
     deferred: deque[_At] = deque()
@@ -494,9 +502,8 @@ def dual_work(schedule: str, pp: int, n_micro: int) -> tuple[dict[tuple[str, int
     [(('B', -1, 0), 2), (('B', -1, 3), 3), (('F', 0, -1), 3), (('F', 3, -1), 2), (('FB', 0, 3), 1), (('FB', 3, 0), 2)]
     """
     g = _dual_steps(schedule, pp, n_micro)
-    steps = [Counter(rank_steps) for rank_steps in g.recipe]  # recipe -> count, in first-run order
     out = []
-    for counts in steps:
+    for counts in (Counter(rank_steps) for rank_steps in g.recipe):  # recipe -> count, in first-run order
         work: Counter[tuple[str, int, int]] = Counter()
         for r, n in counts.items():
             kind, fc, bc = g.recipes[r]
@@ -557,9 +564,7 @@ class _DualSteps:
 
 @lru_cache(maxsize=256)
 def _dual_steps(schedule: str, pp: int, n_micro: int) -> _DualSteps:
-    shape = PipelineSpec(schedule, pp, 1, n_micro, [0.0] * 2 * pp, [0.0] * 2 * pp)
-    _check_dual(shape)
-    lanes = _Lanes(shape)
+    lanes = _shape_lanes(schedule, pp, n_micro)
     recipes: dict[_Recipe, int] = {}
     per_rank = []
     for p in range(pp):
@@ -590,7 +595,7 @@ class _DualGraph:
 @lru_cache(maxsize=256)
 def _dual_graph(schedule: str, pp: int, n_micro: int) -> _DualGraph:
     steps = _dual_steps(schedule, pp, n_micro)
-    lanes = _Lanes(PipelineSpec(schedule, pp, 1, n_micro, [0.0] * 2 * pp, [0.0] * 2 * pp))
+    lanes = _shape_lanes(schedule, pp, n_micro)
     orders = [_dual_order(lanes, p) for p in range(pp)]
     producer: dict[Key, tuple[int, int]] = {}  # (phase, pos, mb) -> (rank, index in its order)
     for p, order in enumerate(orders):
@@ -632,11 +637,11 @@ def _dual_graph(schedule: str, pp: int, n_micro: int) -> _DualGraph:
             index[(p, i)] = len(rank)
             rank.append(p)
             deps.append(tuple((index[q], sent) for q, sent in needs[p][i]))
-            f = orders[p][i][1]
-            new = tuple(c for c in (lanes.chunks(f[0]) if f is not None else ()) if c not in gathered[p])
+            r = steps.recipe[p][i]
+            new = tuple(c for c in steps.recipes[r][1] if c not in gathered[p])  # its forward chunks
             gathered[p].update(new)
             extras.append(new)
-            recipe.append(steps.recipe[p][i])
+            recipe.append(r)
             ready.extend(parked.pop((p, i), ()))
             nxt[p] += 1
     if len(rank) != sum(len(o) for o in orders):
