@@ -66,7 +66,8 @@ def moe_alltoall(
       Distinct parts come from ``model.n_group``/``topk_group`` group-limited routing
       (:func:`part_hit_probabilities`). Dispatch uses ``bytes_per_elem`` (FP8 with scales:
       :data:`FP8_WITH_SCALES_BYTES_PER_ELEM`, or 2.0 BF16); combine is the mirror image.
-    - ``hybridep``: as ``deepep`` with ``hybridep_sm_scale`` times the per-SM throughput (ASSUMED).
+    - ``hybridep`` (s5): the same dedup traffic as ``deepep``; kernel rates from Hybrid-EP's published
+      tables (NVLink domain: GB200 NVL72; InfiniBand: H100) as shares of the link they were measured on.
     - ``deepep-ll`` (s5): one copy per expert, pure RDMA without PXN (NVLink inside a domain); the
       published latency table scaled linearly by bytes and link rate, floored by the flow model.
 

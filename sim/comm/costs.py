@@ -18,7 +18,7 @@ PHASES = ("dispatch", "combine")
 # DeepEP FP8 dispatch: 1 byte per element plus one fp32 scale per 128 (published.md s6: 7,392 B at D=7168).
 FP8_WITH_SCALES_BYTES_PER_ELEM = 1.0 + 4.0 / 128
 # Fields that scale a link's capacity or divide by one: zero would leave a link with no capacity.
-_RATE_SUFFIXES = ("_fraction", "_nvl5", "_nvl4", "_bw", "_bw_per_sm", "_bytes_per_s", "_ref_copy_bytes", "_sm_scale")
+_RATE_SUFFIXES = ("_fraction", "_nvl5", "_nvl4", "_bw", "_bw_per_sm", "_bytes_per_s", "_ref_copy_bytes")
 
 
 @dataclass(frozen=True)
@@ -96,9 +96,33 @@ class CommCosts:
     deepep_ll_ref_copy_bytes: float = 128 * 8 * 7168.0  # 128 tokens x top-8 x D=7168 (bf16: x2)
     deepep_ll_ref_nic_bw_bytes_per_s: float = 50e9  # H800's CX7 400 Gb/s (s5)
     deepep_ll_ref_nvlink_bw_bytes_per_s: float = 160e9  # H800 achievable NVLink (s3)
-    # HybridEP (NVIDIA's TMA-based DeepEP branch): ASSUMED 1.5x DeepEP v1's per-SM throughput, same link
-    # fractions (no published per-SM table).
-    hybridep_sm_scale: float = 1.5
+    # HybridEP (NVIDIA's TMA-based DeepEP branch; docs/README_Hybrid-EP.md at 94a9f8f, published.md s5):
+    # "algorithm bandwidth" (received bytes incl. the rank's own / time), KERNEL ONLY (Megatron calls
+    # dispatch_with_permute: no d2d copy, the permute is moesim's own op), 4096 tokens, hidden 7168, top-8,
+    # 8 local experts per rank, random uniform routing. Tables are row-major: one row per rank count, one
+    # column per SM count; dispatch FP8, dispatch BF16, combine.
+    # (1) One NVLink domain: GB200 NVL72 (MNNVL), NVLink5 at hybridep_nvl_ref_bytes_per_s per direction.
+    hybridep_nvl_ranks: tuple[int, ...] = (8, 16, 24, 32, 36)
+    hybridep_nvl_sms: tuple[int, ...] = (16, 32)
+    hybridep_nvl_dispatch_fp8_bw: tuple[float, ...] = (
+        620.98e9, 713.98e9, 577.17e9, 650.48e9, 360.12e9, 577.96e9, 286.93e9, 538.86e9, 260.53e9, 489.27e9)
+    hybridep_nvl_dispatch_bf16_bw: tuple[float, ...] = (
+        750.15e9, 764.03e9, 661.93e9, 706.95e9, 637.80e9, 665.97e9, 629.79e9, 642.23e9, 612.85e9, 632.31e9)
+    hybridep_nvl_combine_bw: tuple[float, ...] = (
+        684.27e9, 737.13e9, 600.75e9, 666.26e9, 565.53e9, 639.80e9, 547.25e9, 605.15e9, 543.27e9, 596.99e9)
+    hybridep_nvl_ref_bytes_per_s: float = 900e9
+    # (2) Over InfiniBand: H100, 8 GPUs per node, one CX7 400 Gb/s NIC per GPU (hybridep_ib_ref_bytes_per_s
+    # line rate); "IB bandwidth" in the benchmark's logical RDMA bytes (every distinct node a token reaches,
+    # its own included, as DeepEP's internode table).
+    hybridep_ib_ranks: tuple[int, ...] = (16, 32, 64)
+    hybridep_ib_sms: tuple[int, ...] = (4, 8, 16)
+    hybridep_ib_dispatch_fp8_bw: tuple[float, ...] = (
+        34.00e9, 62.00e9, 68.48e9, 38.50e9, 51.30e9, 55.35e9, 37.50e9, 46.63e9, 46.52e9)
+    hybridep_ib_dispatch_bf16_bw: tuple[float, ...] = (
+        44.40e9, 76.80e9, 71.71e9, 52.60e9, 54.50e9, 57.69e9, 48.00e9, 50.55e9, 49.97e9)
+    hybridep_ib_combine_bw: tuple[float, ...] = (
+        52.00e9, 68.00e9, 62.95e9, 51.00e9, 56.40e9, 57.46e9, 46.00e9, 51.03e9, 49.77e9)
+    hybridep_ib_ref_bytes_per_s: float = 50e9
 
     @classmethod
     def default(cls) -> CommCosts:
@@ -109,6 +133,16 @@ class CommCosts:
         for name in ("deepep_dispatch_fp8_bw", "deepep_dispatch_bf16_bw", "deepep_combine_bw"):
             if len(getattr(self, name)) != len(self.deepep_sms):
                 raise ConfigError(f"CommCosts: {name} needs one value per deepep_sms entry {self.deepep_sms}")
+        for axes, names in (
+            (("hybridep_nvl_ranks", "hybridep_nvl_sms"),
+             ("hybridep_nvl_dispatch_fp8_bw", "hybridep_nvl_dispatch_bf16_bw", "hybridep_nvl_combine_bw")),
+            (("hybridep_ib_ranks", "hybridep_ib_sms"),
+             ("hybridep_ib_dispatch_fp8_bw", "hybridep_ib_dispatch_bf16_bw", "hybridep_ib_combine_bw")),
+        ):
+            cells = len(getattr(self, axes[0])) * len(getattr(self, axes[1]))
+            for name in names:
+                if len(getattr(self, name)) != cells:
+                    raise ConfigError(f"CommCosts: {name} needs one value per ({axes[0]}, {axes[1]}) pair ({cells})")
         for name in ("deepep_ll_dispatch_s", "deepep_ll_combine_s"):
             if len(getattr(self, name)) != len(self.deepep_ll_ep):
                 raise ConfigError(f"CommCosts: {name} needs one value per deepep_ll_ep entry {self.deepep_ll_ep}")

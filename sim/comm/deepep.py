@@ -8,6 +8,8 @@ kernels that run under compute.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from sim.comm.barrier import barrier_wait_s
@@ -22,7 +24,7 @@ from sim.comm.fabric import (
 )
 from sim.routing import part_hit_probabilities
 
-__all__ = ["deepep_alltoall", "deepep_nvlink_bw", "in_training_s"]
+__all__ = ["DedupTraffic", "dedup_result", "dedup_traffic", "deepep_alltoall", "deepep_nvlink_bw", "in_training_s"]
 
 def in_training_s(result: AllToAllResult, costs: CommCosts, *, peers: int, work_s: float,
                   overlapped: bool) -> float:
@@ -66,25 +68,54 @@ def deepep_nvlink_bw(num_sms: int, phase: str, bytes_per_elem: float, costs: Com
     return interpolate(num_sms, costs.deepep_sms, ys)
 
 
-def deepep_alltoall(c: Case, sm_scale: float = 1.0) -> AllToAllResult:
-    """One normal-mode dispatch or combine; ``sm_scale`` multiplies the per-SM throughput (HybridEP)."""
-    ranks, tokens, model, backend, phase, costs = c.ranks, c.tokens, c.model, c.backend, c.phase, c.costs
-    bytes_per_elem, num_sms, load, seed, routing, topo, rank_load, dom = (
-        c.bytes_per_elem, c.num_sms, c.load, c.seed, c.routing, c.topo, c.rank_load, c.dom)
-    n, n_exp, k, token_bytes = c.n, model.n_routed_experts, model.top_k, c.token_bytes
+@dataclass(frozen=True, eq=False)
+class DedupTraffic:
+    """The bytes of one node-deduplicated dispatch or combine (DeepEP v1 and HybridEP alike), per EP rank.
+
+    ``nvl``/``rdma``: [sender, receiver] bytes over NVLink (relays included) and RDMA; ``self_bytes``:
+    bytes a rank keeps (its own experts' tokens); ``own_domain_bytes``: bytes of the tokens that reach
+    experts in the sender's own NVLink domain (the local share the benchmarks' "logical" RDMA bytes
+    count); ``domain_ranks``: most EP ranks in one NVLink domain; ``n_domains``: domains the group spans.
+    """
+
+    nvl: np.ndarray
+    rdma: np.ndarray
+    self_bytes: np.ndarray
+    own_domain_bytes: np.ndarray
+    domain_ranks: int
+    n_domains: int
+
+    @property
+    def nvl_work(self) -> np.ndarray:
+        """Algorithm bytes per rank on NVLink: the larger direction plus the rank's own (the benchmarks'
+        received-bytes convention)."""
+        return np.asarray(np.maximum(self.nvl.sum(1), self.nvl.sum(0)) + self.self_bytes, dtype=float)
+
+    @property
+    def rdma_work(self) -> np.ndarray:
+        """Physical RDMA bytes per rank, the larger direction."""
+        return np.asarray(np.maximum(self.rdma.sum(1), self.rdma.sum(0)), dtype=float)
+
+
+def dedup_traffic(c: Case) -> DedupTraffic:
+    """Node-limited dedup: a token crosses RDMA once per distinct remote NVLink domain (to the rank on the
+    sender's rail) and is fanned out over NVLink to each distinct destination GPU there; combine is the
+    mirror image."""
+    n_exp, k = c.model.n_routed_experts, c.model.top_k
+    n, load, dom = c.n, c.load, c.dom
     part_rank = np.arange(n_exp) // (n_exp // n)
     domains, dom_idx = np.unique(dom, return_inverse=True)
     p_rank = part_hit_probabilities(
-        n_exp, k, part_rank, n_group=model.n_group, topk_group=model.topk_group, expert_load=load, seed=seed,
-        routing=routing,
+        n_exp, k, part_rank, n_group=c.model.n_group, topk_group=c.model.topk_group, expert_load=load,
+        seed=c.seed, routing=c.routing,
     )
     q_dom = part_hit_probabilities(
-        n_exp, k, dom_idx[part_rank], n_group=model.n_group, topk_group=model.topk_group,
-        expert_load=load, seed=seed, routing=routing,
+        n_exp, k, dom_idx[part_rank], n_group=c.model.n_group, topk_group=c.model.topk_group,
+        expert_load=load, seed=c.seed, routing=c.routing,
     )
     if load is not None:  # dedup never exceeds the flat copies
-        p_rank = np.minimum(p_rank, k * rank_load)
-    vol = tokens * token_bytes
+        p_rank = np.minimum(p_rank, k * c.rank_load)
+    vol = c.tokens * c.token_bytes
     nvl = np.zeros((n, n))
     rdma = np.zeros((n, n))
     members = [np.flatnonzero(dom_idx == d) for d in range(len(domains))]
@@ -102,20 +133,29 @@ def deepep_alltoall(c: Case, sm_scale: float = 1.0) -> AllToAllResult:
             nvl[np.ix_(mem, mem)] += vol * senders[:, None] * p_rank[mem][None, :]
     self_bytes = vol * p_rank
     np.fill_diagonal(nvl, 0.0)
-    if phase == "combine":
+    if c.phase == "combine":
         nvl, rdma = nvl.T.copy(), rdma.T.copy()
-    cap = scaled_capacity(topo, costs, "deepep", internode=len(domains) > 1)
-    done, edge_bytes, _ = flows_from_matrix(topo, ranks, nvl + rdma, cap, pxn=True)
-    scale = sm_scale
-    nvl_work = np.maximum(nvl.sum(1), nvl.sum(0)) + self_bytes
-    rdma_work = np.maximum(rdma.sum(1), rdma.sum(0))
-    sm_time = np.maximum(
-        nvl_work / (scale * deepep_nvlink_bw(num_sms, phase, bytes_per_elem, costs)),
-        rdma_work / (scale * costs.deepep_rdma_bw_per_sm * num_sms),
-    )
-    slowest = float(np.maximum(done, sm_time).max()) if tokens else 0.0
-    time = np.full(n, slowest + costs.deepep_overhead_s)
-    moved = nvl + rdma
-    return alltoall_result(time, moved.sum(1), moved.sum(0), nvl.sum(1), rdma.sum(1), nic_bytes_of(topo, ranks, edge_bytes),
-                   sms_used=num_sms, host_sync_s=0.0, backend=backend, phase=phase)
+    return DedupTraffic(nvl, rdma, self_bytes, vol * q_dom[dom_idx], max(m.size for m in members), len(domains))
 
+
+def dedup_result(c: Case, traffic: DedupTraffic, time: np.ndarray, edge_bytes: np.ndarray) -> AllToAllResult:
+    """The :class:`AllToAllResult` of a dedup backend's ``traffic`` finishing at ``time``."""
+    moved = traffic.nvl + traffic.rdma
+    return alltoall_result(time, moved.sum(1), moved.sum(0), traffic.nvl.sum(1), traffic.rdma.sum(1),
+                           nic_bytes_of(c.topo, c.ranks, edge_bytes), sms_used=c.num_sms, host_sync_s=0.0,
+                           backend=c.backend, phase=c.phase)
+
+
+def deepep_alltoall(c: Case) -> AllToAllResult:
+    """One DeepEP v1 normal-mode dispatch or combine: max(link-limited flow time, SM-limited time from the
+    ``num_sms`` curve (NVLink) and ``deepep_rdma_bw_per_sm`` (RDMA)) + ``deepep_overhead_s``."""
+    costs = c.costs
+    traffic = dedup_traffic(c)
+    cap = scaled_capacity(c.topo, costs, "deepep", internode=traffic.n_domains > 1)
+    done, edge_bytes, _ = flows_from_matrix(c.topo, c.ranks, traffic.nvl + traffic.rdma, cap, pxn=True)
+    sm_time = np.maximum(
+        traffic.nvl_work / deepep_nvlink_bw(c.num_sms, c.phase, c.bytes_per_elem, costs),
+        traffic.rdma_work / (costs.deepep_rdma_bw_per_sm * c.num_sms),
+    )
+    slowest = float(np.maximum(done, sm_time).max()) if c.tokens else 0.0
+    return dedup_result(c, traffic, np.full(c.n, slowest + costs.deepep_overhead_s), edge_bytes)
