@@ -219,7 +219,7 @@ FIGURES: list[Figure] = [
            _deepseek_window),
     Figure("DeepSeek pair predicted window (measured numbers)", "README.md",
            r"comm busy, exposed communication and span ([\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+)\s+ms", _deepseek_window),
-    Figure("DeepSeek NIC what-if", "README.md", r"`--nic-gbps 800`: ([+-][\d.]+)% where",
+    Figure("DeepSeek NIC what-if", "README.md", r"`--nic-gbps 800` gains ([+-][\d.]+)%, within",
            lambda: f"{(deepseek(('--nic-gbps', '800')).tokens_per_s_per_gpu / deepseek().tokens_per_s_per_gpu - 1) * 100:+.1f}"),
     Figure("DeepSeek 4-layer pair", "README.md", r"forward/backward pair takes (\d+) ms where", _deepseek_pair_ms),
     Figure("LOO coverage (docs/calibration.md)", "docs/calibration.md",

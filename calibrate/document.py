@@ -10,13 +10,14 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import math
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from calibrate.barrier_fit import fit_arrival_cv
-from calibrate.fit import Sample, fit_tables, samples_from_ours
+from calibrate.fit import Sample, fit_tables, residual_stats, samples_from_ours
 from calibrate.memory_fit import fit_memory_rates
 from calibrate.rules import RunShapes, TraceReading, launch_gaps, read_job_trace
 from calibrate.traces import load_document
@@ -29,8 +30,6 @@ __all__ = ["git_revision", "file_digest", "fit_traces", "fit_document", "read_an
 
 #: DeepEP's own benchmark rate at EP64 on H800 (published.md s5: 51 / 50 GB/s logical, dispatch / combine).
 _DEEPEP_BENCH_EP64 = {"dispatch": 51e9, "combine": 50e9}
-#: Logical -> physical RDMA bytes at EP64 with the 4-node limit: 3.18 remote of 3.63 distinct nodes (s5/s6).
-_REMOTE_OF_DISTINCT = 3.18 / 3.63
 
 
 def git_revision() -> str | None:
@@ -88,34 +87,31 @@ def build_document(name: str, gpu: str, tables: Mapping[str, Any], provenance: M
 
 
 def _comm_tables(tables: dict[str, Any], gpu: Any, reading: TraceReading) -> None:
+    """The DeepEP kernels' in-training slowdown and arrival spread, from the trace's DeepEP rates.
+
+    The kernels ran beside the other chunk's compute. A kernel bound by its NIC would move every kind at
+    one byte rate, but the trace's FP8 dispatches and BF16 combines move at different rates, so the
+    slowdown against DeepEP's benchmark is not the link's. It is the compute beside them (HBM, L2, SMs),
+    ``CommCosts.overlap_kernel_slowdown``. That slowdown applies only where a schedule overlaps a kernel
+    with compute, and leaves the link rates (and any NIC what-if) as the benchmark's. One slowdown for
+    every kind: the geometric mean of their ratios to the benchmark, each kind's ratio its residual.
+    """
+    del gpu
     rates = tables.get("comm_rates", {})
     deepep = {k: v for k, v in rates.items() if k.startswith("deepep.")}
     if not deepep:
         return
-    total_bytes = sum(v["bytes"] for v in deepep.values())
-    total_s = sum(v["seconds"] for v in deepep.values())
-    logical = total_bytes / total_s
-    fraction = logical * _REMOTE_OF_DISTINCT / reading_nic_bw(gpu)
-    overheads = [v["overhead_s"] for v in deepep.values() if "overhead_s" in v]
-    del overheads  # the notify kernels are barrier waits: fitted as the arrival spread below, not a constant
-    # These rates are the kernels as they ran in training, beside the other chunk's compute: the overlap
-    # slowdown the default costs apply to the microbenchmark model is already in them.
-    tables["comm"] = {"deepep_rdma_fraction": round(min(fraction, 1.0), 4), "overlap_kernel_slowdown": 0.0}
-    fitted = fit_arrival_cv(reading, reading.shapes.ep)
-    if fitted is not None:
-        tables["comm"]["arrival_cv"], tables["residuals"]["comm.arrival_cv"] = fitted
     for kind, row in deepep.items():
         bench = _DEEPEP_BENCH_EP64["dispatch" if ".dispatch." in kind else "combine"]
         row["benchmark_bytes_per_s"] = bench
         row["training_slowdown"] = round(bench / row["bytes_per_s"], 4)
-    del reading
-
-
-def reading_nic_bw(gpu: Any) -> float:
-    """Per-GPU NIC rate of the traced system: H800 clusters use one 400 Gb/s CX7 (~50 GB/s) per GPU
-    (published.md s3/s5)."""
-    del gpu
-    return 50e9
+    ratios = [row["training_slowdown"] for row in deepep.values()]
+    mean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    tables["comm"] = {"overlap_kernel_slowdown": round(mean - 1.0, 4)}
+    tables["residuals"]["comm.overlap_kernel_slowdown"] = residual_stats([mean / r - 1 for r in ratios])
+    fitted = fit_arrival_cv(reading, reading.shapes.ep)
+    if fitted is not None:
+        tables["comm"]["arrival_cv"], tables["residuals"]["comm.arrival_cv"] = fitted
 
 
 def fit_traces(paths: Sequence[str | Path], out: str | Path, *, gpu: str | None = None, name: str | None = None,
@@ -171,7 +167,7 @@ def fit_document(paths: Sequence[str | Path], *, gpu: str | None = None, name: s
                                                 "known config)" if readings else "moesim calibrate fit (moesim op events)"}
     src = {"gemm_eff": "fitted: dense forward GEMM kernels of the trace(s), peak x efficiency(FLOPs per call)",
            "grouped_gemm_eff": "fitted: grouped GEMM kernels (rows = token copies per rank)",
-           "comm": "fitted: DeepEP kernels as they ran in training (logical bytes, published.md s6 node counts)",
+           "comm": "fitted: DeepEP kernels as they ran in training against DeepEP's EP64 benchmark (published.md s5): one overlap slowdown (their geometric mean); arrival_cv from the notify kernels' median wait (calibrate/barrier_fit.py)",
            "op_seconds": "measured: memory-bound kernels per launch slot (the trace records no shapes)",
            "sm_sharing": "fitted: slowdown of repeated compute ops vs their overlap with DeepEP kernels",
            "launch_overhead_s": "fitted: median idle gap under 50 us between compute-stream kernels",

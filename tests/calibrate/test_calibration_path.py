@@ -47,7 +47,7 @@ PERTURB = {
     "attn_eff": lambda d: (d.pop("attn_fwd_eff"), d.update(attn_eff={"fwd": {"sizes": [1e9, 1e12], "values": [0.05, 0.1]}})),
     "mem_bw_eff": lambda d: d.update(mem_bw_eff=d["mem_bw_eff"] * 0.5),
     "quantize_bw_eff": lambda d: d.update(quantize_bw_eff=d["quantize_bw_eff"] * 0.5),
-    "comm": lambda d: d["comm"].update(deepep_rdma_fraction=d["comm"]["deepep_rdma_fraction"] * 0.5),
+    "comm": lambda d: d["comm"].update(overlap_kernel_slowdown=d["comm"]["overlap_kernel_slowdown"] * 2),
     "stack_efficiency": lambda d: d["stack_efficiency"]["sm90"].update({"gemm.wgrad": 0.3}),
     "launch_overhead_s": lambda d: d.update(launch_overhead_s=200e-6),
     "host_sync_s": lambda d: d.update(host_sync_s=5e-3),
