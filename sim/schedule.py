@@ -398,7 +398,11 @@ def _check_dual(spec: PipelineSpec) -> None:
         raise PlanError(f"dualpipe feeds half the microbatches from each end: needs an even count, got {m}")
     if m < 2 * P:
         raise PlanError(f"{spec.schedule} with pp ({P}) needs at least {2 * P} microbatches, got {m}")
-    assert not spec.w_s or all(0.0 <= w <= b for w, b in zip(spec.w_s, spec.b_s, strict=True)), "need 0 <= W <= B"
+    if spec.w_s:
+        bad = [(i, w, b) for i, (w, b) in enumerate(zip(spec.w_s, spec.b_s, strict=True)) if not 0.0 <= w <= b]
+        if bad:
+            i, w, b = bad[0]
+            raise PlanError(f"{spec.schedule}: chunk {i}'s weight-gradient part W ({w}) must lie in 0..B ({b})")
 
 
 @dataclass(frozen=True)

@@ -158,7 +158,9 @@ def test_a_w_longer_than_its_b_is_refused() -> None:
     with the constraint it breaks."""
     from sim.schedule import PipelineSpec, simulate_pipeline
 
-    with pytest.raises(AssertionError, match=r"^need 0 <= W <= B$"):
+    from sim.errors import PlanError
+
+    with pytest.raises(PlanError, match=r"^dualpipev: chunk 0's weight-gradient part W \(3\.0\) must lie in 0\.\.B \(2\.0\)$"):
         simulate_pipeline(PipelineSpec("dualpipev", 2, 1, 4, [1.0] * 4, [2.0] * 4, w_s=[3.0] * 4))
 
 
