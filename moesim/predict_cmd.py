@@ -88,6 +88,9 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--recompute-modules", dest="recompute_modules",
                    help="with --ac selective: comma-separated Megatron modules to recompute (e.g. mla_up_proj,moe_act); "
                         "default: the stack's")
+    p.add_argument("--pp-layout", dest="pp_layout",
+                   help="decoder layers per model chunk, Megatron pipeline_model_parallel_layout syntax "
+                        "(e.g. 'Et*4|(t*4|)*14tmL'; default: as even as possible)")
     p.add_argument("--precision", choices=PRECISIONS, help="precision recipe (default bf16)")
     p.add_argument("--ep-backend", choices=EP_BACKENDS, dest="ep_backend", help="all-to-all backend (default nccl)")
     p.add_argument("--ep-overlap", action="store_true", default=None, dest="ep_overlap",
@@ -126,8 +129,8 @@ def _cluster(args: argparse.Namespace, name: str | None, gpus: int, gpu: str | N
 
 def _plan_fields(args: argparse.Namespace) -> dict[str, Any]:
     out = {}
-    for name in (*_PLAN_INTS, "pp_schedule", "ac", "recompute_modules", "precision", "ep_backend", "routing",
-                 "ep_overlap"):
+    for name in (*_PLAN_INTS, "pp_schedule", "ac", "recompute_modules", "pp_layout", "precision", "ep_backend",
+                 "routing", "ep_overlap"):
         v = getattr(args, name, None)
         if v is not None:
             out[name] = v

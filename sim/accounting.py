@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from sim.pp_layout import split_layers
 from sim.specs import GPUSpec, ModelSpec, ParallelPlan
 
 if TYPE_CHECKING:
@@ -255,18 +256,19 @@ def exact_flops_per_token(model: ModelSpec, seq_len: int, mtp_layers: int = 0) -
 def stage_layers(model: ModelSpec, plan: ParallelPlan) -> list[list[int]]:
     """Layer indices of each pipeline rank, in the order of its virtual stages.
 
-    Layers split as evenly as possible over the chunks (earlier chunks take the remainder).
+    Layers split per the plan's ``pp_layout``, else as evenly as possible over the chunks (earlier chunks
+    take the remainder; :func:`sim.pp_layout.split_layers`).
     1F1B: ``pp`` chunks, rank r holds chunk r. Interleaved 1F1B: ``pp * vpp`` chunks, rank r holds r,
     r + pp, ... DualPipeV: ``2 * pp`` chunks in a V, rank r holds r and 2 * pp - 1 - r. DualPipe
     (bidirectional) keeps two copies of the model: ``pp`` stages, rank r holds stage r of one copy and
     stage pp - 1 - r of the other, so its layers appear on two ranks.
     """
     if plan.pp_schedule == "dualpipe":
-        stages = _split_layers(model.n_layers, plan.pp)
+        stages = split_layers(model.n_layers, plan.pp)
         return [stages[r] + stages[plan.pp - 1 - r] for r in range(plan.pp)]
     dual = plan.pp_schedule == "dualpipev"
     n_chunks = plan.pp * (2 if dual else plan.vpp)
-    chunks = _split_layers(model.n_layers, n_chunks)
+    chunks = split_layers(model.n_layers, n_chunks, plan.pp_layout)
     ranks: list[list[int]] = [[] for _ in range(plan.pp)]
     for c, layers in enumerate(chunks):
         if dual:
@@ -275,18 +277,6 @@ def stage_layers(model: ModelSpec, plan: ParallelPlan) -> list[list[int]]:
             rank = c % plan.pp
         ranks[rank].extend(layers)
     return ranks
-
-
-def _split_layers(n_layers: int, n_chunks: int) -> list[list[int]]:
-    """``n_layers`` consecutive layer indices in ``n_chunks`` near-equal runs (earlier runs one longer)."""
-    base, extra = divmod(n_layers, n_chunks)
-    chunks: list[list[int]] = []
-    start = 0
-    for c in range(n_chunks):
-        size = base + (1 if c < extra else 0)
-        chunks.append(list(range(start, start + size)))
-        start += size
-    return chunks
 
 
 @dataclass(frozen=True)
@@ -487,7 +477,7 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec,
     # The layer being recomputed re-materialises what its recompute mode dropped.
     rematerialised = max(_layer_activation_bytes_per_token(model, moe, "none", plan, stack)
                          - per_layer[moe] for moe in kinds)
-    stages = _split_layers(model.n_layers, plan.pp) if plan.pp_schedule == "dualpipe" else None
+    stages = split_layers(model.n_layers, plan.pp) if plan.pp_schedule == "dualpipe" else None
     best: MemoryBreakdown | None = None
     for rank, layers in enumerate(stage_layers(model, plan)):
         largest_layer = max((counts.moe_layer if li >= model.n_dense_layers else counts.dense_layer) for li in layers)

@@ -373,6 +373,9 @@ class ParallelPlan:
     #: in the last pipeline stage; None: the model's ``n_mtp_layers`` if the stack's recipe trains them
     #: (``StackProfile.trains_mtp``), else 0 (:func:`sim.accounting.resolve_mtp_layers`).
     mtp_layers: int | None = None
+    #: decoder layers per model chunk in Megatron-Core's ``pipeline_model_parallel_layout`` syntax (e.g. the
+    #: DeepSeek-V3 recipes' ``"Et*4|(t*4|)*14tmL"``; :mod:`sim.pp_layout`); "" = as even as possible.
+    pp_layout: str = ""
 
     def __post_init__(self) -> None:
         owner = "plan"
@@ -412,6 +415,15 @@ class ParallelPlan:
             raise ConfigError("plan: ep_overlap needs expert parallelism (ep > 1): with ep (1) there is no "
                               "all-to-all to overlap")
         check_routing(self.routing, owner)
+        if not isinstance(self.pp_layout, str):
+            raise ConfigError(f"plan: pp_layout must be a layout string, got {self.pp_layout!r}")
+        if self.pp_layout:
+            from sim.pp_layout import decoders_per_chunk  # noqa: PLC0415  (syntax only; counts need the model)
+
+            decoders_per_chunk(self.pp_layout)
+            if self.pp_schedule in ("dualpipe", "dualpipev"):
+                raise ConfigError(f"plan: pp_layout is for 1f1b and interleaved-1f1b chunks; {self.pp_schedule} "
+                                  f"places its own (leave pp_layout empty)")
         if self.global_batch // (self.dp * self.micro_batch) > MAX_MICROBATCHES:
             raise ConfigError(
                 f"plan: global_batch ({self.global_batch}) / (dp ({self.dp}) * micro_batch ({self.micro_batch})) "

@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from sim import ops
+from sim.pp_layout import split_layers
 from sim.specs import ModelSpec, ParallelPlan
 from sim.stacks import StackProfile, default_stack
 
@@ -92,16 +93,10 @@ class OpSpec:
 
 def chunk_layers(model: ModelSpec, plan: ParallelPlan) -> list[list[int]]:
     """Layer indices of each model chunk (virtual stage), in pipeline order: ``pp * vpp`` chunks (DualPipe:
-    ``2 * pp``), as even as possible, earlier chunks taking the remainder (as :mod:`sim.accounting`)."""
+    ``2 * pp``), per the plan's ``pp_layout`` or as even as possible, earlier chunks taking the remainder
+    (:func:`sim.pp_layout.split_layers`, as :mod:`sim.accounting`)."""
     dual = plan.pp_schedule in ("dualpipe", "dualpipev")
-    n = plan.pp * (2 if dual else plan.vpp)
-    base, extra = divmod(model.n_layers, n)
-    out, start = [], 0
-    for c in range(n):
-        size = base + (1 if c < extra else 0)
-        out.append(list(range(start, start + size)))
-        start += size
-    return out
+    return split_layers(model.n_layers, plan.pp * (2 if dual else plan.vpp), plan.pp_layout)
 
 
 class Workload:

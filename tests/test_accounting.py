@@ -194,7 +194,7 @@ def test_dualpipe_holds_pp_plus_one_stage_microbatches() -> None:
     model, plan, stack = load_model("deepseek-v3-671b"), DSV3_H800_PLAN, load_stack("deepseek")
     moe = sum(saved_components(activation_ledger(model, True, plan, stack), "selective", stack).values())
     dense = sum(saved_components(activation_ledger(model, False, plan, stack), "selective", stack).values())
-    split = acc._split_layers(model.n_layers, plan.pp)
+    split = acc.split_layers(model.n_layers, plan.pp)
     assert [len(s) for s in split] == [4] * 13 + [3] * 3
     remat = max(sum(activation_ledger(model, k, plan, stack).values()) - v for k, v in ((True, moe), (False, dense)))
     tokens = plan.seq_len

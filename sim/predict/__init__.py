@@ -36,7 +36,7 @@ from sim.accounting import (
     torchtitan_flops_per_token,
 )
 from sim.costs import CostModel, default_costs
-from sim.errors import PlanError
+from sim.errors import ConfigError, PlanError
 from sim.predict.breakdown import breakdown
 from sim.predict.layers import SimResult
 from sim.predict.memo import SimMemo
@@ -91,6 +91,14 @@ def validate_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
                   stack: StackProfile | None = None) -> None:
     """Raise :class:`PlanError` if the plan cannot run (degrees, microbatches, backend, precision, overlap)."""
     plan.check_fits(model, cluster.n_gpus)
+    if plan.pp_layout:
+        from sim.pp_layout import check_layout
+
+        try:
+            check_layout(plan.pp_layout, n_chunks=plan.pp * plan.vpp, n_layers=model.n_layers,
+                         mtp_layers=resolve_mtp_layers(model, plan, load_stack(stack) if stack is not None else None))
+        except ConfigError as err:
+            raise PlanError(str(err)) from None
     gpu = cluster.gpu
     if plan.ep_backend != "nccl" and not gpu.deepep:
         raise PlanError(f"plan: ep_backend {plan.ep_backend!r} needs a DeepEP-capable GPU; {gpu.name} is not")

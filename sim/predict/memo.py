@@ -30,7 +30,7 @@ T = TypeVar("T")
 
 #: Plan fields only the pipeline level reads (when ``pp > 1``): chunking, schedule, microbatch count. The
 #: data-parallel widths move the EP groups' ranks, which the key holds instead.
-PIPELINE_FIELDS = frozenset({"pp", "pp_schedule", "vpp", "global_batch", "dp_shard", "dp_replicate"})
+PIPELINE_FIELDS = frozenset({"pp", "pp_schedule", "vpp", "pp_layout", "global_batch", "dp_shard", "dp_replicate"})
 
 
 _PLAN_FIELDS = tuple(sorted(f.name for f in dataclasses.fields(ParallelPlan)))

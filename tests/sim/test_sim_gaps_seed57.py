@@ -156,9 +156,8 @@ def test_a_bad_gpu_name_message_says_gpu() -> None:
 def test_a_w_longer_than_its_b_is_refused() -> None:
     """(sim.schedule _check_dual) A zero-bubble split whose weight-gradient part exceeds its backward fails
     with the constraint it breaks."""
-    from sim.schedule import PipelineSpec, simulate_pipeline
-
     from sim.errors import PlanError
+    from sim.schedule import PipelineSpec, simulate_pipeline
 
     with pytest.raises(PlanError, match=r"^dualpipev: chunk 0's weight-gradient part W \(3\.0\) must lie in 0\.\.B \(2\.0\)$"):
         simulate_pipeline(PipelineSpec("dualpipev", 2, 1, 4, [1.0] * 4, [2.0] * 4, w_s=[3.0] * 4))
