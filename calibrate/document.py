@@ -86,7 +86,7 @@ def build_document(name: str, gpu: str, tables: Mapping[str, Any], provenance: M
     return doc
 
 
-def _comm_tables(tables: dict[str, Any], gpu: Any, reading: TraceReading) -> None:
+def _comm_tables(tables: dict[str, Any], reading: TraceReading) -> None:
     """The DeepEP kernels' in-training slowdown and arrival spread, from the trace's DeepEP rates.
 
     The kernels ran beside the other chunk's compute. A kernel bound by its NIC would move every kind at
@@ -96,7 +96,6 @@ def _comm_tables(tables: dict[str, Any], gpu: Any, reading: TraceReading) -> Non
     with compute, and leaves the link rates (and any NIC what-if) as the benchmark's. One slowdown for
     every kind: the geometric mean of their ratios to the benchmark, each kind's ratio its residual.
     """
-    del gpu
     rates = tables.get("comm_rates", {})
     deepep = {k: v for k, v in rates.items() if k.startswith("deepep.")}
     if not deepep:
@@ -150,7 +149,7 @@ def fit_document(paths: Sequence[str | Path], *, gpu: str | None = None, name: s
     tables = fit_tables(samples, spec)
     notes: list[str] = []
     for reading in readings:
-        _comm_tables(tables, spec, reading)
+        _comm_tables(tables, reading)
         rates, rate_residuals = fit_memory_rates(reading, spec)
         tables.update(rates)
         tables["residuals"].update(rate_residuals)

@@ -20,6 +20,8 @@ decoder layers each chunk holds.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from sim.errors import ConfigError
 
 __all__ = ["MAX_LAYOUT_CHARS", "decoders_per_chunk", "mtp_modules", "split_layers", "check_layout"]
@@ -81,11 +83,13 @@ def _expand(text: str) -> str:
     return flat
 
 
-def _chunks(text: str) -> list[str]:
+@lru_cache(maxsize=256)
+def _chunks(text: str) -> tuple[str, ...]:
+    """The expanded chunks of a layout (memoised: plan searches read the same few layouts many times)."""
     chunks = _expand(text).split("|")
     if chunks and chunks[-1] == "" and len(chunks) > 1:  # a trailing '|' closes the last chunk
         chunks.pop()
-    return chunks
+    return tuple(chunks)
 
 
 def decoders_per_chunk(text: str) -> list[int]:
@@ -112,7 +116,7 @@ def check_layout(text: str, *, n_chunks: int, n_layers: int, mtp_layers: int) ->
     last = chunks[-1]
     if any(c.count("L") or c.count("m") for c in chunks[:-1]) or last.count("L") != 1 or not last.endswith("L"):
         raise ConfigError(f"{where}: the MTP modules (m) and the loss (L) must close the last chunk, the loss once")
-    if last.rstrip("mL").count("m") or last.count("m") != mtp_layers:
+    if last.rstrip("mL").count("m") or mtp_modules(text) != mtp_layers:
         raise ConfigError(f"{where}: places {last.count('m')} MTP modules (m) after the last chunk's layers; the "
                           f"plan trains {mtp_layers} (mtp_layers)")
 
