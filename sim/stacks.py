@@ -126,6 +126,10 @@ class StackProfile:
     #: wait for the receive counts, plus the framework's glue around it (boolean-mask indexing,
     #: ``repeat_interleave`` without ``output_size``, a blocking host-to-device copy of the counts).
     deepep_host_syncs: int = 1
+    #: blocking host syncs per Hybrid-EP forward dispatch: 0 when the framework passes the permuted-token
+    #: count (``num_permuted_tokens``: the kernel then runs ``non_blocking``, CUDA-graph safe), 1 when it
+    #: does not and the dispatch waits on the host for the per-expert counts (Megatron-Core, dropless).
+    hybridep_host_syncs: int = 0
     # --- efficiency --------------------------------------------------------------------------------
     #: arch ("sm90", "sm100", ... or "*") -> op class (or "default") -> fraction of the calibration's rate.
     efficiency: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -157,6 +161,10 @@ class StackProfile:
                 1 <= self.deepep_host_syncs <= 64):
             raise ConfigError(f"stack {self.name!r}: deepep_host_syncs must be an integer in 1..64, "
                               f"got {self.deepep_host_syncs!r}")
+        if isinstance(self.hybridep_host_syncs, bool) or not isinstance(self.hybridep_host_syncs, int) or not (
+                0 <= self.hybridep_host_syncs <= 64):
+            raise ConfigError(f"stack {self.name!r}: hybridep_host_syncs must be an integer in 0..64, "
+                              f"got {self.hybridep_host_syncs!r}")
         for fname in ("deepep_sms", "grad_bytes", "master_bytes", "moment_bytes"):
             value = getattr(self, fname)
             if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 256:
@@ -184,6 +192,11 @@ class StackProfile:
                 if "default" in table:
                     return float(table["default"])
         return 1.0
+
+    def host_syncs(self, backend: str) -> int:
+        """Blocking host syncs before one forward dispatch of ``backend``: NCCL's split-size copy (1), the
+        stack's DeepEP and Hybrid-EP counts, none for DeepEP's low-latency kernels."""
+        return {"nccl": 1, "deepep": self.deepep_host_syncs, "hybridep": self.hybridep_host_syncs}.get(backend, 0)
 
     def recomputes(self, module: str) -> bool:
         """Whether selective recompute re-runs ``module`` (a Megatron ``recompute_modules`` name)."""
@@ -223,7 +236,7 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
                            "launch": str, "deepep_sms": int, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
-                           "kernel_overhead_s": float, "host_sync_s": float, "deepep_host_syncs": int, "provenance": str}
+                           "kernel_overhead_s": float, "host_sync_s": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "provenance": str}
 assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file type"
 _TABLES = ("stack", "efficiency", "sources")
 

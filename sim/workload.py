@@ -307,9 +307,10 @@ class Workload:
                 out.append(OpSpec(ops.A2A_COUNT_EXCHANGE, "comm", coll="a2a.counts", nbytes=8 * m.n_routed_experts,
                                   module="moe"))
                 out.append(OpSpec(ops.A2A_HOST_SYNC, "host_sync", module="moe"))
-            elif p.ep_backend == "deepep":
+            elif p.ep_backend == "deepep" or (p.ep_backend == "hybridep" and self.stack.hybridep_host_syncs):
                 # DeepEP v1 normal-mode dispatch (no cached handle) busy-waits on the host until the GPU
-                # has written the received-token counts, so it can size the receive buffers.
+                # has written the received-token counts, so it can size the receive buffers; Hybrid-EP does
+                # the same when the caller gives no permuted-token count (StackProfile.hybridep_host_syncs).
                 out.append(OpSpec(ops.A2A_HOST_SYNC, "host_sync", module="moe"))
             out.append(OpSpec(ops.MOE_DISPATCH, "comm", coll="a2a.dispatch", nbytes=BF16 * rows_out * D, module="moe"))
         out.append(OpSpec(ops.MOE_PERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True, module="moe"))

@@ -13,7 +13,9 @@ Its kernel rates are the branch README's kernel-only "algorithm bandwidth" table
 Between table points the share is linear in ranks and SMs; below the first SM column proportional to SMs,
 beyond the last column or row flat (a 64-rank NVL72 group reads the 36-rank row: no published point
 beyond). The time is the slowest of those and the link-limited flow time at achievable link rates.
-Hybrid-EP needs no host sync (its README) and adds no notify barrier here.
+The kernels need no host sync when the caller gives the permuted-token count (its README); a framework that
+does not (Megatron-Core, dropless) waits on the host before each forward dispatch, which the workload adds
+as a ``host_sync`` op (``StackProfile.hybridep_host_syncs``). No notify barrier is added here.
 """
 
 from __future__ import annotations

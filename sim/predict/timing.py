@@ -193,9 +193,8 @@ class Context:
 
     def _op_time(self, op: OpSpec, cls: int, overlapped: bool = False) -> OpTime:
         k = op.kind
-        if k == "host_sync":  # NCCL: the split sizes' D2H copy; DeepEP: its receive counts and the stack's glue
-            syncs = self.stack.deepep_host_syncs if self.plan.ep_backend == "deepep" else 1
-            return OpTime(self.stack.host_sync_s * syncs)
+        if k == "host_sync":  # NCCL: the split sizes' D2H copy; DeepEP/Hybrid-EP: their counts and the stack's glue
+            return OpTime(self.stack.host_sync_s * self.stack.host_syncs(self.plan.ep_backend))
         if k != "comm":
             return OpTime(self.costs.op_seconds(op, self.gpu, self.stack, float(self.factors[cls])))
         if op.coll == "a2a.counts":

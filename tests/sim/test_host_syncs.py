@@ -44,3 +44,36 @@ def test_torchtitan_names_its_five_syncs() -> None:
 def test_bad_counts_name_the_field(bad: object) -> None:
     with pytest.raises(ConfigError, match="deepep_host_syncs"):
         StackProfile(deepep_host_syncs=bad)  # type: ignore[arg-type]
+
+
+def _hybridep_host_sync_s(stack_name: str, syncs: int | None = None) -> float:
+    stack = load_stack(stack_name)
+    if syncs is not None:
+        stack = dataclasses.replace(stack, hybridep_host_syncs=syncs)
+    pred = predict(load_model("debug"), load_cluster("hgx-b200", n_gpus=8),
+                   ParallelPlan(ep_backend="hybridep", **PLAN), stack=stack)  # type: ignore[arg-type]
+    return float(pred.breakdown.get("host_sync", 0.0))
+
+
+def test_megatron_dropless_hybridep_waits_on_the_host_once_per_forward_dispatch() -> None:
+    """Megatron-LM (the Bridge tags' submodule commits) passes no num_permuted_tokens in dropless mode, so
+    Hybrid-EP's dispatch_with_permute is not non_blocking; a caller that gives the count does not wait."""
+    stack = load_stack("megatron")
+    assert stack.hybridep_host_syncs == 1
+    assert "num_permuted_tokens" in stack.sources["hybridep_host_syncs"]
+    assert load_stack("megatron-26.02").hybridep_host_syncs == 1
+    assert load_stack("torchtitan").hybridep_host_syncs == 0
+    one = _hybridep_host_sync_s("megatron")
+    assert one > 0
+    assert _hybridep_host_sync_s("megatron", 0) == 0.0
+    # one stall per forward dispatch (fwd + no recompute here; the backward reuses the handle): the same count
+    # as NCCL's split-size copy on the same plan and stack
+    nccl = predict(load_model("debug"), load_cluster("hgx-b200", n_gpus=8), ParallelPlan(ep_backend="nccl", **PLAN),
+                   stack=load_stack("megatron"))  # type: ignore[arg-type]
+    assert one == pytest.approx(float(nccl.breakdown.get("host_sync", 0.0)), rel=1e-6)
+
+
+@pytest.mark.parametrize("bad", [-1, 65, True, 1.5])
+def test_bad_hybridep_counts_name_the_field(bad: object) -> None:
+    with pytest.raises(ConfigError, match="hybridep_host_syncs"):
+        StackProfile(hybridep_host_syncs=bad)  # type: ignore[arg-type]
