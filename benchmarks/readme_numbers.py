@@ -99,6 +99,16 @@ def _run_error(run_id: str) -> float:
     return (row.predicted_tokens_per_s_per_gpu / row.measured_tokens_per_s_per_gpu - 1) * 100
 
 
+def _memory_pair() -> str:
+    """Predicted tensor memory against the logged peak of the two TorchTitan 512-H100 runs (``moesim validate``)."""
+    rows = {r.run_id: r for r in validation().rows}
+    a, b = rows["titan-dsv3-h100-bf16"], rows["titan-dsv3-h100-bf16-deepep"]
+    assert a.memory_error is not None and b.memory_error is not None
+    return (f"{a.predicted_tensor_memory_gib:.1f} and {b.predicted_tensor_memory_gib:.1f} GiB against "
+            f"{a.measured_memory_gib:.2f} and {b.measured_memory_gib:.2f} ({a.memory_error * 100:+.1f}% and "
+            f"{b.memory_error * 100:+.1f}%)")
+
+
 @cache
 def deepseek(extra: tuple[str, ...] = ()) -> Any:
     """DeepSeek's own plan on 2048 H800 (README command), with the deepseek stack and its calibration."""
@@ -202,6 +212,8 @@ FIGURES: list[Figure] = [
            lambda: f"{_run_error('titan-dsv3-h100-bf16'):+.1f}"),
     Figure("TorchTitan H100 DeepEP error", "README.md", r"TorchTitan's 512-H100 pair: standard EP [+-][\d.]+%, "
            r"DeepEP ([+-][\d.]+)%", lambda: f"{_run_error('titan-dsv3-h100-bf16-deepep'):+.1f}"),
+    Figure("TorchTitan H100 memory", "README.md", r"TorchTitan 512-H100\npair's tensors: (.*?\)), where",
+           _memory_pair),
     Figure("HGX B200 error range", "README.md", r"HGX B200 held-out runs within ([\d-]+)%",
            lambda: _error_range(lambda r: r.gpu == "b200" and r.stack == "megatron")),
     Figure("LOO coverage (README)", "README.md", r"Leave-one-out coverage on the held-out runs \(`moesim validate`\):\n"

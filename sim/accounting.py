@@ -404,6 +404,21 @@ def _layer_activation_bytes_per_token(model: ModelSpec, moe: bool, ac: str, plan
     return float(sum(saved_components(activation_ledger(model, moe, plan, stack), ac, stack).values()))
 
 
+def _fsdp_pipeline_resident_bytes(model: ModelSpec, plan: ParallelPlan, layers: list[int], stack: StackProfile,
+                                  holds_first: bool, holds_last: bool, mtp: int, layer_unsharded: float) -> float:
+    """What FSDP2 keeps unsharded on a pipeline rank through a step: with pipelining, TorchTitan's default
+    ``reshard_after_forward_policy`` keeps every gathered BF16 weight until its backward (``not
+    pp_enabled``), and ``torch.distributed.pipelining`` runs every backward but the last without gradient
+    sync or reshard (``set_requires_gradient_sync(False)``, ``set_reshard_after_backward(False)``), so each
+    parameter's unsharded gradient accumulates over the microbatches in the reduce dtype
+    (``FSDPParam.to_accumulated_grad_if_needed``: ``grad_bytes``), until the last backward reduce-scatters it.
+    Plus one layer's BF16 gradient before its upcast. Bytes for the rank's whole part of the model, split
+    only by TP (experts by EP x ETP)."""
+    dense, expert = _rank_params(model, layers, holds_first, holds_last, mtp)
+    unsharded = dense / plan.tp + expert / (plan.ep * plan.etp)
+    return (BF16 + stack.grad_bytes) * unsharded + BF16 * layer_unsharded
+
+
 def _microbatches_in_flight(plan: ParallelPlan, rank: int) -> float:
     """Chunk-activations pipeline rank ``rank`` holds at its peak, in units of its whole stage."""
     pp, n_mb = plan.pp, plan.n_microbatches
@@ -418,15 +433,11 @@ def _microbatches_in_flight(plan: ParallelPlan, rank: int) -> float:
     return float(min(n_mb, pp + 1))  # DualPipeV: PP + 1 (DeepSeek-V3 report, table 2)
 
 
-def _state_bytes(model: ModelSpec, plan: ParallelPlan, layers: list[int], stack: StackProfile,
-                 holds_first: bool, holds_last: bool, mtp: int = 0) -> tuple[float, float, float]:
-    """(weights, grads, optimizer) bytes of one pipeline rank holding ``layers``.
-
-    FSDP (TorchTitan): the master weights, gradients and moments all sharded over ``tp * dp_shard * cp``
-    (experts over ``ep * etp * expert_fsdp``, the same product). ZeRO-1 (Megatron distributed optimizer,
-    DeepSeek): BF16 weights and the gradient buffer whole on every data-parallel rank (split only by TP/EP),
-    master weights and moments sharded over the data-parallel ranks (experts: the expert-data-parallel ones).
-    """
+def _rank_params(model: ModelSpec, layers: list[int], holds_first: bool, holds_last: bool,
+                 mtp: int = 0) -> tuple[float, float]:
+    """(dense, routed-expert) parameters of the whole model part one pipeline rank holding ``layers`` runs
+    (before any TP / EP / data-parallel split): its layers, the embedding on the first rank, the head and
+    the MTP modules on the last."""
     counts = count_params(model)
     dense = expert = 0.0
     for layer in layers:
@@ -446,6 +457,19 @@ def _state_bytes(model: ModelSpec, plan: ParallelPlan, layers: list[int], stack:
             expert += mtp * block_experts
             if not holds_first:  # a copy of the shared embedding for the MTP input (Megatron: mtp_process)
                 dense += counts.embedding
+    return dense, expert
+
+
+def _state_bytes(model: ModelSpec, plan: ParallelPlan, layers: list[int], stack: StackProfile,
+                 holds_first: bool, holds_last: bool, mtp: int = 0) -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes of one pipeline rank holding ``layers``.
+
+    FSDP (TorchTitan): the master weights, gradients and moments all sharded over ``tp * dp_shard * cp``
+    (experts over ``ep * etp * expert_fsdp``, the same product). ZeRO-1 (Megatron distributed optimizer,
+    DeepSeek): BF16 weights and the gradient buffer whole on every data-parallel rank (split only by TP/EP),
+    master weights and moments sharded over the data-parallel ranks (experts: the expert-data-parallel ones).
+    """
+    dense, expert = _rank_params(model, layers, holds_first, holds_last, mtp)
     if stack.param_sharding == "fsdp":
         sharded = (dense + expert) / (plan.tp * plan.dp_shard * plan.cp)
         return (sharded * stack.master_bytes, sharded * stack.grad_bytes, sharded * stack.moment_bytes)
@@ -466,7 +490,9 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec,
     DualPipe: ``pp - rank`` microbatches of the rank's first-direction stage plus ``rank + 1`` of its
     second-direction one, ``PP + 1`` in all as in the DeepSeek-V3 report's table 2), plus what one layer
     being recomputed re-materialises and the last stage's logits. Transient: FSDP's unsharded BF16 weights and gradients of the
-    layer in use and the prefetched one (none under ZeRO-1, whose BF16 weights are resident).
+    layer in use and the prefetched one; with pipelining, every gathered weight of the rank and its unsharded
+    gradients accumulated in the reduce dtype (:func:`_fsdp_pipeline_resident_bytes`). None under ZeRO-1,
+    whose BF16 weights are resident.
     """
     stack = (stack if stack is not None else _default_stack()).for_plan(plan)
     counts = count_params(model)
@@ -511,7 +537,11 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec,
             moe = largest_layer == counts.moe_layer
             expert_share = counts.routed_experts_per_layer / (plan.ep * plan.etp) if moe else 0.0
             dense_share = (largest_layer - (counts.routed_experts_per_layer if moe else 0)) / plan.tp
-            transient = 2 * 2 * BF16 * (dense_share + expert_share)
+            layer_unsharded = dense_share + expert_share
+            transient = 2 * 2 * BF16 * layer_unsharded
+            if plan.pp > 1:
+                transient = _fsdp_pipeline_resident_bytes(model, plan, layers, stack, holds_first, holds_last,
+                                                          mtp, layer_unsharded)
         reserve = RUNTIME_RESERVE_BYTES + (DEEPEP_BUFFER_BYTES if plan.ep_backend != "nccl" else 0)
         candidate = MemoryBreakdown(
             weights_bytes=weights,

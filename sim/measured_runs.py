@@ -34,7 +34,8 @@ _REQUIRED: dict[str, type | tuple[type, ...]] = {
     "measured_tokens_per_s_per_gpu": (int, float), "source": str,
 }
 _OPTIONAL: dict[str, type | tuple[type, ...]] = {
-    "measured_tflops_per_gpu": (int, float), "notes": str, "baseline": str, "fitted": bool,
+    "measured_tflops_per_gpu": (int, float), "measured_memory_gib": (int, float), "notes": str, "baseline": str,
+    "fitted": bool,
 }
 
 
@@ -57,6 +58,9 @@ class MeasuredRun:
     baseline: str | None = None
     #: a stack efficiency is fitted to this run (its error is ~0 by construction; never a validation target)
     fitted: bool = False
+    #: peak GPU memory the framework logged, GiB (TorchTitan: ``max_reserved_gib``, the caching allocator's
+    #: reserved peak: every tensor plus its fragmentation, without the CUDA context or NCCL/DeepEP buffers)
+    measured_memory_gib: float | None = None
 
 
 def default_dataset_path() -> Path:
@@ -80,7 +84,7 @@ def _run(where: str, index: int, data: Any) -> MeasuredRun:
         value = data[key]
         if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
             raise ConfigError(f"{label}: {key} has the wrong type: {value!r}")
-    for key in ("gpus", "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu"):
+    for key in ("gpus", "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "measured_memory_gib"):
         if key in data and not (data[key] > 0 and data[key] < float("inf")):
             raise ConfigError(f"{label}: {key} must be a positive finite number, got {data[key]!r}")
     plan = data.get("plan", {})
@@ -94,6 +98,7 @@ def _run(where: str, index: int, data: Any) -> MeasuredRun:
         measured_tflops_per_gpu=(float(data["measured_tflops_per_gpu"]) if "measured_tflops_per_gpu" in data
                                  else None),
         notes=data.get("notes", ""), baseline=data.get("baseline"), fitted=bool(data.get("fitted", False)),
+        measured_memory_gib=(float(data["measured_memory_gib"]) if "measured_memory_gib" in data else None),
     )
 
 

@@ -31,6 +31,8 @@ from sim.stacks import profile_for
 from studies._sim import INTERVAL_NOTE, STACK_NOTE, interval_for, predict_run
 from studies.dataset import MeasuredRun, load_runs, resolve_run
 
+GIB = 2**30  # GiB, as TorchTitan logs memory
+
 __all__ = ["ValidationRow", "ValidationResult", "Thresholds", "validate_runs", "load_thresholds",
            "check_thresholds", "format_result"]
 
@@ -54,6 +56,17 @@ class ValidationRow:
     interval: tuple[float, float] | None
     source: str
     skipped: str = ""
+    #: the framework's logged peak memory (GiB) and what the prediction's tensors take (GiB: its memory total
+    #: less the runtime and communication-buffer allowance, which the allocator does not hold)
+    measured_memory_gib: float | None = None
+    predicted_tensor_memory_gib: float | None = None
+
+    @property
+    def memory_error(self) -> float | None:
+        """Relative error of the predicted tensor memory against the logged peak (None without both)."""
+        if self.measured_memory_gib is None or self.predicted_tensor_memory_gib is None:
+            return None
+        return self.predicted_tensor_memory_gib / self.measured_memory_gib - 1
 
     @property
     def error(self) -> float | None:
@@ -63,7 +76,7 @@ class ValidationRow:
         return self.predicted_tokens_per_s_per_gpu / self.measured_tokens_per_s_per_gpu - 1
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "error": self.error}
+        return {**asdict(self), "error": self.error, "memory_error": self.memory_error}
 
 
 @dataclass(frozen=True)
@@ -133,9 +146,11 @@ def _row(run: MeasuredRun, fitted: bool, predicted: dict[str, float]) -> Validat
                              run.measured_tokens_per_s_per_gpu, None, None, run.baseline, None, None, None,
                              run.source, skipped=str(err))
     predicted[run.id] = pred.tokens_per_s_per_gpu
+    tensors = (pred.memory["total_bytes"] - pred.memory["reserve_bytes"]) / GIB if pred.memory else None
     return ValidationRow(run.id, run.model, run.gpu, run.gpus, run.stack, fitted,
                          run.measured_tokens_per_s_per_gpu, pred.tokens_per_s_per_gpu, pred.fits_in_memory,
-                         run.baseline, None, None, None, run.source)
+                         run.baseline, None, None, None, run.source,
+                         measured_memory_gib=run.measured_memory_gib, predicted_tensor_memory_gib=tensors)
 
 
 def validate_runs(path: str | Path | None = None) -> ValidationResult:
@@ -241,6 +256,11 @@ def format_result(result: ValidationResult, failures: Sequence[str] = ()) -> str
         lines.append(f"leave-one-out interval coverage: {covered} of {n} held-out runs inside their p10-p90 "
                      f"({covered / n * 100:.0f}% against a nominal 80%; "
                      + ", ".join(f"{k} {c}/{m}" for k, (c, m) in per.items()) + ")")
+    for r in result.rows:
+        if r.memory_error is not None:
+            lines.append(f"memory [{r.run_id}]: predicted tensors {r.predicted_tensor_memory_gib:.1f} GiB, logged peak "
+                         f"{r.measured_memory_gib:.2f} GiB ({_pct(r.memory_error)}; the logged peak is the caching "
+                         "allocator's reserved bytes, fragmentation included)")
     for r in result.unpredicted:
         lines.append(f"not predicted [{r.run_id}]: {r.skipped}")
     lines.extend(result.notes)
