@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+import sim.accounting as acc
 from sim.accounting import count_params, memory_per_gpu, stage_layers
 from sim.catalog import load_gpu, load_model
 from sim.specs import ParallelPlan
@@ -20,33 +21,22 @@ from studies.validate import validate_runs
 BF16 = 2
 
 
-def _unsharded(model_name: str, plan: ParallelPlan, layers: list[int]) -> float:
-    """Parameters of ``layers`` (with the embedding / head where held) split only by TP (experts by EP)."""
-    model, c = load_model(model_name), count_params(load_model(model_name))
-    dense = expert = 0.0
-    for li in layers:
-        if li >= model.n_dense_layers:
-            dense += c.moe_layer_non_expert
-            expert += c.routed_experts_per_layer
-        else:
-            dense += c.dense_layer
-    if 0 in layers:
-        dense += c.embedding
-    if model.n_layers - 1 in layers:
-        dense += c.output + c.final_norm
-    return dense / plan.tp + expert / plan.ep
-
-
 def test_pipelined_fsdp_holds_the_rank_unsharded_weights_and_fp32_gradients() -> None:
+    """The rank's gathered BF16 weights are what ZeRO-1 keeps resident for the same layers (BF16, split only by
+    TP and EP; its closed form is tested in tests/test_accounting.py); FSDP adds their FP32 accumulated
+    gradients and one layer's BF16 gradient."""
     model = load_model("deepseek-v3-16b")
     plan = ParallelPlan(pp=4, pp_schedule="1f1b", ep=8, dp_shard=16, global_batch=256, seq_len=4096)
     stack = load_stack("torchtitan")
     mem = memory_per_gpu(model, plan, load_gpu("h100"), stack)
     layers = stage_layers(model, plan)[mem.pp_rank]
+    gathered_bf16, _, _ = acc._state_bytes(model, plan, layers, load_stack("megatron"), 0 in layers,
+                                           model.n_layers - 1 in layers)
     c = count_params(model)
-    largest = (c.moe_layer_non_expert + c.routed_experts_per_layer / plan.ep)
-    expected = (BF16 + stack.grad_bytes) * _unsharded("deepseek-v3-16b", plan, layers) + BF16 * largest
+    largest = c.moe_layer_non_expert + c.routed_experts_per_layer / plan.ep
+    expected = gathered_bf16 * (BF16 + stack.grad_bytes) / BF16 + BF16 * largest
     assert mem.transient_bytes == pytest.approx(expected, rel=1e-9)
+    assert stack.grad_bytes == 4  # FSDP2 MixedPrecisionPolicy(reduce_dtype=fp32)
 
 
 def test_without_pipelining_fsdp_gathers_one_layer_and_prefetches_the_next() -> None:
