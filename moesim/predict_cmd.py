@@ -34,7 +34,14 @@ from sim.loaders import (
     plan_from_mapping,
 )
 from sim.scenarios import DEFAULT_SCENARIO, load_scenario, run_scenario
-from sim.specs import AC_MODES, EP_BACKENDS, PP_SCHEDULES, PRECISIONS, ClusterSpec
+from sim.specs import (
+    AC_MODES,
+    EP_BACKENDS,
+    GRAD_REDUCE_DTYPES,
+    PP_SCHEDULES,
+    PRECISIONS,
+    ClusterSpec,
+)
 
 __all__ = ["add_predict_arguments", "run_predict", "format_table", "main", "JSON_SCHEMA_VERSION"]
 
@@ -92,6 +99,8 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
                    help="decoder layers per model chunk, Megatron pipeline_model_parallel_layout syntax "
                         "(e.g. 'Et*4|(t*4|)*14tmL'; default: as even as possible)")
     p.add_argument("--precision", choices=PRECISIONS, help="precision recipe (default bf16)")
+    p.add_argument("--grad-reduce-dtype", choices=GRAD_REDUCE_DTYPES, dest="grad_reduce_dtype",
+                   help="dtype gradients accumulate and reduce in (Megatron grad_reduce_in_fp32; default: the stack's)")
     p.add_argument("--ep-backend", choices=EP_BACKENDS, dest="ep_backend", help="all-to-all backend (default nccl)")
     p.add_argument("--ep-overlap", action="store_true", default=None, dest="ep_overlap",
                    help="Megatron combined 1F1B: overlap one microbatch's all-to-alls with another's compute")
@@ -130,7 +139,7 @@ def _cluster(args: argparse.Namespace, name: str | None, gpus: int, gpu: str | N
 def _plan_fields(args: argparse.Namespace) -> dict[str, Any]:
     out = {}
     for name in (*_PLAN_INTS, "pp_schedule", "ac", "recompute_modules", "pp_layout", "precision", "ep_backend",
-                 "routing", "ep_overlap"):
+                 "routing", "ep_overlap", "grad_reduce_dtype"):
         v = getattr(args, name, None)
         if v is not None:
             out[name] = v

@@ -47,6 +47,8 @@ __all__ = [
     "ATTENTION_KINDS",
     "SCORE_FUNCS",
     "RECOMPUTE_MODULES",
+    "GRAD_REDUCE_DTYPES",
+    "GRAD_REDUCE_BYTES",
 ]
 
 PP_SCHEDULES = ("1f1b", "interleaved-1f1b", "dualpipe", "dualpipev")
@@ -56,6 +58,9 @@ PRECISIONS = ("bf16", "mxfp8-grouped", "mxfp8", "fp8-blockwise", "fp8-current")
 #: Megatron-Core ``--recompute-modules`` names (``ac = "selective"``).
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "moe", "shared_experts")
 EP_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep")
+#: gradient accumulation / reduction dtypes a plan may name, and their bytes per element.
+GRAD_REDUCE_DTYPES = ("fp32", "bf16")
+GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2}
 ATTENTION_KINDS = ("mla", "gqa")
 SCORE_FUNCS = ("sigmoid", "softmax")
 
@@ -376,6 +381,9 @@ class ParallelPlan:
     #: decoder layers per model chunk in Megatron-Core's ``pipeline_model_parallel_layout`` syntax (e.g. the
     #: DeepSeek-V3 recipes' ``"Et*4|(t*4|)*14tmL"``; :mod:`sim.pp_layout`); "" = as even as possible.
     pp_layout: str = ""
+    #: dtype gradients are accumulated and reduced in: "fp32" or "bf16" (Megatron ``grad_reduce_in_fp32``,
+    #: TorchTitan ``mixed_precision_reduce``); "" = the stack's (``StackProfile.grad_bytes``).
+    grad_reduce_dtype: str = ""
 
     def __post_init__(self) -> None:
         owner = "plan"
@@ -415,6 +423,8 @@ class ParallelPlan:
             raise ConfigError("plan: ep_overlap needs expert parallelism (ep > 1): with ep (1) there is no "
                               "all-to-all to overlap")
         check_routing(self.routing, owner)
+        if self.grad_reduce_dtype:
+            _require_choice(owner, "grad_reduce_dtype", self.grad_reduce_dtype, GRAD_REDUCE_DTYPES)
         if not isinstance(self.pp_layout, str):
             raise ConfigError(f"plan: pp_layout must be a layout string, got {self.pp_layout!r}")
         if self.pp_layout:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError
-from sim.specs import RECOMPUTE_MODULES, ClusterSpec, ParallelPlan
+from sim.specs import GRAD_REDUCE_BYTES, RECOMPUTE_MODULES, ClusterSpec, ParallelPlan
 
 __all__ = [
     "StackProfile",
@@ -218,9 +218,14 @@ class StackProfile:
         return replace(cluster, nvlink_domain_gpus=n)
 
     def for_plan(self, plan: ParallelPlan) -> StackProfile:
-        """This stack with the plan's own recompute module list, if it gives one."""
+        """This stack with the plan's own recompute module list and gradient reduce dtype, where it gives them."""
+        changes: dict[str, Any] = {}
         modules = plan.recompute_module_list
-        return replace(self, recompute_modules=modules) if modules and modules != self.recompute_modules else self
+        if modules and modules != self.recompute_modules:
+            changes["recompute_modules"] = modules
+        if plan.grad_reduce_dtype and GRAD_REDUCE_BYTES[plan.grad_reduce_dtype] != self.grad_bytes:
+            changes["grad_bytes"] = GRAD_REDUCE_BYTES[plan.grad_reduce_dtype]
+        return replace(self, **changes) if changes else self
 
     def describe(self) -> dict[str, Any]:
         """Name, release and provenance, for a prediction's output."""

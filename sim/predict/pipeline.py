@@ -25,7 +25,7 @@ from sim.predict.layers import (
     simulate_layer,
     simulate_pair,
 )
-from sim.predict.timing import BF16, FP32, Context
+from sim.predict.timing import BF16, Context
 from sim.schedule import (
     DUAL,
     PipelineResult,
@@ -155,7 +155,7 @@ def _fixed_tail(ctx: Context, chunks: list[Chunk]) -> tuple[float, float]:
     """(replica all-reduce, optimizer) seconds after the pipeline: they do not depend on its timeline."""
     plan, cluster, stack = ctx.plan, ctx.cluster, ctx.stack
     local_params = sum(sum(ctx.layer_shards(k)) for ch in chunks for k in ch.layers) / max(1, plan.pp)
-    dp_ar = ctx.collective("ar", local_params * FP32, "rep") if plan.dp_replicate > 1 else 0.0
+    dp_ar = ctx.collective("ar", local_params * ctx.wl.stack.grad_bytes, "rep") if plan.dp_replicate > 1 else 0.0
     opt = ctx.costs.memory_time(local_params * 32.0, cluster.gpu.hbm_bw_bytes_per_s, kernels=4,
                                 overhead_s=stack.kernel_overhead_s) / stack.eff(cluster.gpu.arch, "mem")
     opt += sum(ctx.costs.op_seconds(op, cluster.gpu, stack) for op in ctx.wl.step_ops())  # per-step weight quant

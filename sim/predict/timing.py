@@ -236,11 +236,12 @@ class Context:
         return dense / p.tp / (p.dp_shard * p.cp), expert
 
     def fsdp_time(self, kind: str, what: str) -> float:
-        """All-gather (bf16 weights) or reduce-scatter (fp32 grads) of one layer's shards (memoised)."""
+        """All-gather (bf16 weights) or reduce-scatter (gradients at the stack's / plan's width) of one layer's
+        shards (memoised)."""
         t = self._fsdp.get((kind, what))
         if t is None:
             dense, expert = self.layer_shards(kind)
-            b = BF16 if what == "ag" else FP32
+            b = BF16 if what == "ag" else self.wl.stack.grad_bytes
             t = self._fsdp[(kind, what)] = (self.collective(what, dense * b, "dp")
                                             + self.collective(what, expert * b, "edp"))
         return t
@@ -248,7 +249,7 @@ class Context:
     def fsdp_flow(self, kind: str, what: str) -> Flow | None:
         """The NIC bytes of one layer's FSDP gather/reduction (ring: (n-1) shards per rank) and its rate."""
         dense, expert = self.layer_shards(kind)
-        b = BF16 if what == "ag" else FP32
+        b = BF16 if what == "ag" else self.wl.stack.grad_bytes
         nbytes = 0.0
         for n_params, group in ((dense, "dp"), (expert, "edp")):
             ranks = self.group_ranks(group)

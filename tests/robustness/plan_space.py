@@ -68,4 +68,6 @@ def random_argv(rng: random.Random, max_gpus: int = 256) -> list[str]:
         argv += ["--ep-overlap"]
     if tp > 1 and rng.random() < 0.3:
         argv += ["--etp", str(tp)]
+    if rng.random() < 0.2:
+        argv += ["--grad-reduce-dtype", rng.choice(("fp32", "bf16"))]
     return [*argv, "--json"]
