@@ -325,6 +325,10 @@ _GROUPED_BF16 = Curve((4096.0, 16384.0, 32768.0, 65536.0, 131072.0), (0.30, 0.42
 
 # Published fwd+bwd MXFP8/BF16 speedups vs M (published.md s4, read from the roofline chart).
 _MXFP8_SPEEDUP = ((16384.0, 0.99), (32768.0, 1.20), (65536.0, 1.25), (131072.0, 1.39))
+# Below the chart's smallest M the speedup is held at its smallest published value (it falls with M over the
+# whole chart), so the MXFP8 curve rolls off with the BF16 one there. Holding the MXFP8 *efficiency* flat
+# instead (the curve's own clamp) would make MXFP8 gain on BF16 as M shrinks, against the published trend.
+_MXFP8_SPEEDUP_BELOW = tuple((m, _MXFP8_SPEEDUP[0][1]) for m in _GROUPED_BF16.sizes if m < _MXFP8_SPEEDUP[0][0])
 # Measured scale-rearrange kernel times at the reference shape (131072 tokens, dim 7168, hidden 2048,
 # G=8): s4 per-kernel breakdown. Rates are per element of the tensor whose scales are rearranged.
 _REF_M, _REF_K, _REF_N, _REF_G = 131072, 7168, 2048, 8
@@ -361,9 +365,10 @@ _MXFP8_WGRAD_SLOWDOWN = 2103.3 / 1671.2
 def _derive_mxfp8_curve(bf16_peak: float, fp8_peak: float, hbm_bw: float) -> Curve:
     """MXFP8 grouped-GEMM forward/dgrad kernel efficiency vs M such that (quantize + rearrange + forward +
     dgrad + wgrad, the wgrad :data:`_MXFP8_WGRAD_SLOWDOWN` times slower) reproduces the published fwd+bwd
-    speedup over BF16 at each M (DeepSeek-V3 expert shapes, B200)."""
+    speedup over BF16 at each M (DeepSeek-V3 expert shapes, B200), and below the published range the
+    smallest published speedup over the BF16 curve's (assumed) roll-off (:data:`_MXFP8_SPEEDUP_BELOW`)."""
     sizes, values = [], []
-    for m, speedup in _MXFP8_SPEEDUP:
+    for m, speedup in (*_MXFP8_SPEEDUP_BELOW, *_MXFP8_SPEEDUP):
         flops = 2 * m * _REF_N * _REF_K  # one GEMM; fwd+bwd runs it three times
         bf16 = 3 * flops / (bf16_peak * _GROUPED_BF16(m))
         gemms = bf16 / speedup - _mxfp8_pass_overhead(m, _QUANT_BW_EFF, hbm_bw)
