@@ -75,6 +75,9 @@ class PipelineSpec:
     #: every steady-state forward runs together with the next backward as one overlapped pair of
     #: ``pair_s[(f_stage, b_stage)]`` seconds.
     combined: bool = False
+    #: the sender waits for its own sends (Megatron's non-interleaved 1F1B: batched p2p, ``wait_on_reqs``):
+    #: after every action whose output goes to another rank, that rank is busy ``p2p_s`` more.
+    blocking_p2p: bool = False
 
     @property
     def n_stages(self) -> int:
@@ -340,6 +343,13 @@ def _fixed(spec: PipelineSpec) -> PipelineResult:
                 timeline[key] = (p, start, now[p])
             for key in keys:
                 deps.done(*key, now[p])
+            if spec.blocking_p2p and spec.p2p_s > 0 and any(_sends_away(key) for key in keys):
+                yield spec.p2p_s  # the batched send/recv completes before the rank goes on
+
+    def _sends_away(key: Key) -> bool:
+        phase, stage, _mb = key
+        nxt = stage + 1 if phase == "F" else stage - 1
+        return 0 <= nxt < spec.n_stages and stage_rank[nxt] != stage_rank[stage]
 
     _run_ranks(deps, now, [rank_proc(p) for p in range(spec.pp)])
     n_done = len(timeline)

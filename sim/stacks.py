@@ -94,6 +94,9 @@ class StackProfile:
     #: the stack's recipe trains the model's multi-token-prediction modules (``ModelSpec.n_mtp_layers``) when
     #: the plan does not say (``ParallelPlan.mtp_layers`` None); off: they are not trained.
     trains_mtp: bool = False
+    #: non-interleaved 1F1B waits for its pipeline sends (Megatron: batched send/recv, ``wait_on_reqs``), so
+    #: each stage-boundary transfer occupies the sending rank; interleaved schedules overlap them.
+    blocking_p2p: bool = False
     #: shared-expert compute overlaps the dispatch (Megatron ``moe_shared_expert_overlap``).
     shared_expert_overlap: bool = False
     #: how work reaches the GPU: eager launches, compiled regions, or CUDA graphs. Descriptive: its cost enters
@@ -241,7 +244,7 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
                            "launch": str, "deepep_sms": int, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
-                           "kernel_overhead_s": float, "host_sync_s": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "provenance": str}
+                           "kernel_overhead_s": float, "host_sync_s": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "blocking_p2p": bool, "provenance": str}
 assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file type"
 _TABLES = ("stack", "efficiency", "sources")
 

@@ -147,7 +147,8 @@ def _pipeline_spec(ctx: Context, chunks: list[Chunk]) -> tuple[PipelineSpec, lis
     combined = plan.ep_overlap and not dual
     spec = PipelineSpec(plan.pp_schedule, plan.pp, plan.vpp, plan.n_microbatches, [c.f_s for c in chunks],
                         [c.b_s for c in chunks], p2p, first_ag, {}, [c.w_s for c in chunks] if dual else (),
-                        combined=combined)
+                        combined=combined,
+                        blocking_p2p=ctx.stack.blocking_p2p and plan.pp_schedule == "1f1b" and plan.pp > 1)
     return spec, chunk_rs
 
 
