@@ -105,9 +105,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
         mem = summary["memory"]
         print(f"  memory per GPU on {args.gpu} (busiest pipeline rank {mem['pp_rank']}):")
         for key in ("weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
-                    "transient_bytes", "reserve_bytes", "total_bytes", "capacity_bytes"):
-            print(f"    {key.removesuffix('_bytes'):<12} {mem[key] / GIB:8.1f} GiB")
-        print(f"    fits         {'yes' if mem['fits'] else 'NO'}")
+                    "transient_bytes", "fsdp_unsharded_bytes", "reserve_bytes", "total_bytes", "capacity_bytes"):
+            print(f"    {key.removesuffix('_bytes'):<15} {mem[key] / GIB:8.1f} GiB")
+        print(f"    fits            {'yes' if mem['fits'] else 'NO'}")
     return 0
 
 

@@ -291,6 +291,9 @@ class MemoryBreakdown:
     reserve_bytes: float
     capacity_bytes: float
     pp_rank: int
+    #: FSDP under pipelining: the rank's gathered BF16 weights and unsharded accumulated gradients, held from
+    #: their first forward to the last backward (:func:`_fsdp_pipeline_resident_bytes`); 0 otherwise.
+    fsdp_unsharded_bytes: float = 0.0
 
     @property
     def total_bytes(self) -> float:
@@ -300,6 +303,7 @@ class MemoryBreakdown:
             + self.optimizer_bytes
             + self.activations_bytes
             + self.transient_bytes
+            + self.fsdp_unsharded_bytes
             + self.reserve_bytes
         )
 
@@ -405,18 +409,17 @@ def _layer_activation_bytes_per_token(model: ModelSpec, moe: bool, ac: str, plan
 
 
 def _fsdp_pipeline_resident_bytes(model: ModelSpec, plan: ParallelPlan, layers: list[int], stack: StackProfile,
-                                  holds_first: bool, holds_last: bool, mtp: int, layer_unsharded: float) -> float:
+                                  holds_first: bool, holds_last: bool, mtp: int) -> float:
     """What FSDP2 keeps unsharded on a pipeline rank through a step: with pipelining, TorchTitan's default
     ``reshard_after_forward_policy`` keeps every gathered BF16 weight until its backward (``not
     pp_enabled``), and ``torch.distributed.pipelining`` runs every backward but the last without gradient
     sync or reshard (``set_requires_gradient_sync(False)``, ``set_reshard_after_backward(False)``), so each
     parameter's unsharded gradient accumulates over the microbatches in the reduce dtype
     (``FSDPParam.to_accumulated_grad_if_needed``: ``grad_bytes``), until the last backward reduce-scatters it.
-    Plus one layer's BF16 gradient before its upcast. Bytes for the rank's whole part of the model, split
-    only by TP (experts by EP x ETP)."""
+    Bytes for the rank's whole part of the model, split only by TP (experts by EP x ETP)."""
     dense, expert = _rank_params(model, layers, holds_first, holds_last, mtp)
     unsharded = dense / plan.tp + expert / (plan.ep * plan.etp)
-    return (BF16 + stack.grad_bytes) * unsharded + BF16 * layer_unsharded
+    return (BF16 + stack.grad_bytes) * unsharded
 
 
 def _microbatches_in_flight(plan: ParallelPlan, rank: int) -> float:
@@ -490,9 +493,9 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec,
     DualPipe: ``pp - rank`` microbatches of the rank's first-direction stage plus ``rank + 1`` of its
     second-direction one, ``PP + 1`` in all as in the DeepSeek-V3 report's table 2), plus what one layer
     being recomputed re-materialises and the last stage's logits. Transient: FSDP's unsharded BF16 weights and gradients of the
-    layer in use and the prefetched one; with pipelining, every gathered weight of the rank and its unsharded
-    gradients accumulated in the reduce dtype (:func:`_fsdp_pipeline_resident_bytes`). None under ZeRO-1,
-    whose BF16 weights are resident.
+    layer in use and the prefetched one (with pipelining: one layer's BF16 gradient, and
+    ``fsdp_unsharded_bytes`` every gathered weight of the rank and its unsharded gradients accumulated in the
+    reduce dtype, :func:`_fsdp_pipeline_resident_bytes`). None under ZeRO-1, whose BF16 weights are resident.
     """
     stack = (stack if stack is not None else _default_stack()).for_plan(plan)
     counts = count_params(model)
@@ -530,7 +533,7 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec,
                 mtp_in_flight = 1.0 if stages is not None else in_flight
                 block = per_layer[bool(model.n_moe_layers)] + 2 * BF16 * model.dim
                 activations += mtp * block * tokens * mtp_in_flight
-        transient = 0.0
+        transient = unsharded = 0.0
         if stack.param_sharding == "fsdp":
             # Unsharded bf16 weights (and their bf16 gradients in backward) of the layer in use and the
             # one prefetched: the expert part is split ep * etp ways, the rest tp ways.
@@ -539,9 +542,9 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec,
             dense_share = (largest_layer - (counts.routed_experts_per_layer if moe else 0)) / plan.tp
             layer_unsharded = dense_share + expert_share
             transient = 2 * 2 * BF16 * layer_unsharded
-            if plan.pp > 1:
-                transient = _fsdp_pipeline_resident_bytes(model, plan, layers, stack, holds_first, holds_last,
-                                                          mtp, layer_unsharded)
+            if plan.pp > 1:  # the gathers stay; one layer's BF16 gradient before its upcast stays transient
+                unsharded = _fsdp_pipeline_resident_bytes(model, plan, layers, stack, holds_first, holds_last, mtp)
+                transient = BF16 * layer_unsharded
         reserve = RUNTIME_RESERVE_BYTES + (DEEPEP_BUFFER_BYTES if plan.ep_backend != "nccl" else 0)
         candidate = MemoryBreakdown(
             weights_bytes=weights,
@@ -549,6 +552,7 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec,
             optimizer_bytes=optimizer,
             activations_bytes=activations,
             transient_bytes=transient,
+            fsdp_unsharded_bytes=unsharded,
             reserve_bytes=reserve,
             capacity_bytes=gpu.hbm_bytes,
             pp_rank=rank,

@@ -54,5 +54,5 @@ def test_memory_as_dict() -> None:
     d = mem.as_dict()
     assert d["total_bytes"] == mem.total_bytes and d["fits"] is mem.fits
     for key in ("weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "transient_bytes",
-                "reserve_bytes", "capacity_bytes", "pp_rank"):
+                "fsdp_unsharded_bytes", "reserve_bytes", "capacity_bytes", "pp_rank"):
         assert d[key] == getattr(mem, key)

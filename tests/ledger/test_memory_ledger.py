@@ -95,7 +95,7 @@ def test_transient_is_two_layers_of_bf16_weights_and_grads() -> None:
 def test_total_is_the_sum_and_fits_compares_with_hbm() -> None:
     mem = memory_per_gpu(MODEL, plan(), GPU)
     parts = (mem.weights_bytes, mem.grads_bytes, mem.optimizer_bytes, mem.activations_bytes, mem.transient_bytes,
-             mem.reserve_bytes)
+             mem.fsdp_unsharded_bytes, mem.reserve_bytes)
     assert mem.total_bytes == pytest.approx(sum(parts), rel=1e-12)
     assert mem.capacity_bytes == GPU.hbm_bytes
     small = dataclasses.replace(GPU, hbm_bytes=mem.total_bytes * 0.99)
