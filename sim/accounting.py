@@ -408,18 +408,16 @@ def _layer_activation_bytes_per_token(model: ModelSpec, moe: bool, ac: str, plan
     return float(sum(saved_components(activation_ledger(model, moe, plan, stack), ac, stack).values()))
 
 
-def _fsdp_pipeline_resident_bytes(model: ModelSpec, plan: ParallelPlan, layers: list[int], stack: StackProfile,
-                                  holds_first: bool, holds_last: bool, mtp: int) -> float:
+def _fsdp_pipeline_resident_bytes(plan: ParallelPlan, stack: StackProfile, dense: float, expert: float) -> float:
     """What FSDP2 keeps unsharded on a pipeline rank through a step: with pipelining, TorchTitan's default
     ``reshard_after_forward_policy`` keeps every gathered BF16 weight until its backward (``not
     pp_enabled``), and ``torch.distributed.pipelining`` runs every backward but the last without gradient
     sync or reshard (``set_requires_gradient_sync(False)``, ``set_reshard_after_backward(False)``), so each
     parameter's unsharded gradient accumulates over the microbatches in the reduce dtype
     (``FSDPParam.to_accumulated_grad_if_needed``: ``grad_bytes``), until the last backward reduce-scatters it.
-    Bytes for the rank's whole part of the model, split only by TP (experts by EP x ETP)."""
-    dense, expert = _rank_params(model, layers, holds_first, holds_last, mtp)
-    unsharded = dense / plan.tp + expert / (plan.ep * plan.etp)
-    return (BF16 + stack.grad_bytes) * unsharded
+    Bytes for the rank's whole part of the model (``dense`` and ``expert`` parameters, :func:`_rank_params`),
+    split only by TP (experts by EP x ETP)."""
+    return (BF16 + stack.grad_bytes) * (dense / plan.tp + expert / (plan.ep * plan.etp))
 
 
 def _microbatches_in_flight(plan: ParallelPlan, rank: int) -> float:
@@ -472,7 +470,11 @@ def _state_bytes(model: ModelSpec, plan: ParallelPlan, layers: list[int], stack:
     DeepSeek): BF16 weights and the gradient buffer whole on every data-parallel rank (split only by TP/EP),
     master weights and moments sharded over the data-parallel ranks (experts: the expert-data-parallel ones).
     """
-    dense, expert = _rank_params(model, layers, holds_first, holds_last, mtp)
+    return _state_bytes_of(plan, stack, *_rank_params(model, layers, holds_first, holds_last, mtp))
+
+
+def _state_bytes_of(plan: ParallelPlan, stack: StackProfile, dense: float, expert: float) -> tuple[float, float, float]:
+    """:func:`_state_bytes` of a rank whose part of the model has ``dense`` and ``expert`` parameters."""
     if stack.param_sharding == "fsdp":
         sharded = (dense + expert) / (plan.tp * plan.dp_shard * plan.cp)
         return (sharded * stack.master_bytes, sharded * stack.grad_bytes, sharded * stack.moment_bytes)
@@ -523,7 +525,8 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec,
             activation_per_token = act(layers)
             in_flight = _microbatches_in_flight(plan, rank)
         holds_first, holds_last = 0 in layers, model.n_layers - 1 in layers
-        weights, grads, optimizer = _state_bytes(model, plan, layers, stack, holds_first, holds_last, mtp)
+        dense, expert = _rank_params(model, layers, holds_first, holds_last, mtp)
+        weights, grads, optimizer = _state_bytes_of(plan, stack, dense, expert)
         activations = activation_per_token * tokens * in_flight
         activations += rematerialised * tokens  # the layer being recomputed
         if holds_last:
@@ -543,7 +546,7 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec,
             layer_unsharded = dense_share + expert_share
             transient = 2 * 2 * BF16 * layer_unsharded
             if plan.pp > 1:  # the gathers stay; one layer's BF16 gradient before its upcast stays transient
-                unsharded = _fsdp_pipeline_resident_bytes(model, plan, layers, stack, holds_first, holds_last, mtp)
+                unsharded = _fsdp_pipeline_resident_bytes(plan, stack, dense, expert)
                 transient = BF16 * layer_unsharded
         reserve = RUNTIME_RESERVE_BYTES + (DEEPEP_BUFFER_BYTES if plan.ep_backend != "nccl" else 0)
         candidate = MemoryBreakdown(

@@ -307,7 +307,7 @@ class Workload:
                 out.append(OpSpec(ops.A2A_COUNT_EXCHANGE, "comm", coll="a2a.counts", nbytes=8 * m.n_routed_experts,
                                   module="moe"))
                 out.append(OpSpec(ops.A2A_HOST_SYNC, "host_sync", module="moe"))
-            elif p.ep_backend == "deepep" or (p.ep_backend == "hybridep" and self.stack.hybridep_host_syncs):
+            elif self.stack.host_syncs(p.ep_backend):
                 # DeepEP v1 normal-mode dispatch (no cached handle) busy-waits on the host until the GPU
                 # has written the received-token counts, so it can size the receive buffers; Hybrid-EP does
                 # the same when the caller gives no permuted-token count (StackProfile.hybridep_host_syncs).
