@@ -1,9 +1,10 @@
 """Fit the Megatron stack profiles' kernel efficiencies to the measured Megatron-Bridge runs, and tabulate.
 
-The protocol (docs/stack-protocol.md): one number per (profile, GPU architecture), each fitted to ONE
-named measured run by :func:`calibrate.stack_fit.fit_arch_efficiency` (bisection on
-``efficiency[arch]["default"]``); every other Megatron run in ``studies/data/measured_runs.toml`` is
-held out and predicted. :data:`PROTOCOL` names the fitted runs; :func:`fit_megatron` refits them;
+The protocol (docs/stack-protocol.md): ONE number per profile (framework release), fitted on one
+architecture to ONE named measured run by :func:`calibrate.stack_fit.fit_arch_efficiency` (bisection on
+``efficiency[arch]["default"]``) and carried to every other architecture (``efficiency["*"]``); every
+other Megatron run in ``studies/data/measured_runs.toml``, on every architecture, is held out and
+predicted. :data:`PROTOCOL` names the fitted runs; :func:`fit_megatron` refits them;
 :func:`megatron_table` returns one row per Megatron run (predicted vs measured, fitted or held out) with
 the profiles as stored (or as given). ``python -m calibrate.stack_fit_megatron`` prints both.
 
@@ -31,13 +32,11 @@ from sim.stacks import StackProfile, load_stack, profile_for
 __all__ = ["PROTOCOL", "RunRow", "profile_for_release", "megatron_runs", "run_specs", "fit_megatron",
            "megatron_table", "format_markdown", "main"]
 
-#: (profile, arch) -> the one measured run its efficiency is fitted to. Every other run is held out.
+#: (profile, arch) -> the one measured run the release's efficiency is fitted to, on that one architecture
+#: (the value is carried to every other one as ``efficiency["*"]``). Every other run is held out.
 PROTOCOL: dict[tuple[str, str], str] = {
     ("megatron-26.02", "sm100"): "mcore-26.02-dsv3-256xb200",
-    ("megatron-26.02", "sm103"): "mcore-26.02-dsv3-256xb300",
     ("megatron-26.04", "sm100"): "mcore-26.04-dsv3-256xb200",
-    ("megatron-26.04", "sm103"): "mcore-26.04.01-dsv3-256xb300",
-    ("megatron-26.04", "sm90"): "mcore-26.04.01-qwen3-30b-16xh100",
 }
 
 
@@ -109,8 +108,9 @@ def megatron_table(fitted: Mapping[tuple[str, str], float] | None = None,
         profile = profile_for_release(run["release"])
         stack: StackProfile = load_stack(profile)
         arch = cluster.gpu.arch
-        if fitted is not None and (profile, arch) in fitted:
-            stack = with_arch_efficiency(stack, arch, fitted[(profile, arch)])
+        fitted_here = [v for (name, _), v in (fitted or {}).items() if name == profile]
+        if fitted_here:  # the release's one number, on its fitted architecture and carried to the others
+            stack = with_arch_efficiency(with_arch_efficiency(stack, "*", fitted_here[0]), arch, fitted_here[0])
         p = predict(model, cluster, plan, stack=stack)
         rows.append(RunRow(run["id"], profile, arch, "fitted" if run["id"] in fitted_ids else "held out",
                            p.tokens_per_s_per_gpu, float(run["measured_tokens_per_s_per_gpu"]), p.fits_in_memory))
