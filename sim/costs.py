@@ -378,17 +378,22 @@ def _derive_mxfp8_curve(bf16_peak: float, fp8_peak: float, hbm_bw: float) -> Cur
 
 
 _B200_BF16, _B200_FP8, _B200_HBM = 2250e12, 4500e12, 7.7e12
+#: H100 SXM FP8 maximum achievable matmul (1402.6 of 1979 TFLOPS, torch 2.7.0+cu126, best shape
+#: 1024x9216x14336): stas00/ml-engineering compute/accelerator/README.md (commit 744d01e), whose BF16 row
+#: (794.5, 80.3%) agrees with published.md's H100 BF16 783-797.
+_H100_FP8_MAMF = 1402.6e12 / 1979e12
 
 
 def default_costs(gpu: GPUSpec) -> CostModel:
     """Datasheet-and-microbenchmark kernel costs for ``gpu`` (the framework's share lives in its stack profile).
 
-    Hopper (sm90) takes its measured cuBLAS BF16 asymptote (0.80); Blackwell (sm100) 0.607. MXFP8
+    Hopper (sm90) takes its measured cuBLAS BF16 asymptote (0.80) and FP8 maximum achievable matmul (0.709);
+    Blackwell (sm100) 0.607 and 0.616. MXFP8
     curves are derived on B200 numbers and reused as fractions of peak on other SM100 parts.
     """
     hopper = gpu.arch.startswith("sm9")
     bf16_top = 0.80 if hopper else 1363.5e12 / _B200_BF16
-    fp8_top = 0.62 if hopper else 2770e12 / _B200_FP8
+    fp8_top = _H100_FP8_MAMF if hopper else 2770e12 / _B200_FP8
     mx_dense_top = 2848e12 / _B200_FP8
 
     def dense(top: float) -> Curve:
@@ -400,7 +405,8 @@ def default_costs(gpu: GPUSpec) -> CostModel:
     sources = {
         "gemm_eff.bf16": "published.md s3: B200 cuBLAS BF16 1338-1389 TFLOPS of 2250 (H100 783-797 of 989); "
                          "roll-off below 1e11 FLOPs/call assumed",
-        "gemm_eff.fp8": "published.md s3: B200 cuBLAS FP8 2770 of 4500 TFLOPS (blockwise recipe reuses it)",
+        "gemm_eff.fp8": "published.md s3: B200 cuBLAS FP8 2770 of 4500 TFLOPS (blockwise recipe reuses it); H100 "
+                        "1402.6 of 1979 (maximum achievable matmul, stas00/ml-engineering 744d01e)",
         "gemm_eff.mxfp8": "published.md s3: B200 cuBLAS MXFP8 2810-2886 of 4500 TFLOPS",
         "grouped_gemm_eff.bf16": "published.md s4: 0.50 at M=131072 (G=8) derived from per-kernel MXFP8 sum and "
                                  "the 1.39x speedup; smaller-M roll-off assumed; read at rows per expert x 8",
