@@ -52,6 +52,8 @@ __all__ = [
     "saved_components",
     "RUNTIME_RESERVE_BYTES",
     "DEEPEP_BUFFER_BYTES",
+    "optimizer_step_bytes_per_param",
+    "optimizer_shard_divisor",
 ]
 
 # CUDA context, NCCL communicators and allocator fragmentation: a planning allowance, not a measurement.
@@ -484,6 +486,30 @@ def _state_bytes_of(plan: ParallelPlan, stack: StackProfile, dense: float, exper
     states = stack.master_bytes + stack.moment_bytes
     return (BF16 * (local_dense + local_expert), stack.grad_bytes * (local_dense + local_expert),
             states * (local_dense / dp + local_expert / edp))
+
+
+def optimizer_step_bytes_per_param(stack: StackProfile) -> float:
+    """HBM bytes one AdamW step moves per parameter of the rank's optimizer shard, from the stack's widths.
+
+    The step reads the gradient, reads and writes the master weights and both moments (an elementwise
+    update: each state once in, once out), and under ZeRO-1 writes the BF16 model copy that the parameter
+    all-gather then sends; under FSDP the sharded FP32 parameters are the master and nothing else is written.
+    Megatron (fp32 main_grad, master, moments): 4 + 2 x (4 + 8) + 2 = 30; TorchTitan: 28; DeepSeek (BF16
+    moments): 22.
+
+    >>> from sim.stacks import load_stack
+    >>> [optimizer_step_bytes_per_param(load_stack(n)) for n in ("megatron", "torchtitan", "deepseek")]
+    [30, 28, 22]
+    """
+    written_copy = BF16 if stack.param_sharding == "zero1" else 0
+    return stack.grad_bytes + 2 * (stack.master_bytes + stack.moment_bytes) + written_copy
+
+
+def optimizer_shard_divisor(plan: ParallelPlan, stack: StackProfile) -> int:
+    """What divides a rank's FSDP-sharded parameter count (``Context.layer_shards``: dense over
+    ``tp * dp_shard * cp``, experts over ``ep * etp * expert_fsdp``) to give its optimizer shard: ZeRO-1
+    also shards over the replicas (:func:`_state_bytes_of`), FSDP keeps one copy per replica."""
+    return plan.dp_replicate if stack.param_sharding == "zero1" else 1
 
 
 def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec,

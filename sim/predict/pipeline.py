@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from sim import comm
+from sim.accounting import optimizer_shard_divisor, optimizer_step_bytes_per_param
 from sim.layout import Coords
 from sim.predict.layers import (
     SimResult,
@@ -157,8 +158,11 @@ def _fixed_tail(ctx: Context, chunks: list[Chunk]) -> tuple[float, float]:
     plan, cluster, stack = ctx.plan, ctx.cluster, ctx.stack
     local_params = sum(sum(ctx.layer_shards(k)) for ch in chunks for k in ch.layers) / max(1, plan.pp)
     dp_ar = ctx.collective("ar", local_params * ctx.wl.stack.grad_bytes, "rep") if plan.dp_replicate > 1 else 0.0
-    opt = ctx.costs.memory_time(local_params * 32.0, cluster.gpu.hbm_bw_bytes_per_s, kernels=4,
-                                overhead_s=stack.kernel_overhead_s) / stack.eff(cluster.gpu.arch, "mem")
+    # One fused multi-tensor AdamW (torch.optim.AdamW(fused=True), TE / apex FusedAdam) over the rank's shard:
+    # memory-bound, its bytes from the stack's state widths; its few launches are one kernel gap.
+    shard = local_params / optimizer_shard_divisor(plan, stack)
+    opt = ctx.costs.memory_time(shard * optimizer_step_bytes_per_param(ctx.wl.stack), cluster.gpu.hbm_bw_bytes_per_s,
+                                kernels=1, overhead_s=stack.kernel_overhead_s) / stack.eff(cluster.gpu.arch, "mem")
     opt += sum(ctx.costs.op_seconds(op, cluster.gpu, stack) for op in ctx.wl.step_ops())  # per-step weight quant
     return dp_ar, opt
 
