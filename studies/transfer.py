@@ -131,7 +131,47 @@ def transfer_markdown() -> str:
             lines.append(f"| {r.run_id} | {r.baseline} | {r.predicted_speedup:.3f}x | {r.measured_speedup:.3f}x | "
                          f"{(r.predicted_speedup - r.measured_speedup) * 100:+.1f} |")
         lines.append("")
+    lines += _across_gpus(rows, runs)
     return "\n".join(lines).rstrip() + "\n"
+
+
+#: The reference GPU of the cross-GPU ratios: every stack's efficiency is fitted on a B200 run.
+_REFERENCE_GPU = "b200"
+
+
+def _across_gpus(rows: Sequence[ValidationRow], runs: dict[str, MeasuredRun]) -> list[str]:
+    """The relative answer across GPUs: each run over the B200 run of the same profile, model, all-to-all
+    backend family and precision (each with its own published plan), predicted against measured."""
+    def key(run: MeasuredRun) -> tuple[str, str, str]:
+        if run.stack == "megatron":  # its recipes pick backend and precision per GPU (FP8-CS on Hopper)
+            return profile_for(run.stack, run.release), run.model, "-"
+        return profile_for(run.stack, run.release), run.model, f"{_backend(run)}/{run.plan.get('precision', 'bf16')}"
+
+    by_key: dict[tuple[str, str, str], list[ValidationRow]] = defaultdict(list)
+    for r in rows:
+        by_key[key(runs[r.run_id])].append(r)
+    out: list[str] = []
+    for k in sorted(by_key):
+        group = by_key[k]
+        refs = [r for r in group if runs[r.run_id].gpu == _REFERENCE_GPU]
+        others = [r for r in group if runs[r.run_id].gpu != _REFERENCE_GPU]
+        if len(refs) != 1 or not others:
+            continue
+        ref = refs[0]
+        assert ref.predicted_tokens_per_s_per_gpu is not None
+        for r in others:
+            assert r.predicted_tokens_per_s_per_gpu is not None
+            predicted = r.predicted_tokens_per_s_per_gpu / ref.predicted_tokens_per_s_per_gpu
+            measured = r.measured_tokens_per_s_per_gpu / ref.measured_tokens_per_s_per_gpu
+            out.append(f"| {r.run_id} | {ref.run_id} | {predicted:.3f}x | {measured:.3f}x | "
+                       f"{_pct(predicted / measured - 1)} |")
+    if not out:
+        return []
+    return ["## Across GPUs: each run over the B200 run of its profile and model (relative answers)", "",
+            "Each run keeps its own published plan (the recipes differ by GPU); the ratio is per-GPU throughput, "
+            "the question a user asks when choosing hardware. Megatron's recipes choose the backend and precision per GPU "
+            "(FP8 current scaling on Hopper, MXFP8 on Blackwell); TorchTitan pairs share both.",
+            "", "| run | over | predicted | measured | ratio error |", "|---|---|---:|---:|---:|", *out, ""]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
