@@ -24,7 +24,6 @@ from calibrate.fit import Sample
 from calibrate.rules import TraceReading
 from sim.calibration import (
     Calibration,
-    calibration_stack,
     device_gpu_spec,
     to_cost_model,
 )
@@ -181,7 +180,6 @@ def compare_reading(reading: TraceReading, cal: Calibration, *, layer: int | Non
         phase_last[key] = h
     span = eng.run()
     start = {r.handle: (r.start, r.end) for r in eng.log}
-    overhead = calibration_stack(cal).kernel_overhead_s
     meas: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     sim: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     kinds: dict[str, str] = {}
@@ -195,8 +193,7 @@ def compare_reading(reading: TraceReading, cal: Calibration, *, layer: int | Non
         label = _row_label(s)
         kinds[label] = s.kind
         meas[label][s.layer] += s.seconds
-        cost = b - a - (overhead if s.kind in ("gemm", "grouped_gemm", "attn") else 0.0)
-        sim[label][s.layer] += max(cost, 0.0)
+        sim[label][s.layer] += b - a  # the replay adds no launch gap to a kernel (simulated_time)
     rows = []
     for label in sorted(meas):
         m = statistics.median(meas[label].values())
