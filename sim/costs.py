@@ -413,6 +413,9 @@ def default_costs(gpu: GPUSpec) -> CostModel:
         "grouped_gemm_eff.mxfp8": "published.md s4: derived so quantize+rearrange+fwd+dgrad+wgrad GEMMs "
                                   "reproduce the fwd+bwd speedup vs M table (0.99/1.20/1.25/1.39x)",
         "grouped_gemm_eff.mxfp8_wgrad": "published.md s4: wgrad 2103.3 us vs fwd 1671.2 us per-kernel",
+        "grouped_gemm_eff.fp8": "ASSUMED: the BF16 grouped curve x 0.9, as a fraction of the FP8 peak; checked on "
+                                "DeepSeek's H800 trace (h800-deepseek-trace calibration): DeepGEMM grouped FP8 "
+                                "forward 0.591 at 65536 rows, where this gives 0.569 (-4%)",
         "attn_eff": "assumed: FlashAttention-class kernels at ~50% (fwd) / ~40% (bwd, incl. recompute of P) "
                     "of BF16 peak with MLA head dims 192/128",
         "mem_bw_eff": "published.md s4: TorchAO quantize kernels 70-82% of HBM bandwidth; elementwise ops assumed "
