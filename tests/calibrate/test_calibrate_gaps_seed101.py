@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from sim.catalog import load_gpu
+from tests.job_trace import DEEPEP_DISPATCH, job_events
 
 _ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,20 +28,8 @@ def _our_event(name: str, dur_us: float, **args: Any) -> dict[str, Any]:
 
 
 def _job_events(*kernels: tuple[str, float, float, Any]) -> list[dict[str, Any]]:
-    """A DeepSeek-style job trace: each kernel (phase annotation, start us, duration us, grid) runs inside
-    its own phase annotation and is linked to its launch by a correlation id."""
-    events: list[dict[str, Any]] = []
-    for corr, (phase, ts, dur, grid) in enumerate(kernels, start=1):
-        events.append({"ph": "X", "cat": "user_annotation", "name": phase, "pid": 0, "tid": 0,
-                       "ts": ts - 10.0, "dur": dur + 20.0})
-        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 0, "tid": 0,
-                       "ts": ts - 5.0, "dur": 1.0, "args": {"correlation": corr}})
-        kernel_args: dict[str, Any] = {"correlation": corr, "stream": 20}
-        if grid is not None:
-            kernel_args["grid"] = grid
-        events.append({"ph": "X", "cat": "kernel", "pid": 0, "tid": 20, "ts": ts, "dur": dur,
-                       "name": "void dpsk::ep::internode::dispatch<false, 8, false, 8>(int4*)", "args": kernel_args})
-    return events
+    """A job trace of DeepEP dispatch kernels (phase annotation, start us, duration us, grid)."""
+    return job_events(*((phase, DEEPEP_DISPATCH, ts, dur, grid) for phase, ts, dur, grid in kernels))
 
 
 def test_simulated_trace_process_is_named_simulated_by_default(tmp_path: Path) -> None:

@@ -11,20 +11,7 @@ from typing import Any
 import pytest
 
 from sim.catalog import load_gpu
-
-
-def _job_events(*kernels: tuple[str, str, float, float]) -> list[dict[str, Any]]:
-    """A DeepSeek-style job trace: each kernel (phase annotation, kernel name, start us, duration us) runs
-    inside its own phase annotation and is linked to its launch by a correlation id."""
-    events: list[dict[str, Any]] = []
-    for corr, (phase, name, ts, dur) in enumerate(kernels, start=1):
-        events.append({"ph": "X", "cat": "user_annotation", "name": phase, "pid": 0, "tid": 0,
-                       "ts": ts - 10.0, "dur": dur + 20.0})
-        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 0, "tid": 0,
-                       "ts": ts - 5.0, "dur": 1.0, "args": {"correlation": corr}})
-        events.append({"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": ts, "dur": dur, "name": name,
-                       "args": {"correlation": corr, "stream": 7}})
-    return events
+from tests.job_trace import job_events
 
 
 def test_fp32_gemms_are_measured_against_the_bf16_peak() -> None:
@@ -83,8 +70,8 @@ def test_job_trace_attention_backward_is_labelled_backward() -> None:
     labelled ``attn.core.bwd``, with 2.5x the forward's FLOPs."""
     from calibrate.rules import read_job_trace
 
-    reading = read_job_trace(_job_events(("attn(F)", "flash_fwd_kernel", 100.0, 40.0),
-                                         ("attn(B)", "flash_bwd_kernel", 300.0, 90.0)))
+    reading = read_job_trace(job_events(("attn(F)", "flash_fwd_kernel", 100.0, 40.0, None),
+                                        ("attn(B)", "flash_bwd_kernel", 300.0, 90.0, None)))
     attn = sorted((s for s in reading.samples if s.kind == "attn"), key=lambda s: s.start_s)
     assert [(s.phase, s.label) for s in attn] == [("fwd", "attn.core.fwd"), ("bwd", "attn.core.bwd")]
     assert attn[1].work == pytest.approx(2.5 * attn[0].work)
