@@ -225,10 +225,12 @@ def _linear_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]
 def fit_profile(profile_path: str | Path, out: str | Path, *, name: str | None = None) -> dict[str, Any]:
     """``moesim calibrate fit PROFILE``: the calibration of the profiled device (see the module docstring)."""
     from calibrate.layer_model import fit_overhead
+    from sim.fileio import read_input
 
+    raw = read_input(profile_path, "profile file")  # a regular file, size-bounded (sim.limits.MAX_INPUT_MB)
     try:
-        prof = json.loads(Path(profile_path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
+        prof = json.loads(raw)
+    except (ValueError, RecursionError) as err:
         raise ConfigError(f"{profile_path}: not a readable profile: {err}") from None
     if not isinstance(prof, dict) or prof.get("schema") != PROFILE_SCHEMA:
         raise ConfigError(f"{profile_path}: not a {PROFILE_SCHEMA} file")

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError
+from sim.fileio import read_trace
+from sim.limits import MAX_TRACE_EVENTS, env_limit
 from sim.ops import ALL_OPS
 
 __all__ = ["OpStats", "load_trace", "load_document", "op_durations", "HOST_CATEGORY", "DEVICE_CATEGORY"]
@@ -97,10 +99,8 @@ def load_trace(path: str | Path) -> list[Mapping[str, Any]]:
     Anything else raises :class:`~sim.errors.ConfigError` naming the event, the field and the value.
     """
     path = Path(path)
+    raw = read_trace(path)  # a regular file; gzip inflated in chunks up to sim.limits.MAX_TRACE_MB
     try:
-        raw = path.read_bytes()
-        if path.suffix == ".gz" or raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
         data = json.loads(raw, parse_constant=_reject_constant)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such trace file") from None
@@ -115,6 +115,10 @@ def load_trace(path: str | Path) -> list[Mapping[str, Any]]:
     events = data.get("traceEvents") if isinstance(data, Mapping) else data
     if not isinstance(events, list):
         raise ConfigError(f"{path}: expected a 'traceEvents' list or a list of events")
+    max_events = env_limit("MOESIM_MAX_TRACE_EVENTS", MAX_TRACE_EVENTS)
+    if len(events) > max_events:
+        raise ConfigError(f"{path}: {len(events)} events, more than the limit of {max_events} "
+                          "(MOESIM_MAX_TRACE_EVENTS raises it)")
     if isinstance(data, Mapping):
         _LAST_META[str(path)] = {k: v for k, v in data.items() if k != "traceEvents"}
     kept = []

@@ -179,17 +179,19 @@ def _costs(args: argparse.Namespace, gpu: Any, stack: Any) -> tuple[Any, Any]:
 def _legacy_costs(path: str) -> Any:
     """A version-1 file (a serialised CostModel, ``CostModel.to_json``): still read, named as such."""
     from sim.costs import CostModel
+    from sim.fileio import read_input
 
+    raw = read_input(path, "calibration file")  # a regular file, size-bounded (sim.limits.MAX_INPUT_MB)
+    data = parse_json(raw, path)  # strict JSON and bounded nesting before CostModel reads it
+    for key in ("gemm_eff", "grouped_gemm_eff", "rearrange_s_per_elem", "comm", "sources"):
+        table = data.get(key, {}) if isinstance(data, dict) else {}
+        if not isinstance(table, dict) or (key.endswith("gemm_eff") and
+                                           not all(isinstance(c, dict) for c in table.values())):
+            raise ConfigError(f"{path}: malformed version-1 CostModel file: {key} must be an object"
+                              + (" of {sizes, values} objects" if key.endswith("gemm_eff") else ""))
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-        parse_json(text, path)  # strict JSON and bounded nesting before CostModel reads it
-        return CostModel.from_json(text)
-    except MoesimError:
-        raise
-    except OSError as err:
-        raise ConfigError(f"{path}: {err.strerror}") from None
-    except (AttributeError, TypeError, ValueError, KeyError, RecursionError) as err:
+        return CostModel.from_json(raw.decode("utf-8"))
+    except (ValueError, KeyError) as err:  # CostModel.from_dict's own checks; a TypeError is a bug, not input
         raise ConfigError(f"{path}: malformed version-1 CostModel file: {err}") from None
 
 

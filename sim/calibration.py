@@ -312,10 +312,9 @@ def load_calibration(path_or_name: str | Path) -> Calibration:
     path = Path(path_or_name)
     if str(path_or_name) in BUNDLED:
         path = bundled_path(str(path_or_name))
-    try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise ConfigError(f"{path}: {err.strerror or err}") from None
+    from sim.fileio import read_input
+
+    raw = read_input(path, "calibration file")  # a regular file, size-bounded (sim.limits.MAX_INPUT_MB)
     cal = parse_calibration(raw, str(path))
     return Calibration(cal.name, cal.gpu, cal.provenance, cal.tables, str(path))
 

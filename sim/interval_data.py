@@ -162,12 +162,11 @@ def _positive(where: str, v: Any) -> float:
 
 def load(path: str | Path) -> IntervalData:
     """Read an interval file strictly; a :class:`ConfigError` naming the file and field when it is not one."""
+    from sim.fileio import read_input
     from sim.loaders import parse_json
 
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read interval file: {err.strerror or err}") from None
+        text = read_input(path, "interval file").decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: interval file is not UTF-8 text") from None
     raw = parse_json(text, str(path))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,17 @@ __all__ = [
     "MAX_MICROBATCHES",
     "MAX_TOKENS_PER_STEP",
     "MAX_JSON_DEPTH",
+    "MAX_INPUT_MB",
+    "MAX_TRACE_MB",
+    "MAX_TRACE_EVENTS",
+    "MAX_TRACE_MICROBATCHES",
+    "MAX_CAPACITY_POINTS",
+    "MAX_WORKERS",
+    "WORKERS_PER_CPU",
+    "MB",
+    "env_limit",
+    "max_workers",
+    "check_workers",
     "check_fields",
     "check_finite",
     "check_routing",
@@ -131,6 +143,69 @@ MAX_JSON_DEPTH = 64
 """Nesting depth of a JSON input (configs, calibrations, traces); real files use fewer than 10 levels."""
 
 
+MB = 1_000_000
+"""Bytes per megabyte (SI, as the limits below are stated)."""
+
+MAX_INPUT_MB = 64
+"""Size of one JSON/TOML input (model, cluster, plan, stack, calibration, scenario, dataset, capacity spec,
+HuggingFace ``config.json``, interval file, routing file); the largest shipped one is under 1 MB.
+Raise it with ``MOESIM_MAX_INPUT_MB``."""
+
+MAX_TRACE_MB = 256
+"""Decompressed size of one Chrome/Kineto trace (``.json`` or ``.json.gz``, inflated in chunks, never past
+this bound); parsed, such a trace takes a few GB of memory. Raise it with ``MOESIM_MAX_TRACE_MB``."""
+
+MAX_TRACE_EVENTS = 2_000_000
+"""Events in one trace file. Raise it with ``MOESIM_MAX_TRACE_EVENTS``."""
+
+MAX_TRACE_MICROBATCHES = 32
+"""Microbatches ``moesim predict --trace-microbatches`` expands to ops (each costs the simulator time and
+memory in proportion to the model's ops). Raise it with ``MOESIM_MAX_TRACE_MICROBATCHES``."""
+
+MAX_CAPACITY_POINTS = 50_000
+"""Points of one capacity spec (the sum over its sweeps of each cartesian product), counted before any is
+built. Raise it with ``MOESIM_MAX_CAPACITY_POINTS``."""
+
+MAX_WORKERS = 64
+"""Worker processes of a sweep or plan search (``--workers``)."""
+
+WORKERS_PER_CPU = 4
+"""``--workers`` above this many per CPU core is refused (oversubscription only slows a CPU-bound sweep);
+``MOESIM_MAX_WORKERS`` sets another ceiling (up to 4096) where a user needs more."""
+
+
+def env_limit(variable: str, default: int, *, ceiling: int = 1 << 40) -> int:
+    """The limit in environment variable ``variable`` (a positive integer up to ``ceiling``), else ``default``.
+
+    >>> env_limit("MOESIM_TEST_UNSET_LIMIT", 7)
+    7
+    """
+    text = os.environ.get(variable)
+    if text is None or not text.strip():
+        return default
+    stripped = text.strip()
+    if not stripped.isdigit() or not stripped.isascii() or len(stripped) > 15 or not 1 <= int(stripped) <= ceiling:
+        raise ConfigError(f"{variable} must be an integer in 1..{ceiling}, got {text[:30]!r}")
+    return int(stripped)
+
+
+def max_workers() -> int:
+    """The largest ``--workers`` allowed here: ``MOESIM_MAX_WORKERS`` if set, else
+    ``min(MAX_WORKERS, WORKERS_PER_CPU * cpu_count)``."""
+    return env_limit("MOESIM_MAX_WORKERS", min(MAX_WORKERS, WORKERS_PER_CPU * (os.cpu_count() or 1)), ceiling=4096)
+
+
+def check_workers(flag: str, workers: int) -> int:
+    """``workers`` if it is in ``1..max_workers()``, else a :class:`ConfigError` naming ``flag``, the value
+    and the limit."""
+    limit = max_workers()
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= limit:
+        raise ConfigError(f"{flag} must be an integer in 1..{limit} (at most {WORKERS_PER_CPU} per CPU core of "
+                          f"{os.cpu_count() or 1} and {MAX_WORKERS} in all; MOESIM_MAX_WORKERS raises it), "
+                          f"got {workers!r}")
+    return workers
+
+
 def check_finite(owner: str, field: str, value: float) -> None:
     """A :class:`ConfigError` unless ``value`` is a finite number."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -217,16 +292,19 @@ def check_routing(routing: str, owner: str = "plan") -> None:
                 raise ConfigError(f"{owner}: routing {routing!r}: the parameter must be {bound} and at most 1000, "
                                   f"got {value:g}")
             return
+    # imported here: sim.fileio reads its limits from this module
+    from sim.fileio import read_input
+
     path = Path(routing)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise ConfigError(f"{owner}: routing {routing!r}: not {_ROUTING_FORMS} (no such file)")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_input(path, "tokens-per-expert file").decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{owner}: routing {routing!r}: a tokens-per-expert file must be UTF-8 text "
                           "(numbers), this one is binary") from None
-    except OSError as err:
-        raise ConfigError(f"{owner}: routing {routing!r}: cannot read: {err.strerror}") from None
+    except ConfigError as err:
+        raise ConfigError(f"{owner}: routing {err}") from None
     values: Any
     try:
         if path.suffix == ".json":

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from sim.errors import ConfigError, PlanError
+from sim.fileio import read_input
 from sim.limits import (
     CLUSTER_BOUNDS,
     FABRIC_BOUNDS,
@@ -62,13 +63,9 @@ GIGA = 1e9
 def read_toml(path: str | Path) -> dict[str, Any]:
     """Parse a TOML file; a missing or malformed file is a :class:`ConfigError`."""
     path = Path(path)
+    raw = read_input(path, "TOML file")  # a regular file, size-bounded (sim.limits.MAX_INPUT_MB)
     try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, expected a TOML file") from None
+        data = tomllib.loads(raw.decode("utf-8"))
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: malformed TOML: {err}") from None
     except UnicodeDecodeError as err:
@@ -116,14 +113,7 @@ def parse_json(text: str | bytes, where: str) -> Any:
 def read_json(path: str | Path) -> Any:
     """Parse a JSON file (strictly, see :func:`parse_json`); a missing or malformed file is a :class:`ConfigError`."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, expected a JSON file") from None
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
+    raw = read_input(path, "JSON file")  # a regular file, size-bounded (sim.limits.MAX_INPUT_MB)
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as err:
