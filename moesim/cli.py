@@ -19,6 +19,7 @@ from typing import Any
 from moesim import __version__
 from moesim.argtypes import gpu_count, plan_int
 from moesim.calibrate_cmd import add_calibrate_parser
+from moesim.compare_cmd import add_compare
 from moesim.plan_cmd import add_plan
 from moesim.study_cmd import add_study
 from moesim.validate_cmd import add_validate
@@ -199,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_validate(subparsers)
     add_study(subparsers)
     add_plan(subparsers)
+    add_compare(subparsers)
 
     reference = subparsers.add_parser("reference", help="run the PyTorch reference layer (python -m reference.run)",
                                       add_help=False)
