@@ -21,9 +21,17 @@ import argparse
 import math
 from collections.abc import Callable
 
-from sim.limits import CLUSTER_BOUNDS, PLAN_BOUNDS
+from sim.errors import ConfigError
+from sim.limits import (
+    CLUSTER_BOUNDS,
+    MAX_TRACE_MICROBATCHES,
+    PLAN_BOUNDS,
+    check_workers,
+    env_limit,
+)
 
-__all__ = ["bounded_int", "positive_int", "finite_float", "plan_int", "gpu_count", "int_list"]
+__all__ = ["bounded_int", "positive_int", "finite_float", "plan_int", "gpu_count", "int_list", "worker_count",
+           "trace_microbatches"]
 
 
 def bounded_int(minimum: int, maximum: int) -> Callable[[str], int]:
@@ -83,6 +91,45 @@ def gpu_count() -> Callable[[str], int]:
     """A GPU count, bounded as the cluster's ``n_gpus``."""
     low, high = CLUSTER_BOUNDS["n_gpus"]
     return bounded_int(int(low), int(high))
+
+
+def worker_count(text: str) -> int:
+    """A ``--workers`` value: an integer in ``1..``:func:`sim.limits.max_workers` (``-1``, ``1e20`` and
+    more processes than this machine can use are refused, naming the limit).
+
+    >>> worker_count("2")
+    2
+    >>> worker_count("1e20")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected an integer, got '1e20'
+    """
+    value = bounded_int(-(1 << 62), 1 << 62)(text)
+    try:
+        return check_workers("--workers", value)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--workers ")) from None
+
+
+worker_count.__name__ = "integer"
+
+
+def trace_microbatches(text: str) -> tuple[int, ...]:
+    """``--trace-microbatches``: comma-separated microbatch indices, at most
+    :data:`sim.limits.MAX_TRACE_MICROBATCHES` distinct ones (``MOESIM_MAX_TRACE_MICROBATCHES`` raises it).
+
+    >>> trace_microbatches("0,3,3")
+    (0, 3, 3)
+    """
+    values = int_list(0, 1 << 20)(text)
+    try:
+        limit = env_limit("MOESIM_MAX_TRACE_MICROBATCHES", MAX_TRACE_MICROBATCHES)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if len(set(values)) > limit:
+        raise argparse.ArgumentTypeError(f"at most {limit} microbatches expand to ops in a trace, got "
+                                         f"{len(set(values))} (MOESIM_MAX_TRACE_MICROBATCHES=<N> raises it)")
+    return values
 
 
 def int_list(minimum: int, maximum: int) -> Callable[[str], tuple[int, ...]]:

@@ -17,6 +17,7 @@ import math
 import sys
 from typing import Any
 
+from moesim.argtypes import worker_count
 from sim.errors import ConfigError, MoesimError
 from sim.specs import EP_BACKENDS
 
@@ -98,7 +99,7 @@ def add_plan(subparsers: Any) -> None:
     p.add_argument("--headroom-gib", type=_non_negative, default=0.0, dest="headroom_gib",
                    help="GiB of HBM every plan must leave free (default 0)")
     p.add_argument("--no-progress", action="store_true", dest="no_progress", help="no progress bar on stderr")
-    p.add_argument("--workers", type=int, default=None, help="processes for the plan search (default: every core)")
+    p.add_argument("--workers", type=worker_count, default=None, help="processes for the plan search (default: every core)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=run_plan)
 
@@ -116,6 +117,7 @@ def _plan_text(c: Any, stack: str = "torchtitan") -> str:
 def run_plan(args: argparse.Namespace) -> int:
     import os
 
+    from sim.limits import max_workers
     from studies._sim import INTERVAL_NOTE
     from studies.plan import smallest_cluster
 
@@ -129,7 +131,7 @@ def run_plan(args: argparse.Namespace) -> int:
         with bar:
             answer = smallest_cluster(args.model, tokens=args.tokens, days=args.days, gpus=args.gpu or GPUS,
                                       precision=args.precision, ep_backend=args.ep_backend, stack=args.stack,
-                                      price=args.price, workers=args.workers or os.cpu_count() or 1,
+                                      price=args.price, workers=args.workers or min(os.cpu_count() or 1, max_workers()),
                                       global_batch=getattr(args, "global_batch", None),
                                       headroom_gib=getattr(args, "headroom_gib", 0.0), progress=update)
     except MoesimError as err:

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from moesim.argtypes import finite_float, gpu_count, int_list, plan_int
+from moesim.argtypes import finite_float, gpu_count, plan_int, trace_microbatches
 from moesim.render import render_table
 from sim.catalog import default_cluster, load_cluster, load_model
 from sim.errors import ConfigError, MoesimError
@@ -114,7 +114,7 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--intervals", metavar="FILE", help="interval residuals file (moesim validate --write-intervals; "
                    "default: the shipped sim/data/intervals.json)")
     o.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of representative ranks")
-    o.add_argument("--trace-microbatches", type=int_list(0, 1 << 20), default=None, metavar="I,J,...",
+    o.add_argument("--trace-microbatches", type=trace_microbatches, default=None, metavar="I,J,...",
                    dest="trace_microbatches",
                    help="microbatches expanded to ops (compute and comm threads) in the trace (default: the first "
                         "and a steady-state window: the two middle overlapped pairs, or the middle microbatch)")

@@ -17,13 +17,11 @@ import sys
 import time
 from typing import Any
 
-from moesim.argtypes import bounded_int
+from moesim.argtypes import worker_count
 from sim.errors import MoesimError
 
 __all__ = ["add_study", "run_seed", "run_capacity"]
 
-
-_workers = bounded_int(1, 4096)
 
 
 def add_study(subparsers: Any) -> None:
@@ -38,7 +36,7 @@ def add_study(subparsers: Any) -> None:
     cap = sub.add_parser("capacity", help="sweep models, GPUs, counts, fabrics; best plan per point")
     cap.add_argument("--spec", help="capacity spec TOML (default: the built-in sweep, 500+ points)")
     cap.add_argument("--out", required=True, help="output folder (created; an existing results.csv is resumed)")
-    cap.add_argument("--workers", type=_workers, help="processes (default: every core)")
+    cap.add_argument("--workers", type=worker_count, help="processes (default: every core)")
     cap.add_argument("--executor", choices=("process", "ray"), default="process")
     cap.add_argument("--no-report", action="store_true", help="only the results table")
     cap.set_defaults(handler=run_capacity)

@@ -190,9 +190,10 @@ def env_limit(variable: str, default: int, *, ceiling: int = 1 << 40) -> int:
 
 
 def max_workers() -> int:
-    """The largest ``--workers`` allowed here: ``MOESIM_MAX_WORKERS`` if set, else
-    ``min(MAX_WORKERS, WORKERS_PER_CPU * cpu_count)``."""
-    return env_limit("MOESIM_MAX_WORKERS", min(MAX_WORKERS, WORKERS_PER_CPU * (os.cpu_count() or 1)), ceiling=4096)
+    """The largest ``--workers`` allowed here: ``MOESIM_MAX_WORKERS`` if set, else ``WORKERS_PER_CPU`` per
+    CPU core, and no more than ``MAX_WORKERS`` (or one per core, where that is more)."""
+    cpus = os.cpu_count() or 1
+    return env_limit("MOESIM_MAX_WORKERS", min(WORKERS_PER_CPU * cpus, max(MAX_WORKERS, cpus)), ceiling=4096)
 
 
 def check_workers(flag: str, workers: int) -> int:
@@ -200,9 +201,8 @@ def check_workers(flag: str, workers: int) -> int:
     and the limit."""
     limit = max_workers()
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= limit:
-        raise ConfigError(f"{flag} must be an integer in 1..{limit} (at most {WORKERS_PER_CPU} per CPU core of "
-                          f"{os.cpu_count() or 1} and {MAX_WORKERS} in all; MOESIM_MAX_WORKERS raises it), "
-                          f"got {workers!r}")
+        raise ConfigError(f"{flag} must be an integer in 1..{limit} ({WORKERS_PER_CPU} per CPU core, "
+                          f"{os.cpu_count() or 1} cores here; MOESIM_MAX_WORKERS=<N> raises it), got {workers!r}")
     return workers
 
 

@@ -41,6 +41,7 @@ from typing import Any
 
 from sim.catalog import gpu_names, model_names
 from sim.errors import ConfigError
+from sim.limits import MAX_CAPACITY_POINTS, env_limit
 from sim.loaders import read_toml
 from sim.specs import EP_BACKENDS, PRECISIONS
 from studies._sim import KNOWN_STACKS
@@ -212,6 +213,13 @@ def spec_from_mapping(data: Mapping[str, Any], where: str = "spec") -> CapacityS
     if not isinstance(sweeps, list) or not sweeps:
         raise ConfigError(f"{where}: needs at least one [[sweep]] table")
     parsed = tuple(_sweep(f"{where}: [[sweep]] #{i + 1}", s) for i, s in enumerate(sweeps))
+    limit = env_limit("MOESIM_MAX_CAPACITY_POINTS", MAX_CAPACITY_POINTS)
+    count = sum(math.prod(len(v) for v in (s.models, s.gpus, s.gpu_counts, s.nic_gbps, s.nvlink_domain,
+                                            s.oversubscription, s.precisions, s.ep_backends, s.stacks))
+                for s in parsed)  # counted before any point is built (duplicates across sweeps included)
+    if count > limit:
+        raise ConfigError(f"{where}: the sweeps expand to {count} points, more than the limit of {limit} "
+                          "(MOESIM_MAX_CAPACITY_POINTS=<N> raises it)")
     search = DEFAULT_SEARCH
     if "search" in data:
         table = data["search"]
