@@ -47,6 +47,11 @@ __all__ = ["main", "build_parser", "model_summary", "OneLineParser"]
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in moesim, not in the input
 GIB = float(1 << 30)
+EPILOG = """exit codes: 0 success, 2 bad input (one line naming the field), 70 internal error (a bug: one line
+with the failing file:line).
+environment: MOESIM_DEBUG=1 shows the full Python traceback of an internal error instead of one line;
+MOESIM_MAX_INPUT_MB, MOESIM_MAX_TRACE_MB, MOESIM_MAX_TRACE_EVENTS, MOESIM_MAX_TRACE_MICROBATCHES,
+MOESIM_MAX_CAPACITY_POINTS and MOESIM_MAX_WORKERS raise the input limits (sim/limits.py)."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -175,7 +180,8 @@ def _missing_predict() -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="moesim", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="moesim", description=__doc__.splitlines()[0], epilog=EPILOG,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"moesim {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -217,6 +223,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(arguments)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    stdout = sys.stdout
+    sys.stdout = _SafeText(stdout)  # type: ignore[assignment]  # user names cannot drive the terminal
+    try:
+        if hasattr(sys.stderr, "reconfigure"):
+            sys.stderr.reconfigure(errors="backslashreplace")
+        return _handle(handler, args)
+    finally:
+        sys.stdout = stdout
+
+
+class _SafeText:
+    """A text stream that writes :func:`terminal_safe` text to another; bytes (``.buffer``: ``-`` outputs,
+    JSON) and every other attribute pass through."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(terminal_safe(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _handle(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run ``handler``; a user error is one line and exit 2, a bug one line with its location and exit 70."""
     try:
         return handler(args)
     except MoesimError as err:
@@ -226,20 +259,66 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except OSError as err:  # an output or input path the user gave (read-only, missing folder, full disk)
         where = f"{err.filename}: " if err.filename else ""
-        print(f"moesim: error: {where}{err.strerror or err}", file=sys.stderr)
+        print(f"moesim: error: {_one_line(f'{where}{err.strerror or err}')}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
-    except Exception as err:  # a bug: one line, not a traceback (MOESIM_DEBUG=1 re-raises)
+    except Exception as err:  # a bug: one line and where, not a traceback (MOESIM_DEBUG=1 re-raises)
         if os.environ.get("MOESIM_DEBUG") == "1":
             raise
-        print(f"moesim: internal error (a bug, please report it): {type(err).__name__}: {_one_line(str(err))}",
-              file=sys.stderr)
+        try:
+            print(f"moesim: internal error (a bug, please report it): {type(err).__name__}: "
+                  f"{_one_line(_safe_str(err))[:500]} at {_location(err)}; rerun with MOESIM_DEBUG=1 for the "
+                  "full traceback", file=sys.stderr)
+        except Exception:  # noqa: BLE001 - the report itself must never raise
+            pass
         return EXIT_INTERNAL
 
 
+def _safe_str(err: BaseException) -> str:
+    """``str(err)``, or a placeholder when that itself fails (a huge int, a broken ``__str__``)."""
+    try:
+        return str(err)
+    except Exception:  # noqa: BLE001 - any failure of a foreign __str__
+        return "(message not printable)"
+
+
+def _location(err: BaseException) -> str:
+    """``file:line in function`` of the innermost frame of ``err``'s traceback (the failing line)."""
+    tb = err.__traceback__
+    if tb is None:
+        return "an unknown location"
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    path = code.co_filename
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if path.startswith(root + os.sep):
+        path = os.path.relpath(path, root)
+    return f"{path}:{tb.tb_lineno} in {code.co_name}"
+
+
 def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    """``text`` on one line, terminal-safe: control characters and lone surrogates escaped."""
+    return " ".join(terminal_safe(text).split())
+
+
+def terminal_safe(text: str) -> str:
+    r"""``text`` with control characters (but tab and newline) and lone surrogates escaped, so a user's
+    name cannot move the cursor or crash the encoder of the terminal.
+
+    >>> terminal_safe("a\x1b[2Jb\udcff")
+    'a\\x1b[2Jb\\udcff'
+    """
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch in "\t\n" or (code >= 0x20 and code != 0x7F and not 0x80 <= code < 0xA0 and not 0xD800 <= code < 0xE000):
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape", "backslashreplace").decode("ascii")
+                       if not 0xD800 <= code < 0xE000 else f"\\u{code:04x}")
+    return "".join(out)
 
 
 if __name__ == "__main__":
