@@ -309,6 +309,7 @@ def _compute(args: argparse.Namespace) -> _Run:
         fields = derive_plan_fields(plan_args, args.gpus, "plan (command line)")
         plan = plan_from_mapping(fields, "plan (command line)")
         costs, stack = _costs(args, cluster.gpu, _stack(args))
+        stack.check_plan(plan)  # a schedule, backend or precision the framework cannot run: one line, exit 2
         pred = predict(model, cluster, plan, costs, stack=stack)
         title = (f"{model.name} on {cluster.n_gpus} x {cluster.gpu.name} ({cluster.name})\n{_stack_title(stack)}\n"
                  f"{resolved_plan(pred.plan, stack)}")

@@ -38,7 +38,15 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError
-from sim.specs import GRAD_REDUCE_BYTES, RECOMPUTE_MODULES, ClusterSpec, ParallelPlan
+from sim.specs import (
+    EP_BACKENDS,
+    GRAD_REDUCE_BYTES,
+    PP_SCHEDULES,
+    PRECISIONS,
+    RECOMPUTE_MODULES,
+    ClusterSpec,
+    ParallelPlan,
+)
 
 __all__ = [
     "StackProfile",
@@ -48,6 +56,8 @@ __all__ = [
     "QUANTIZE_WEIGHTS",
     "LAUNCH",
     "RECOMPUTE_MODULES",
+    "STACK_SCHEDULES",
+    "CAPABILITIES",
     "STACK_ALIASES",
     "DEFAULT_STACK",
     "stack_names",
@@ -61,6 +71,15 @@ FORCE_BALANCE = ("round-robin", "random")
 PARAM_SHARDING = ("fsdp", "zero1")
 QUANTIZE_WEIGHTS = ("per_call", "per_step")
 LAUNCH = ("eager", "compiled", "cuda_graphs")
+#: Pipeline schedules a profile may list: the simulated ones (:data:`sim.specs.PP_SCHEDULES`) and others a
+#: framework runs that the simulator does not model (listed for the record, never predicted).
+STACK_SCHEDULES = (*PP_SCHEDULES, "gpipe", "looped-bfs", "interleaved-zb", "zbv")
+#: capability field -> (the plan field it limits, the values a profile may list)
+CAPABILITIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "pp_schedules": ("pp_schedule", STACK_SCHEDULES),
+    "ep_backends": ("ep_backend", EP_BACKENDS),
+    "precisions": ("precision", PRECISIONS),
+}
 #: Short names of the built-in profiles: ``megatron`` is the newest Megatron-Bridge release profile.
 STACK_ALIASES = {"megatron": "megatron-26.04"}
 DEFAULT_STACK = "torchtitan"
@@ -99,6 +118,14 @@ class StackProfile:
     blocking_p2p: bool = False
     #: shared-expert compute overlaps the dispatch (Megatron ``moe_shared_expert_overlap``).
     shared_expert_overlap: bool = False
+    # --- what the framework can run (a plan asking for anything else is refused, :meth:`refusal`) -----
+    #: pipeline schedules (:data:`STACK_SCHEDULES`); the overlap switch it can run is ``ep_overlap_available``.
+    pp_schedules: tuple[str, ...] = ("1f1b", "interleaved-1f1b", "dualpipev", "gpipe", "looped-bfs",
+                                     "interleaved-zb", "zbv")
+    #: expert-parallel all-to-all backends (:data:`sim.specs.EP_BACKENDS`).
+    ep_backends: tuple[str, ...] = ("nccl", "deepep")
+    #: precision recipes (:data:`sim.specs.PRECISIONS`).
+    precisions: tuple[str, ...] = ("bf16", "mxfp8-grouped", "mxfp8", "fp8-current")
     #: how work reaches the GPU: eager launches, compiled regions, or CUDA graphs. Descriptive: its cost enters
     #: through ``kernel_overhead_s`` and ``host_sync_s``, which each profile sets (and sources) for its launch mode.
     launch: str = "compiled"
@@ -148,6 +175,12 @@ class StackProfile:
                                       ("launch", self.launch, LAUNCH)):
             if choice not in choices:
                 raise ConfigError(f"stack {self.name!r}: {fname} must be one of {', '.join(choices)}; got {choice!r}")
+        for fname, (_plan_field, known) in CAPABILITIES.items():
+            values = getattr(self, fname)
+            bad = [v for v in values if v not in known]
+            if bad or not values:
+                raise ConfigError(f"stack {self.name!r}: {fname} must list one or more of {', '.join(known)}; "
+                                  f"got {list(values)!r}")
         for module in self.recompute_modules:
             if module not in RECOMPUTE_MODULES:
                 raise ConfigError(f"stack {self.name!r}: recompute_modules: unknown module {module!r} "
@@ -196,6 +229,41 @@ class StackProfile:
                     return float(table["default"])
         return 1.0
 
+    def can_run(self, capability: str) -> tuple[str, ...]:
+        """The simulated values of ``capability`` (a :data:`CAPABILITIES` field) this stack can run, in order.
+
+        >>> load_stack("megatron").can_run("pp_schedules")
+        ('1f1b', 'interleaved-1f1b')
+        """
+        plan_field, _known = CAPABILITIES[capability]
+        simulated = {"pp_schedule": PP_SCHEDULES, "ep_backend": EP_BACKENDS, "precision": PRECISIONS}[plan_field]
+        return tuple(v for v in getattr(self, capability) if v in simulated)
+
+    def refusal(self, plan: ParallelPlan) -> str | None:
+        """One line naming the stack, the plan field, its value and what the stack runs instead, when
+        ``plan`` asks for a schedule, backend, precision or overlap this stack cannot run; else None.
+
+        >>> load_stack("torchtitan").refusal(ParallelPlan(ep=8, ep_backend="hybridep"))
+        "stack torchtitan cannot run ep_backend 'hybridep'; it runs nccl, deepep"
+        """
+        for capability, (plan_field, _known) in CAPABILITIES.items():
+            value = getattr(plan, plan_field)
+            if plan_field == "pp_schedule" and plan.pp == 1:
+                continue  # no pipeline: every stack runs the single stage
+            if value not in getattr(self, capability):
+                return (f"stack {self.name} cannot run {plan_field} {value!r}; it runs "
+                        f"{', '.join(self.can_run(capability))}")
+        if plan.ep_overlap and not self.ep_overlap_available and plan.pp_schedule not in ("dualpipe", "dualpipev"):
+            return (f"stack {self.name} cannot run ep_overlap True (combined 1F1B); it runs ep_overlap False "
+                    "(DualPipe schedules overlap their pairs without it)")
+        return None
+
+    def check_plan(self, plan: ParallelPlan) -> None:
+        """Raise :class:`ConfigError` with :meth:`refusal`'s line when this stack cannot run ``plan``."""
+        reason = self.refusal(plan)
+        if reason is not None:
+            raise ConfigError(reason)
+
     def host_syncs(self, backend: str) -> int:
         """Blocking host syncs before one forward dispatch of ``backend``: NCCL's split-size copy (1), the
         stack's DeepEP and Hybrid-EP counts, none for DeepEP's low-latency kernels."""
@@ -240,7 +308,8 @@ class StackProfile:
 _IMPL_FIELDS = tuple(f.name for f in fields(StackProfile) if f.name not in ("efficiency", "sources"))
 _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "deepep_in_place": bool,
                            "quantize_weights": str, "fused_act_quant": bool, "param_sharding": str,
-                           "recompute_modules": list, "ep_overlap_available": bool, "trains_mtp": bool, "shared_expert_overlap": bool,
+                           "recompute_modules": list, "pp_schedules": list, "ep_backends": list, "precisions": list,
+                           "ep_overlap_available": bool, "trains_mtp": bool, "shared_expert_overlap": bool,
                            "launch": str, "deepep_sms": int, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
@@ -271,7 +340,8 @@ def _check_value(where: str, key: str, value: Any) -> Any:
         return float(value)
     if want is list:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where}: {key} must be a list of module names, got {value!r}")
+            what = "module names" if key == "recompute_modules" else "names"
+            raise ConfigError(f"{where}: {key} must be a list of {what}, got {value!r}")
         return tuple(value)
     if want is dict:
         if not isinstance(value, dict) or not all(

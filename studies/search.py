@@ -26,6 +26,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass, field
 from typing import Any
 
+from sim.accounting import memory_per_gpu
 from sim.errors import ConfigError, MoesimError
 from sim.layout import Layout
 from sim.placement import distinct_ep_groups
@@ -40,6 +41,7 @@ from sim.specs import (
     ModelSpec,
     ParallelPlan,
 )
+from sim.stacks import CAPABILITIES
 from studies._sim import memory_fits, predict_run, stack_profile
 from studies.bounds import (
     LayerTimes,
@@ -50,7 +52,7 @@ from studies.bounds import (
     schedule_bound_s,
 )
 
-__all__ = ["PlanSpace", "Candidate", "SearchResult", "search", "enumerate_plans"]
+__all__ = ["PlanSpace", "Candidate", "SearchResult", "search", "enumerate_plans", "check_space"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,10 @@ class PlanSpace:
     #: GiB of HBM a plan must leave free (allocator fragmentation, other processes): it fits only if its
     #: peak memory is at most capacity - headroom
     headroom_gib: float = 0.0
+    #: the caching allocator's overhead above the predicted tensors, as a fraction of them: a plan fits only
+    #: if its peak x (1 + this) is at most capacity - ``headroom_gib`` (``moesim plan``: the measured
+    #: :data:`studies.plan.ALLOCATOR_OVERHEAD`)
+    headroom_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "vpp", "ep", "micro_batch"):
@@ -87,6 +93,10 @@ class PlanSpace:
             raise ConfigError(f"plan space: precision must be one of {', '.join(PRECISIONS)}; got {self.precision!r}")
         if self.ep_backend not in EP_BACKENDS:
             raise ConfigError(f"plan space: ep_backend must be one of {', '.join(EP_BACKENDS)}; got {self.ep_backend!r}")
+        for name in ("headroom_gib", "headroom_fraction"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < float("inf"):
+                raise ConfigError(f"plan space: {name} must be a finite number >= 0, got {v!r}")
         for name in ("seq_len", "global_batch"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -129,10 +139,15 @@ def _ep_options(model: ModelSpec, space: PlanSpace) -> tuple[int, ...]:
 
 
 def enumerate_plans(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace,
-                    reasons: dict[str, int] | None = None) -> Iterator[ParallelPlan]:
+                    reasons: dict[str, int] | None = None, stack: str | None = None) -> Iterator[ParallelPlan]:
     """Every plan of ``space`` that can run ``model`` on ``cluster`` (invalid ones counted in ``reasons``
-    by the first words of their error)."""
+    by the first words of their error); with ``stack``, only the pipeline schedules that stack can run
+    (:attr:`sim.stacks.StackProfile.pp_schedules`: a search never proposes what the framework lacks)."""
     n = cluster.n_gpus
+    schedules = space.schedules
+    if stack is not None:
+        runs = stack_profile(stack).pp_schedules
+        schedules = tuple(s for s in schedules if s in runs)
     for tp in space.tp:
         for pp in space.pp:
             if n % (tp * pp):
@@ -140,7 +155,7 @@ def enumerate_plans(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace,
                 continue
             dp = n // (tp * pp)
             layouts = [("1f1b", 1)] if pp == 1 else [
-                (s, v) for s in space.schedules for v in ((1,) if s != "interleaved-1f1b" else space.vpp)]
+                (s, v) for s in schedules for v in ((1,) if s != "interleaved-1f1b" else space.vpp)]
             for schedule, vpp in layouts:
                 for ep in _ep_options(model, space):
                     for ac in space.ac:
@@ -155,6 +170,16 @@ def enumerate_plans(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace,
                                 _count(reasons, " ".join(str(err).split()[:3]))
                                 continue
                             yield plan
+
+
+def check_space(space: PlanSpace, stack: str) -> None:
+    """Raise :class:`ConfigError` (one line: the stack, the field, the value, what it runs) when ``stack``
+    cannot run the space's precision or EP backend; schedules it cannot run are left out, not refused."""
+    profile = stack_profile(stack)
+    for capability, value in (("precisions", space.precision), ("ep_backends", space.ep_backend)):
+        if value not in getattr(profile, capability):
+            raise ConfigError(f"stack {profile.name} cannot run {CAPABILITIES[capability][0]} {value!r}; it runs "
+                              f"{', '.join(profile.can_run(capability))}")
 
 
 def _count(reasons: dict[str, int] | None, key: str) -> None:
@@ -191,11 +216,20 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
     checking that pruning is exact). ``max_step_s``: only plans at least that fast matter (a target): plans
     whose bound is above it are pruned too, and ``best`` is None when no fitting plan reaches it."""
     t0 = time.perf_counter()
+    check_space(space, stack)
     reasons: dict[str, int] = {}
-    plans = list(enumerate_plans(model, cluster, space, reasons))
+    plans = list(enumerate_plans(model, cluster, space, reasons, stack))
     enumerated = len(plans) + sum(reasons.values())
     headroom = space.headroom_gib * 2**30
-    fitting = [p for p in plans if memory_fits(model, cluster, p, stack, headroom)]
+    scale = 1.0 + space.headroom_fraction
+
+    def fits(p: ParallelPlan) -> bool:
+        if scale == 1.0:
+            return memory_fits(model, cluster, p, stack, headroom)
+        mem = memory_per_gpu(model, p, cluster.gpu, stack_profile(stack))
+        return bool(mem.fits) and mem.total_bytes * scale <= mem.capacity_bytes - headroom
+
+    fitting = [p for p in plans if fits(p)]
     tight: dict[tuple[Any, ...], LayerTimes] = {}
 
     placed = stack_profile(stack).place(cluster)
@@ -241,7 +275,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
         nonlocal no_fit_after, violations
         if bound > pred.step_time_s * (1 + 1e-9):
             violations += 1  # the bound is not a bound for this build of sim: pruning is off (below)
-        if not pred.fits_in_memory or pred.peak_memory_bytes > pred.memory_capacity_bytes - headroom:
+        if not pred.fits_in_memory or pred.peak_memory_bytes * scale > pred.memory_capacity_bytes - headroom:
             no_fit_after += 1
             return
         done.append(Candidate(plan, pred, bound))

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from sim.stacks import StackProfile
 
 __all__ = ["Scenario", "Variant", "scenario_names", "load_scenario", "scenario_from_mapping", "run_scenario",
-           "DEFAULT_SCENARIO"]
+           "variant_name", "DEFAULT_SCENARIO"]
 
 DEFAULT_SCENARIO = "dsv3-671b-b200"
 _HEAD_KEYS = {"name", "description", "model", "cluster", "gpus", "gpu", "stack"}
@@ -160,6 +160,22 @@ def scenario_from_mapping(data: Any, where: str) -> Scenario:
                     base, variants, stack)
 
 
+def variant_name(scenario: Scenario, variant: Variant, overrides: dict[str, Any] | None) -> str:
+    """``variant``'s name, followed by the overrides that change what its variants differ in (a plan field
+    some variant of ``scenario`` sets), so a row never keeps a name its plan no longer has.
+
+    >>> sc = load_scenario("dsv3-671b-b200")
+    >>> variant_name(sc, sc.variants[1], {"ep_backend": "hybridep", "seq_len": 4096})
+    'bf16 + DeepEP with ep_backend=hybridep'
+    >>> variant_name(sc, sc.variants[1], {"ep_backend": "deepep"})
+    'bf16 + DeepEP'
+    """
+    varied = {k for v in scenario.variants for k in v.plan}
+    own = {**scenario.base, **variant.plan}
+    changed = [f"{k}={v}" for k, v in (overrides or {}).items() if k in varied and own.get(k) != v]
+    return f"{variant.name} with {', '.join(changed)}" if changed else variant.name
+
+
 def run_scenario(
     scenario: Scenario,
     *,
@@ -187,7 +203,11 @@ def run_scenario(
         fields = {**scenario.base, **variant.plan, **(overrides or {})}
         owner = f"scenario {scenario.name!r} variant {variant.name!r}"
         plan = plan_from_mapping(derive_plan_fields(fields, cluster.n_gpus, owner), owner)
-        prediction = predict(model, cluster, plan, costs, name=variant.name, stack=profile)
+        reason = profile.refusal(plan)
+        if reason is not None:
+            raise ConfigError(f"{owner}: {reason}")
+        prediction = predict(model, cluster, plan, costs, name=variant_name(scenario, variant, overrides),
+                             stack=profile)
         prediction.measured_tokens_per_s_per_gpu = variant.measured_tokens_per_s_per_gpu
         prediction.source = variant.source
         predictions.append(prediction)
