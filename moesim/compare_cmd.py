@@ -43,7 +43,10 @@ _PLAN_NAMES = (*predict_cmd._PLAN_INTS, "pp_schedule", "ac", "recompute_modules"
 def add_compare(subparsers: Any) -> None:
     """Register ``moesim compare`` on ``subparsers``."""
     p = subparsers.add_parser("compare", help="variants side by side (any model, GPU, count, stack, plan), "
-                              "ratios with p10-p90", description=__doc__.splitlines()[0])
+                              "ratios with p10-p90",
+                              description="Predict variants side by side (each may change the model, GPU, cluster, "
+                                          "GPU count, stack or plan): each one's ratio to the first, with the "
+                                          "ratio's p10-p90 from measured runs' ratio residuals.")
     p.add_argument("scenario", help="compare TOML (a scenario file whose variants may change anything) or a "
                    "built-in scenario name")
     p.add_argument("--runs", metavar="FILE", help="measured-runs TOML the ratio residuals come from (default: "
@@ -121,9 +124,11 @@ def compare(spec: CompareFile, points: list[MeasuredPoint]) -> dict[str, Any]:
         meas = variant.measured_tokens_per_s_per_gpu
         ratios.append({"name": pred.name, "ratio": iv.ratio, "p10": iv.p10, "p90": iv.p90, "n_pairs": iv.n_pairs,
                        "basis": iv.basis, "measured_ratio": meas / ref_meas if meas and ref_meas else None})
-    return _finite({"schema_version": JSON_SCHEMA_VERSION, "scenario": spec.name, "path": spec.path,
-                    "description": spec.description, "reference": spec.variants[0].name, "variants": rows,
-                    "ratios": ratios, "notes": notes, "ratio_note": RATIO_NOTE})
+    result: dict[str, Any] = _finite({"schema_version": JSON_SCHEMA_VERSION, "scenario": spec.name, "path": spec.path,
+                                      "description": spec.description, "reference": spec.variants[0].name,
+                                      "variants": rows,
+                                      "ratios": ratios, "notes": notes, "ratio_note": RATIO_NOTE})
+    return result
 
 
 def _own_runs(variant: CompareVariant, pred: Any, cluster: str, points: list[MeasuredPoint]) -> list[str]:
