@@ -1,0 +1,159 @@
+"""A layer-level check of the step's cost path: one MoE layer's forward and backward, alone.
+
+Megatron-LM's MoE performance regression test (``tests/functional_tests/test_cases/common/moe_perf``) times
+one ``MoELayer`` (no attention, no norm around it) on 8 GPUs: a forward and a backward of ``tokens_per_gpu``
+tokens, with CUDA events, after a long dummy GEMM that hides the launch of the first kernels. This module
+predicts such a cell with the very engine a training step uses: the MoE layer's op lists of
+:class:`sim.workload.Workload` (kept: the ops named ``moe.*`` and the dispatcher's ``a2a.*`` preliminaries,
+minus ``moe.norm``, which belongs to the transformer layer, not to ``MoELayer``), timed by
+:class:`sim.predict.timing.Context` (cost model x stack profile; all-to-alls from :mod:`sim.comm`) and run
+op by op by :func:`sim.predict.layers.simulate_layer`. Nothing here times an op itself.
+
+Host and launch costs, as the step has them: the stack's per-kernel overhead on every compute kernel and its
+blocking host syncs before a dispatch (NCCL's split-size copy, DeepEP's and Hybrid-EP's receive counts)
+stay in. The dummy GEMM only hides the host's launch of the first kernels; a sync later in the layer
+drains the queue again, which is what the stack's ``host_sync_s`` stands for. No recompute (a plain forward
+and backward: ``ac = "none"``). With an FP8 recipe whose stack quantises weights once per optimizer step
+(Transformer Engine), the benchmark's every iteration is such a step (weights in BF16, quantised at the
+first microbatch): the layer's forward carries that quantisation of its local expert weights.
+
+Shape letters: T tokens, D model dim, F expert hidden dim, E experts, e local experts, K top-k.
+
+>>> cell = MoELayerCell(id="toy", dim=256, moe_inter_dim=128, n_experts=8, top_k=2, cluster="hgx-h100",
+...                     gpus=8, ep=8, tokens_per_gpu=512, ep_backend="nccl", precision="bf16")
+>>> r = predict_moe_layer(cell)
+>>> r.forward_s > 0, abs(sum(r.forward_parts.values()) - r.forward_s) < 1e-12
+(True, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim import ops
+from sim.catalog import load_cluster
+from sim.costs import CostModel, default_costs
+from sim.errors import ConfigError
+from sim.predict import validate_plan
+from sim.predict.layers import simulate_layer
+from sim.predict.timing import Context
+from sim.specs import ModelSpec, ParallelPlan
+from sim.stacks import load_stack
+from sim.workload import OpSpec, Workload
+
+__all__ = ["MOE_LAYER_PREFIXES", "LayerPrediction", "MoELayerCell", "layer_model", "layer_plan", "predict_moe_layer"]
+
+#: op-name prefixes of what one ``MoELayer`` runs (router, permute, dispatch, experts, combine, and the
+#: dispatcher's count exchange / host sync); ``moe.norm`` is the transformer layer's, not the MoE layer's.
+MOE_LAYER_PREFIXES = ("moe.", "a2a.")
+_EXCLUDED = frozenset({ops.MOE_NORM})
+
+
+@dataclass(frozen=True)
+class MoELayerCell:
+    """One single-MoE-layer benchmark: the layer's dims, where it runs, how it dispatches, in what precision.
+
+    ``n_group``/``topk_group``: group-limited routing (DeepSeek: a token reaches at most ``topk_group`` of
+    ``n_group`` expert groups); ``ep_sms``: SMs given to a DeepEP / Hybrid-EP kernel (0: the plan default).
+    """
+
+    id: str
+    dim: int
+    moe_inter_dim: int
+    n_experts: int
+    top_k: int
+    cluster: str
+    gpus: int
+    ep: int
+    tokens_per_gpu: int
+    ep_backend: str
+    precision: str
+    stack: str = "megatron-26.04"
+    n_group: int = 1
+    topk_group: int = 1
+    score_func: str = "softmax"
+    ep_sms: int = 0
+
+
+@dataclass(frozen=True)
+class LayerPrediction:
+    """Predicted forward and backward seconds of one MoE layer, and where each went (op name -> seconds of
+    compute, or the exposed category of communication / host stalls: the same split a step's breakdown has)."""
+
+    forward_s: float
+    backward_s: float
+    forward_parts: dict[str, float] = field(default_factory=dict)
+    backward_parts: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def forward_ms(self) -> float:
+        return self.forward_s * 1e3
+
+    @property
+    def backward_ms(self) -> float:
+        return self.backward_s * 1e3
+
+
+def layer_model(cell: MoELayerCell) -> ModelSpec:
+    """A one-layer MoE model with the cell's dims (attention fields are placeholders: its ops are dropped)."""
+    return ModelSpec(
+        name=f"{cell.id}-moe-layer", n_layers=1, dim=cell.dim, n_heads=8, vocab_size=32000,
+        n_routed_experts=cell.n_experts, top_k=cell.top_k, moe_inter_dim=cell.moe_inter_dim,
+        attention="gqa", n_kv_heads=8, head_dim=128, n_group=cell.n_group, topk_group=cell.topk_group,
+        score_func=cell.score_func, source="single-MoE-layer benchmark proxy",
+    )
+
+
+def layer_plan(cell: MoELayerCell) -> ParallelPlan:
+    """EP over every GPU (data-parallel shards), one sequence of ``tokens_per_gpu`` per GPU, no recompute."""
+    extra = {"deepep_sms": cell.ep_sms} if cell.ep_sms else {}
+    return ParallelPlan(ep=cell.ep, dp_shard=cell.gpus, seq_len=cell.tokens_per_gpu, micro_batch=1,
+                        global_batch=cell.gpus, ac="none", precision=cell.precision, ep_backend=cell.ep_backend,
+                        routing="balanced", **extra)
+
+
+def _moe_only(op_list: list[OpSpec]) -> list[OpSpec]:
+    return [op for op in op_list if op.name.startswith(MOE_LAYER_PREFIXES) and op.name not in _EXCLUDED]
+
+
+def _weight_quantisation(wl: Workload) -> list[OpSpec]:
+    """The layer's share of :meth:`Workload.step_ops`: its local expert weights quantised once (row- and
+    column-wise copies), when the stack quantises weights per step and the experts run in FP8."""
+    if wl.stack.quantize_weights != "per_step" or wl.expert_dtype == "bf16":
+        return []
+    m = wl.model
+    per_expert = 3 * m.dim * m.moe_inter_dim  # gate, up, down
+    return [OpSpec(ops.MOE_QUANTIZE, "quant", elems=2 * wl.local_experts * per_expert / wl.plan.etp, module="moe")]
+
+
+def predict_moe_layer(cell: MoELayerCell, costs: CostModel | None = None) -> LayerPrediction:
+    """Forward and backward seconds of one MoE layer of ``cell`` (see the module docstring).
+
+    Raises :class:`~sim.errors.ConfigError` for an unknown cluster or stack and
+    :class:`~sim.errors.PlanError` for a plan that cannot run.
+    """
+    if cell.gpus < 1 or cell.ep < 1 or cell.tokens_per_gpu < 1:
+        raise ConfigError(f"layer cell {cell.id!r}: gpus ({cell.gpus}), ep ({cell.ep}) and tokens_per_gpu "
+                          f"({cell.tokens_per_gpu}) must be positive")
+    stack = load_stack(cell.stack)
+    cluster = stack.place(load_cluster(cell.cluster, n_gpus=cell.gpus))
+    model, plan = layer_model(cell), layer_plan(cell)
+    validate_plan(model, cluster, plan, stack)
+    costs = costs or default_costs(cluster.gpu)
+    ctx = Context(model, cluster, plan, costs, stack)
+    # The MoE layer's ops alone, handed to the context's workload before it builds any list of its own.
+    full = Workload(model, plan, stack)
+    fwd = _moe_only(full.layer_ops("moe", "fwd"))
+    first_gemm = next(i for i, op in enumerate(fwd) if op.kind == "grouped_gemm")
+    while first_gemm > 0 and fwd[first_gemm - 1].name == ops.MOE_QUANTIZE:
+        first_gemm -= 1
+    fwd[first_gemm:first_gemm] = _weight_quantisation(full)
+    ctx.wl.share_layer_ops({("moe", "fwd"): fwd, ("moe", "bwd"): _moe_only(full.layer_ops("moe", "bwd")),
+                            ("moe", "recompute"): []})
+    f, b = simulate_layer(ctx, "moe", "fwd"), simulate_layer(ctx, "moe", "bwd")
+    return LayerPrediction(f.time_s, b.time_s, _parts(f.parts), _parts(b.parts))
+
+
+def _parts(parts: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v > 0}
+
