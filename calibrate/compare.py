@@ -232,7 +232,7 @@ def write_simulated_trace(comp: Comparison, path: str | Path, *, name: str = "si
     for label, stream, phase, a, b, args in comp.records:
         events.append({"ph": "X", "name": args.get("op", label), "cat": stream, "pid": 0, "tid": tids[stream],
                        "ts": a * 1e6, "dur": (b - a) * 1e6, "args": {"phase": phase, "slot": label, **args}})
-    write_atomic(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+    write_atomic(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}, allow_nan=False))
 
 
 def summary_lines(comp: Comparison, rows: Sequence[OpRow] | None = None) -> list[str]:

@@ -44,7 +44,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
     cal = load_calibration(args.file)
     if args.json:
-        print(json.dumps(cal.to_dict(), indent=1))
+        print(json.dumps(cal.to_dict(), indent=1, allow_nan=False))
         return 0
     p = cal.provenance
     print(f"calibration {cal.name}  ({cal.path})")
@@ -110,7 +110,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.sim_trace:
         write_simulated_trace(comp, args.sim_trace, name=f"moesim simulated ({how})")
     if args.json:
-        print(json.dumps({"trace": str(args.trace), "calibration": how, **comp.to_dict()}, indent=1))
+        print(json.dumps({"trace": str(args.trace), "calibration": how, **comp.to_dict()}, indent=1, allow_nan=False))
         return 0
     print(f"compare {args.trace}: {how}" + (f"; per-op times of layer {args.holdout_layer}"
                                             if args.holdout_layer is not None else "; per-op medians over layers"))

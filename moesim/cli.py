@@ -97,7 +97,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     if plan is not None:
         summary["memory"] = _plan_memory(args.model, plan, args.gpu, args.gpus)
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(summary, indent=2, allow_nan=False))
         return 0
     print(f"{summary['name']}  ({summary['source']})")
     print(f"  parameters, total            {summary['params_total'] / 1e9:10.3f} B")
@@ -147,7 +147,7 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
                                      "nic_gbps": cluster.nic_bw_bytes_per_s * 8 / 1e9,
                                      "nics_per_gpu": cluster.nics_per_gpu, "source": cluster.source})
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps(rows, indent=2, allow_nan=False))
         return 0
     for kind, items in rows.items():
         print(f"{kind}:")

@@ -144,7 +144,7 @@ def run_plan(args: argparse.Namespace) -> int:
                           "counts_ruled_out": answer.skipped, "counts_too_small": answer.too_small,
                           "assumptions": assumptions(args), "elapsed_s": answer.elapsed_s,
                           "gpu_hours": (answer.best.days * 24 * answer.best.n_gpus) if answer.best else None,
-                          "notes": [INTERVAL_NOTE]}, indent=2))
+                          "notes": [INTERVAL_NOTE]}, indent=2, allow_nan=False))
         return 0 if answer.best else 1
     print("assumptions:")
     for line in assumptions(args):

@@ -215,7 +215,11 @@ def _intervals(preds: list[Any], args: argparse.Namespace) -> tuple[list[Any], s
     data = interval_data.load(path) if path else interval_data.load_shipped()
     if data is None:
         return [None] * len(preds), interval_data.interval_note()
-    return [prediction_interval(p, calibration_sd=sd, data=data) for p in preds], ""
+    intervals = [prediction_interval(p, calibration_sd=sd, data=data) for p in preds]
+    bare = sorted({p.stack for p, iv in zip(preds, intervals, strict=True) if iv is None})
+    note = (f"no p10-p90 interval for stack {', '.join(bare)}: its framework has no held-out measured run and "
+            "the calibration no residual spread, so the error is unknown" if bare else "")
+    return intervals, note
 
 
 def _stack(args: argparse.Namespace, scenario_stack: str = "") -> Any:
@@ -470,7 +474,7 @@ def run_predict(args: argparse.Namespace) -> int:
                           "interval_note": interval_note or None,
                           "flops_formula": getattr(args, "flops_formula", "torchtitan"),
                           "predictions": [{**p.to_dict(), "interval": iv.to_dict() if iv else None}
-                                          for p, iv in zip(run.predictions, intervals, strict=True)]}, indent=2))
+                                          for p, iv in zip(run.predictions, intervals, strict=True)]}, indent=2, allow_nan=False))
     else:
         print(format_table(run.predictions, run.title, run.notes, wide=getattr(args, "wide", False),
                            flops_formula=getattr(args, "flops_formula", "torchtitan")))

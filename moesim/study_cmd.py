@@ -55,7 +55,7 @@ def run_seed(args: argparse.Namespace) -> int:
         print(f"{r.group:<44} {r.variant:<30} predicted {r.prediction.tokens_per_s_per_gpu:9.1f}  measured {meas:>6}")
     if args.json:
         print(json.dumps([{"group": r.group, "variant": r.variant, "fitted": r.fitted, "measured": r.measured,
-                           "interval": r.interval, "prediction": r.prediction.to_dict()} for r in rows], indent=2))
+                           "interval": r.interval, "prediction": r.prediction.to_dict()} for r in rows], indent=2, allow_nan=False))
     print(f"report: {path}")
     return 0
 

@@ -62,7 +62,7 @@ def run_validate(args: argparse.Namespace) -> int:
         out = result.as_dict()
         out["thresholds"] = None if limits is None else vars(limits)
         out["threshold_failures"] = failures
-        print(json.dumps(out, indent=2))
+        print(json.dumps(out, indent=2, allow_nan=False))
     else:
         print(format_result(result, failures))
         if written is not None:

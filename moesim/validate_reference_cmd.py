@@ -88,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(str(err)) from None
     if args.json:
         print(json.dumps({"cases": [{k: r[k] for k in ("name", "measured_s", "predicted_s", "error")}
-                                    for r in doc["cases"]], "mape": doc["mape"]}, indent=1))
+                                    for r in doc["cases"]], "mape": doc["mape"]}, indent=1, allow_nan=False))
     else:
         print(_format(doc))
     return 0

@@ -167,6 +167,8 @@ def load(path: str | Path) -> IntervalData:
 
     try:
         text = read_input(path, "interval file").decode("utf-8")
+    except ConfigError as err:
+        raise ConfigError(f"cannot read interval file {err}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: interval file is not UTF-8 text") from None
     raw = parse_json(text, str(path))

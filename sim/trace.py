@@ -246,4 +246,4 @@ def write_chrome_trace(preds: list[Prediction], path: str | Path, *, detail_micr
         window = check_window(pred, microbatches) if microbatches is not None else None
         events += chrome_trace_events(pred, detail_microbatches=detail_microbatches, microbatches=window,
                                       pid_base=100 * i)
-    write_atomic(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+    write_atomic(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}, allow_nan=False))

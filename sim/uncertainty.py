@@ -69,10 +69,14 @@ class Interval:
     left_out: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"p10_tokens_per_s_per_gpu": self.p10, "prediction_tokens_per_s_per_gpu": self.point,
-                "p90_tokens_per_s_per_gpu": self.p90, "validation_runs": self.n_runs, "stack": self.stack,
-                "calibration_log_sd": self.calibration_sd, "validation_log_sd": self.validation_sd,
-                "mean_log_residual": self.mean_log_residual, "left_out_run": self.left_out or None}
+        """JSON-ready: an unbounded end (a spread past float's range) is ``None``, never ``Infinity``."""
+        def finite(x: float) -> float | None:
+            return x if math.isfinite(x) else None
+
+        return {"p10_tokens_per_s_per_gpu": finite(self.p10), "prediction_tokens_per_s_per_gpu": self.point,
+                "p90_tokens_per_s_per_gpu": finite(self.p90), "validation_runs": self.n_runs, "stack": self.stack,
+                "calibration_log_sd": finite(self.calibration_sd), "validation_log_sd": finite(self.validation_sd),
+                "mean_log_residual": finite(self.mean_log_residual), "left_out_run": self.left_out or None}
 
     def contains(self, value: float) -> bool:
         return self.p10 <= value <= self.p90
@@ -188,7 +192,9 @@ def prediction_interval(pred: Any, *, calibration_sd: float = 0.0, data: Any = N
     """The p10-p90 interval of a :class:`~sim.predict.Prediction` from the stored residuals of its stack's
     framework (``data``: a :class:`sim.interval_data.IntervalData`; default: the shipped file, read once)
     and ``calibration_sd``. A prediction of a measured run leaves that run's residual out. None when there
-    is no interval data (missing or unreadable file: :func:`sim.interval_data.interval_note` says why)."""
+    is no interval data (missing or unreadable file: :func:`sim.interval_data.interval_note` says why), and
+    when the framework has no other held-out measured run and the calibration no spread: without evidence
+    the spread is unknown, which is no interval, not an infinite one."""
     from sim.interval_data import load_shipped, run_signature
 
     data = load_shipped() if data is None else data
@@ -198,5 +204,7 @@ def prediction_interval(pred: Any, *, calibration_sd: float = 0.0, data: Any = N
     own = run_signature(pred.model, pred.gpu, pred.n_gpus, pred.plan, pred.stack, pred.stack_release)
     rows = data.by_family.get(family, [])
     left = next((r.id for r in rows if r.signature == own), "")
+    if not any(r.signature != own and math.isfinite(r.log_residual) for r in rows) and not calibration_sd > 0:
+        return None
     return interval(pred.tokens_per_s_per_gpu, [r.log_residual for r in rows if r.signature != own],
                     calibration_sd=calibration_sd, stack=family, left_out=left)
