@@ -20,7 +20,7 @@ from typing import Any
 from moesim.argtypes import worker_count
 from sim.errors import MoesimError
 
-__all__ = ["add_study", "run_seed", "run_capacity"]
+__all__ = ["add_study", "run_capacity", "run_seed"]
 
 
 
@@ -91,7 +91,7 @@ class _Progress:
 
 
 def run_capacity(args: argparse.Namespace) -> int:
-    from studies.capacity import read_results, run_sweep
+    from studies.capacity import SweepInterrupted, read_results, run_sweep
     from studies.capacity_report import write_capacity_report
     from studies.capacity_spec import default_spec, load_spec
 
@@ -109,6 +109,11 @@ def run_capacity(args: argparse.Namespace) -> int:
             report = write_capacity_report(rows, table.parent / "capacity-report.html",
                                            f"{spec.source}: {len(rows)} points. {STACK_NOTE}. "
                                            f"{INTERVAL_NOTE}.")
+    except SweepInterrupted as stop:  # SIGINT / SIGTERM: finished points are in the table, workers are gone
+        progress.close()
+        print(f"moesim study capacity: interrupted ({stop}): {stop.recorded} of {stop.total} points recorded in "
+              f"{stop.table}; run the same command again to resume", file=sys.stderr)
+        return 128 + stop.signum
     except (MoesimError, OSError) as err:
         progress.close()
         print(f"moesim study capacity: error: {err}", file=sys.stderr)

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import stat
 import sys
 import tempfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -201,20 +203,43 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, encoding: str 
     if st is not None and hasattr(os, "geteuid") and st.st_uid != os.geteuid():
         raise ConfigError(f"{os.fspath(path)}: owned by another user (uid {st.st_uid}); refusing to replace it")
     folder = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    with _fatal_signals_held():  # the temporary file never outlives a SIGTERM (SIGINT: the except below)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+        try:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file the mode open() would
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(payload)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+_HELD_SIGNALS = (signal.SIGTERM, signal.SIGHUP) if hasattr(signal, "pthread_sigmask") else ()
+
+
+@contextlib.contextmanager
+def _fatal_signals_held() -> Iterator[None]:
+    """Hold SIGTERM and SIGHUP inside the block, deliver them after it.
+
+    Their default action ends the process without running ``except`` or ``finally``, which would leave
+    the temporary file behind; held, a signal lands after the rename (or the cleanup), so the process
+    ends with the old file or the whole new one and no ``.tmp``. A Python handler (one that raises) runs
+    right after the block. SIGINT is not held: it raises ``KeyboardInterrupt``, which removes the file.
+    """
+    if not _HELD_SIGNALS:
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file the mode open() would
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _stream(target: Path, payload: bytes, given: str) -> None:

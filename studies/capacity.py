@@ -22,7 +22,7 @@ import io
 import os
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +32,29 @@ from sim.fileio import append_line_durably, write_atomic
 from sim.specs import ClusterSpec
 from studies._sim import interval_for, memory_fits
 from studies.capacity_spec import CLUSTER_TEMPLATE, NVLINK_DOMAINS, CapacitySpec, Point
+from studies.folder_lock import folder_lock
 from studies.report import ensure_dir
-from studies.search import enumerate_plans, search
+from studies.search import check_space, enumerate_plans, search
+from studies.workers import Interrupted, WorkerPool, critical, interrupt_signals
 
-__all__ = ["COLUMNS", "run_point", "run_sweep", "read_results", "point_cluster", "check_counts_fit"]
+__all__ = [
+    "COLUMNS",
+    "SweepInterrupted",
+    "check_counts_fit",
+    "point_cluster",
+    "read_results",
+    "run_point",
+    "run_sweep",
+]
+
+
+class SweepInterrupted(Interrupted):
+    """A sweep stopped by SIGINT or SIGTERM after recording every finished point: ``recorded`` of
+    ``total`` points are in ``table``; running the same sweep again resumes it."""
+
+    def __init__(self, signum: int, recorded: int, total: int, table: Path) -> None:
+        super().__init__(signum)
+        self.recorded, self.total, self.table = recorded, total, table
 
 COLUMNS = ["point_id", "model", "gpu", "n_gpus", "nic_gbps", "nvlink_domain", "oversubscription", "precision",
            "ep_backend", "stack", "seq_len", "global_batch", "status", "tp", "pp", "pp_schedule", "vpp", "ep",
@@ -154,11 +173,16 @@ def check_counts_fit(spec: CapacitySpec) -> None:
                               "or widen [search]")
 
 
-def _ray_results(todo: list[Point], spec: CapacitySpec, workers: int) -> Iterable[dict[str, Any]]:
+def _import_ray() -> Any:
     try:
         import ray
     except ImportError:
         raise ConfigError("--executor ray needs the optional ray extra: pip install 'moesim[ray]'") from None
+    return ray
+
+
+def _ray_results(todo: list[Point], spec: CapacitySpec, workers: int) -> Iterable[dict[str, Any]]:
+    ray = _import_ray()
     started_here = not ray.is_initialized()
     if started_here:
         address = os.environ.get("RAY_ADDRESS")
@@ -179,38 +203,72 @@ def run_sweep(spec: CapacitySpec, out_dir: str | Path, *, workers: int | None = 
               progress: Callable[[int, int], None] | None = None, limit: int | None = None) -> Path:
     """Run (or resume) ``spec`` into ``out_dir/results.csv``; returns its path.
 
-    ``workers``: processes (default: every core). ``limit``: stop after that many new points (tests)."""
+    ``workers``: processes (default: every core). ``limit``: stop after that many new points (tests).
+
+    One sweep at a time per folder (:func:`studies.folder_lock.folder_lock`; a second one raises
+    :class:`ConfigError` naming the holder's PID). SIGINT and SIGTERM (in the main thread) stop it: pending
+    points are dropped, every finished point is recorded, the workers are ended, and
+    :class:`SweepInterrupted` says how many points the table holds."""
     if executor not in ("process", "ray"):
         raise ConfigError(f"--executor must be process or ray, got {executor!r}")
+    if executor == "ray":
+        _import_ray()  # before anything is written: a sweep that cannot run leaves no folder and no table
     points = spec.points()
+    for point in {(p.stack, p.precision, p.ep_backend): p for p in points}.values():
+        try:  # a precision or backend a point's stack cannot run: one line, before anything is written
+            check_space(spec.space_for(point), point.stack)
+        except ConfigError as err:
+            raise ConfigError(f"{spec.source}: {err}") from None
     check_counts_fit(spec)  # before anything is written: a bad spec leaves no folder and no table
     out = ensure_dir(out_dir)
     table = out / "results.csv"
-    done = _prepare_table(table, {p.point_id for p in points})
-    todo = [p for p in points if p.point_id not in done]
-    if limit is not None:
-        todo = todo[:limit]
-    workers = workers or os.cpu_count() or 1
-    total, count = len(points), len(done)
-    if progress:
-        progress(count, total)
-    results: Iterable[dict[str, Any]]
-    if executor == "ray":
-        results = _ray_results(todo, spec, workers)
-    elif workers == 1:
-        results = (run_point(p, spec) for p in todo)
-    else:
-        results = _pool_results(todo, spec, workers)
-    for row in results:
-        append_line_durably(table, _csv_line(row))
-        count += 1
+    with folder_lock(out), interrupt_signals():
+        done = _prepare_table(table, {p.point_id for p in points})
+        todo = [p for p in points if p.point_id not in done]
+        if limit is not None:
+            todo = todo[:limit]
+        workers = workers or os.cpu_count() or 1
+        total, count = len(points), len(done)
         if progress:
             progress(count, total)
+
+        def record(row: dict[str, Any]) -> None:
+            nonlocal count
+            with critical():  # a signal waits until the line is whole and counted
+                append_line_durably(table, _csv_line(row))
+                count += 1
+            if progress:
+                progress(count, total)
+
+        try:
+            if executor == "ray":
+                for row in _ray_results(todo, spec, workers):
+                    record(row)
+            elif workers == 1 or len(todo) <= 1:
+                for p in todo:
+                    record(run_point(p, spec))
+            else:
+                _pool_run(todo, spec, min(workers, len(todo)), record)
+        except Interrupted as err:
+            raise SweepInterrupted(err.signum, count, total, table) from None
     return table
 
 
-def _pool_results(todo: list[Point], spec: CapacitySpec, workers: int) -> Iterable[dict[str, Any]]:
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(run_point, p, spec) for p in todo]
-        for fut in as_completed(futures):
-            yield fut.result()
+def _pool_run(todo: list[Point], spec: CapacitySpec, workers: int, record: Callable[[dict[str, Any]], None]) -> None:
+    """Run ``todo`` on ``workers`` processes, ``record`` each row as it arrives; on any exception (an
+    interrupt included) record the rows that already arrived, then end the workers and re-raise."""
+    with WorkerPool(partial(run_point, spec=spec), workers) as pool:
+        pending = iter(todo)
+        try:
+            while True:
+                while pool.idle and (point := next(pending, None)) is not None:
+                    pool.submit(point.point_id, point)
+                if not pool.busy:
+                    return
+                for _, row in pool.collect():
+                    record(row)
+        except BaseException:
+            with critical():
+                for _, row in pool.ready(errors=False):
+                    record(row)
+            raise
