@@ -27,9 +27,10 @@ the two variants do (same model or not, same GPU or not); a class with fewer tha
 falls back to all pairs of the same model relation, then to all pairs. Ordered pairs make the residuals
 symmetric, so the interval ``ratio * exp(-q90(r)) .. ratio * exp(-q10(r))`` is centred on the predicted
 ratio (on a log scale). The measured runs a variant reproduces are left out of its pairs (as a prediction's
-own residual is left out of its interval). Leave-two-out (measured when this was written), they held the measured ratio of 294 of
-378 pairs of the shipped runs (77.8%, nominal 80%; :func:`ratio_coverage`). A variant identical to the reference (same resolved inputs) has ratio 1 and a
-zero-width interval; any other variant gets the spread, whatever its ratio.
+own residual is left out of its interval). Leave-two-out (measured when this was written), they held the
+measured ratio of 294 of 378 pairs of the shipped runs (77.8%, nominal 80%; :func:`ratio_coverage`). A variant
+identical to the reference (same resolved inputs) has ratio 1 and a zero-width interval; any other variant gets
+the spread, whatever its ratio.
 
 Fitted runs are kept: a stack's efficiency is one scalar per release, which cancels (to first order) in the
 ratio of two runs of that release, so their ratio residuals are real out-of-sample evidence.
