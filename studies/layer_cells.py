@@ -96,7 +96,7 @@ def _cell(entry: Any, index: int, path: Path) -> LayerCell:
             raise ConfigError(f"{where}: {key} must be positive, got {v[key]}")
     try:
         cluster = load_cluster(v["cluster"], n_gpus=v["gpus"])
-    except ConfigError as err:
+    except MoesimError as err:
         raise ConfigError(f"{where}: {err}") from None
     if cluster.gpu.name != v["gpu"]:
         raise ConfigError(f"{where}: gpu {v['gpu']!r} is not cluster {v['cluster']!r}'s ({cluster.gpu.name!r})")
