@@ -35,33 +35,44 @@ from sim.comm.alltoall import BACKENDS, clear_caches, moe_alltoall
 from sim.comm.collectives import (
     allgather_time,
     allreduce_time,
+    p2p_cost,
     p2p_time,
     reduce_scatter_time,
+    ring_cost,
 )
 from sim.comm.costs import (
+    BOUND_BY,
     FP8_WITH_SCALES_BYTES_PER_ELEM,
+    LINKS,
     MOE_BACKENDS,
     PHASES,
     AllToAllResult,
+    CommCost,
     CommCosts,
 )
-from sim.comm.deepep import deepep_nvlink_bw, in_training_s
+from sim.comm.deepep import deepep_nvlink_bw, in_training_cost, in_training_s
 from sim.comm.fabric import alltoall_times
 
 __all__ = [
     "BACKENDS",
+    "BOUND_BY",
     "FP8_WITH_SCALES_BYTES_PER_ELEM",
+    "LINKS",
     "MOE_BACKENDS",
     "PHASES",
     "AllToAllResult",
+    "CommCost",
     "CommCosts",
     "allgather_time",
     "allreduce_time",
     "alltoall_times",
     "clear_caches",
     "deepep_nvlink_bw",
+    "in_training_cost",
     "in_training_s",
     "moe_alltoall",
+    "p2p_cost",
     "p2p_time",
     "reduce_scatter_time",
+    "ring_cost",
 ]

@@ -8,9 +8,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.comm.costs import CommCosts
+from sim.comm.costs import CommCost, CommCosts
 from sim.comm.fabric import (
     check_ranks,
+    flow_bound,
     nvlink_fraction,
     prepare_alltoall,
     scaled_capacity,
@@ -19,7 +20,7 @@ from sim.errors import ConfigError
 from sim.specs import ClusterSpec
 from sim.topology import route_edge_ids, transfer_times_ids
 
-__all__ = ["allgather_time", "allreduce_time", "p2p_time", "reduce_scatter_time"]
+__all__ = ["allgather_time", "allreduce_time", "p2p_cost", "p2p_time", "reduce_scatter_time", "ring_cost"]
 
 def _ring(cluster: ClusterSpec, ranks: Sequence[int], nbytes: float, costs: CommCosts, what: str) -> tuple[int, float, float]:
     rk = check_ranks(cluster, ranks, what)
@@ -88,3 +89,58 @@ def p2p_time(cluster: ClusterSpec, src: int, dst: int, nbytes: float, costs: Com
     paths = route_edge_ids(topo, np.array([sh[0]]), np.array([sh[1]]))
     t = transfer_times_ids(paths, np.array([float(nbytes)]), cap, topo.graph["latency"])
     return costs.nccl_launch_s + float(t[0])
+
+
+def ring_cost(cluster: ClusterSpec, ranks: Sequence[int], bytes_per_rank: float, costs: CommCosts,
+              kind: str = "ag") -> CommCost:
+    """The :class:`CommCost` of a ring all-gather / reduce-scatter (``kind`` ``"ag"``/``"rs"``; the same time as
+    :func:`allgather_time`) or all-reduce (``"ar"``, :func:`allreduce_time`): the steps' bytes over the
+    ring's bottleneck (``nvlink`` inside one domain, else ``nic`` when the NICs are slower than NVLink) and
+    the launch + step ``latency``; ``bytes``: what one rank sends ((n-1) shards; all-reduce 2(n-1)/n).
+
+    >>> from sim.catalog import load_cluster
+    >>> c = ring_cost(load_cluster("hgx-b200", n_gpus=16), range(16), 1e9, CommCosts.default())
+    >>> c.bound_by, c.link, c.seconds == allgather_time(load_cluster("hgx-b200", n_gpus=16), range(16), 1e9,
+    ...                                                  CommCosts.default())
+    ('nic', 'rdma', True)
+    """
+    if kind not in ("ag", "rs", "ar"):
+        raise ConfigError(f"ring_cost: kind must be 'ag', 'rs' or 'ar', got {kind!r}")
+    n, bw, step = _ring(cluster, ranks, bytes_per_rank, costs, "ring_cost")
+    arr = np.asarray(list(ranks))
+    spans = len(set((arr // cluster.nvlink_domain_gpus).tolist())) > 1
+    nvl = cluster.nvlink_bw * nvlink_fraction(cluster, costs)
+    on = "nic" if spans and bw < nvl else "nvlink"
+    link = "rdma" if spans else "nvlink"
+    if kind == "ar":
+        seconds = allreduce_time(cluster, ranks, bytes_per_rank, costs)
+        moved = 2 * (n - 1) * bytes_per_rank / n
+    else:
+        seconds = allgather_time(cluster, ranks, bytes_per_rank, costs)
+        moved = (n - 1) * bytes_per_rank
+    if n == 1:
+        return CommCost.of(0.0, "nvlink", 0.0, {"latency": 0.0})
+    steps = (n - 1) * (2 if kind == "ar" else 1)
+    return CommCost.of(seconds, link, moved, {on: moved / bw, "latency": costs.nccl_launch_s + steps * step})
+
+
+def p2p_cost(cluster: ClusterSpec, src: int, dst: int, nbytes: float, costs: CommCosts) -> CommCost:
+    """The :class:`CommCost` of :func:`p2p_time`: the transfer on its route's bottleneck edge and the launch +
+    route ``latency``.
+
+    >>> from sim.catalog import load_cluster
+    >>> p2p_cost(load_cluster("hgx-b200", n_gpus=16), 0, 8, 48.5e9, CommCosts.default()).bound_by
+    'nic'
+    """
+    seconds = p2p_time(cluster, src, dst, nbytes, costs)
+    if src == dst:
+        return CommCost.of(0.0, "nvlink", 0.0, {"latency": 0.0})
+    topo, sh = prepare_alltoall(cluster, (src, dst), "p2p_cost")
+    cap = scaled_capacity(topo, costs, "nccl")
+    paths = route_edge_ids(topo, np.array([sh[0]]), np.array([sh[1]]))
+    edges = paths[0][paths[0] >= 0]
+    latency = costs.nccl_launch_s + float(topo.graph["latency"][edges].sum())
+    edge_bytes = np.zeros(cap.size)
+    edge_bytes[edges] = float(nbytes)
+    bound, link = flow_bound(topo, edge_bytes, cap)
+    return CommCost.of(seconds, link, float(nbytes), {bound: max(0.0, seconds - latency), "latency": latency})

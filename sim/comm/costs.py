@@ -11,7 +11,8 @@ import numpy as np
 
 from sim.errors import ConfigError
 
-__all__ = ["FP8_WITH_SCALES_BYTES_PER_ELEM", "MOE_BACKENDS", "PHASES", "AllToAllResult", "CommCosts"]
+__all__ = ["BOUND_BY", "FP8_WITH_SCALES_BYTES_PER_ELEM", "LINKS", "MOE_BACKENDS", "PHASES", "AllToAllResult", "CommCost",
+           "CommCosts"]
 
 MOE_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep")
 PHASES = ("dispatch", "combine")
@@ -157,6 +158,45 @@ class CommCosts:
                 raise ConfigError(f"CommCosts: {f.name} must be positive (a rate or a link's share), got {v}")
 
 
+#: what can limit a communication op, as a backend's cost model names its terms: the scale-out NIC (and the
+#: network behind it), NVLink, the SMs the kernel is given, blocking host work, fixed latencies and waits
+#: (launches, per-peer protocol costs, notify barriers)
+BOUND_BY = ("nic", "nvlink", "sms", "host", "latency")
+#: the link class an op's bytes cross: NVLink inside one domain, or RDMA through the NICs (topology edge kinds
+#: ``pcie``/``nic``/``fabric``) between domains
+LINKS = ("nvlink", "rdma")
+
+
+@dataclass(frozen=True)
+class CommCost:
+    """Why one communication op takes its ``seconds``: the terms of the backend's own cost model (seconds each,
+    keyed by :data:`BOUND_BY`), the one that dominates (``bound_by``), the link class the bytes cross
+    (:data:`LINKS`) and the bytes one rank sends (the busiest rank's). Built beside the time from the same
+    numbers; ``seconds`` is the backend's time.
+
+    >>> CommCost.of(2e-3, "rdma", 1e8, {"nic": 1.9e-3, "latency": 1e-4}).bound_by
+    'nic'
+    """
+
+    seconds: float
+    link: str
+    bound_by: str
+    bytes: float
+    terms: tuple[tuple[str, float], ...] = ()
+
+    @classmethod
+    def of(cls, seconds: float, link: str, nbytes: float, terms: dict[str, float]) -> CommCost:
+        """The cost whose ``bound_by`` is the largest of ``terms`` (ties: the first in :data:`BOUND_BY`)."""
+        assert link in LINKS and terms and set(terms) <= set(BOUND_BY), (link, terms)
+        ordered = tuple((k, float(terms[k])) for k in BOUND_BY if k in terms)
+        bound = max(ordered, key=lambda kv: kv[1])[0]
+        return cls(float(seconds), link, bound, float(nbytes), ordered)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"seconds": self.seconds, "link": self.link, "bound_by": self.bound_by, "bytes": self.bytes,
+                "terms": dict(self.terms)}
+
+
 @dataclass(frozen=True, eq=False)  # numpy fields: compare field by field
 class AllToAllResult:
     """One MoE dispatch or combine over an EP group; per-rank arrays are indexed like ``ep_ranks``.
@@ -166,7 +206,8 @@ class AllToAllResult:
     as received and sent); ``nvlink_bytes``/``rdma_bytes``: the sent bytes by link type; ``nic_bytes``:
     the larger direction through the rank's own NIC (PXN relays included). ``sms_used``: SMs the
     kernel holds while it runs (NCCL: its channels). ``host_sync_s``: NCCL's count all-to-all that precedes
-    the dispatch (the D2H copy after it is the stack's host stall, added by the engine).
+    the dispatch (the D2H copy after it is the stack's host stall, added by the engine). ``cost``: the
+    backend's terms behind ``time_s`` (:class:`CommCost`); ``counts_cost``: those of the count all-to-all.
     """
 
     time_s: np.ndarray
@@ -179,3 +220,5 @@ class AllToAllResult:
     host_sync_s: float
     backend: str = "nccl"
     phase: str = "dispatch"
+    cost: CommCost | None = None
+    counts_cost: CommCost | None = None

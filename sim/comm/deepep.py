@@ -14,9 +14,10 @@ import numpy as np
 
 from sim.comm.barrier import barrier_wait_s
 from sim.comm.case import Case
-from sim.comm.costs import AllToAllResult, CommCosts
+from sim.comm.costs import AllToAllResult, CommCost, CommCosts
 from sim.comm.fabric import (
     alltoall_result,
+    flow_bound,
     flows_from_matrix,
     interpolate,
     nic_bytes_of,
@@ -24,7 +25,8 @@ from sim.comm.fabric import (
 )
 from sim.routing import part_hit_probabilities
 
-__all__ = ["DedupTraffic", "dedup_result", "dedup_traffic", "deepep_alltoall", "deepep_nvlink_bw", "in_training_s"]
+__all__ = ["DedupTraffic", "dedup_result", "dedup_traffic", "deepep_alltoall", "deepep_nvlink_bw", "in_training_cost",
+           "in_training_s"]
 
 def in_training_s(result: AllToAllResult, costs: CommCosts, *, peers: int, work_s: float,
                   overlapped: bool) -> float:
@@ -50,6 +52,32 @@ def in_training_s(result: AllToAllResult, costs: CommCosts, *, peers: int, work_
         return t
     kernel = (t - costs.deepep_overhead_s) * (1.0 + (costs.overlap_kernel_slowdown if overlapped else 0.0))
     return kernel + costs.deepep_overhead_s + barrier_wait_s(peers, costs.arrival_cv * max(work_s, 0.0))
+
+
+def in_training_cost(result: AllToAllResult, costs: CommCosts, *, peers: int, work_s: float,
+                     overlapped: bool) -> CommCost | None:
+    """The :class:`~sim.comm.costs.CommCost` of :func:`in_training_s` (same arguments, same ``seconds``):
+    for DeepEP, the microbenchmark's link and SM terms slowed as the kernel is, and ``latency`` = its
+    overhead + the notify's barrier wait for the slowest peer; other backends: the result's own cost.
+
+    >>> from sim.catalog import load_cluster, load_model
+    >>> from sim.comm import moe_alltoall
+    >>> c, m = load_cluster("hgx-b200", n_gpus=256), load_model("deepseek-v3-671b")
+    >>> r = moe_alltoall(c, range(32), 8192, m, "deepep", "dispatch", CommCosts.default(), bytes_per_elem=2.0)
+    >>> cost = in_training_cost(r, CommCosts.default(), peers=32, work_s=0.01, overlapped=False)
+    >>> cost.seconds == in_training_s(r, CommCosts.default(), peers=32, work_s=0.01, overlapped=False)
+    True
+    """
+    base = result.cost
+    if base is None or result.backend != "deepep":
+        return base
+    seconds = in_training_s(result, costs, peers=peers, work_s=work_s, overlapped=overlapped)
+    if float(result.time_s.max()) <= 0:
+        return CommCost.of(seconds, base.link, base.bytes, {"latency": seconds})
+    slow = 1.0 + (costs.overlap_kernel_slowdown if overlapped else 0.0)
+    terms = {k: v * slow for k, v in base.terms if k != "latency"}
+    terms["latency"] = costs.deepep_overhead_s + barrier_wait_s(peers, costs.arrival_cv * max(work_s, 0.0))
+    return CommCost.of(seconds, base.link, base.bytes, terms)
 
 
 def deepep_nvlink_bw(num_sms: int, phase: str, bytes_per_elem: float, costs: CommCosts) -> float:
@@ -138,17 +166,23 @@ def dedup_traffic(c: Case) -> DedupTraffic:
     return DedupTraffic(nvl, rdma, self_bytes, vol * q_dom[dom_idx], max(m.size for m in members), len(domains))
 
 
-def dedup_result(c: Case, traffic: DedupTraffic, time: np.ndarray, edge_bytes: np.ndarray) -> AllToAllResult:
-    """The :class:`AllToAllResult` of a dedup backend's ``traffic`` finishing at ``time``."""
+def dedup_result(c: Case, traffic: DedupTraffic, time: np.ndarray, edge_bytes: np.ndarray,
+                 terms: dict[str, float] | None = None, link: str = "nvlink") -> AllToAllResult:
+    """The :class:`AllToAllResult` of a dedup backend's ``traffic`` finishing at ``time``; ``terms``: the
+    backend's cost terms (seconds by :data:`~sim.comm.costs.BOUND_BY`) and ``link`` the class crossed."""
     moved = traffic.nvl + traffic.rdma
-    return alltoall_result(time, moved.sum(1), moved.sum(0), traffic.nvl.sum(1), traffic.rdma.sum(1),
+    sent = moved.sum(1)
+    cost = CommCost.of(float(time.max()), link, float(sent.max()), terms) if terms else None
+    return alltoall_result(time, sent, moved.sum(0), traffic.nvl.sum(1), traffic.rdma.sum(1),
                            nic_bytes_of(c.topo, c.ranks, edge_bytes), sms_used=c.num_sms, host_sync_s=0.0,
-                           backend=c.backend, phase=c.phase)
+                           backend=c.backend, phase=c.phase, cost=cost)
 
 
 def deepep_alltoall(c: Case) -> AllToAllResult:
     """One DeepEP v1 normal-mode dispatch or combine: max(link-limited flow time, SM-limited time from the
-    ``num_sms`` curve (NVLink) and ``deepep_rdma_bw_per_sm`` (RDMA)) + ``deepep_overhead_s``."""
+    ``num_sms`` curve (NVLink) and ``deepep_rdma_bw_per_sm`` (RDMA)) + ``deepep_overhead_s``. Cost terms:
+    the flow time on its bottleneck link (``nic``/``nvlink``), the SM-limited time (``sms``), the overhead
+    (``latency``)."""
     costs = c.costs
     traffic = dedup_traffic(c)
     cap = scaled_capacity(c.topo, costs, "deepep", internode=traffic.n_domains > 1)
@@ -158,4 +192,7 @@ def deepep_alltoall(c: Case) -> AllToAllResult:
         traffic.rdma_work / (costs.deepep_rdma_bw_per_sm * c.num_sms),
     )
     slowest = float(np.maximum(done, sm_time).max()) if c.tokens else 0.0
-    return dedup_result(c, traffic, np.full(c.n, slowest + costs.deepep_overhead_s), edge_bytes)
+    bound, link = flow_bound(c.topo, edge_bytes, cap)
+    terms = {bound: float(done.max()) if c.tokens else 0.0, "sms": float(sm_time.max()) if c.tokens else 0.0,
+             "latency": costs.deepep_overhead_s}
+    return dedup_result(c, traffic, np.full(c.n, slowest + costs.deepep_overhead_s), edge_bytes, terms, link)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from sim.comm.case import Case
-from sim.comm.costs import AllToAllResult
+from sim.comm.costs import AllToAllResult, CommCost
 from sim.comm.fabric import (
     alltoall_result,
+    flow_bound,
     flows_from_matrix,
     interpolate,
     nic_bytes_of,
@@ -22,7 +23,9 @@ __all__ = ["deepep_ll_alltoall"]
 
 
 def deepep_ll_alltoall(c: Case) -> AllToAllResult:
-    """One low-latency dispatch or combine."""
+    """One low-latency dispatch or combine. Cost terms: the flow time on its bottleneck link + the overhead
+    (``latency``) when the flow model wins; else the scaled table on the link it is scaled by (``nic`` when
+    the group spans domains, ``nvlink`` inside one)."""
     n, costs, cluster, phase = c.n, c.costs, c.cluster, c.phase
     n_exp, k = c.model.n_routed_experts, c.model.top_k
     flat, nvl, rdma = c.flat_matrix()
@@ -41,5 +44,12 @@ def deepep_ll_alltoall(c: Case) -> AllToAllResult:
     time = np.full(n, max(float(done.max()) + costs.deepep_overhead_s, scaled))
     # DeepEP low_latency launch: ceil(E / ceil(E / SMs)) SMs (DeepEP v1 internode_ll.cu).
     sms = -(-n_exp // -(-n_exp // cluster.gpu.num_sms))
-    return alltoall_result(time, flat.sum(1), flat.sum(0), nvl.sum(1), rdma.sum(1), nic_bytes_of(c.topo, c.ranks, edge_bytes),
-                   sms_used=sms, host_sync_s=0.0, backend=c.backend, phase=phase)
+    bound, link = flow_bound(c.topo, edge_bytes, cap)
+    if float(done.max()) + costs.deepep_overhead_s >= scaled:
+        terms = {bound: float(done.max()), "latency": costs.deepep_overhead_s}
+    else:
+        terms = {"nic" if spans else "nvlink": scaled}
+    sent = flat.sum(1)
+    cost = CommCost.of(float(time.max()), link, float(sent.max()), terms)
+    return alltoall_result(time, sent, flat.sum(0), nvl.sum(1), rdma.sum(1), nic_bytes_of(c.topo, c.ranks, edge_bytes),
+                   sms_used=sms, host_sync_s=0.0, backend=c.backend, phase=phase, cost=cost)

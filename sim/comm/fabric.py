@@ -12,7 +12,7 @@ from functools import lru_cache
 import networkx as nx
 import numpy as np
 
-from sim.comm.costs import MOE_BACKENDS, AllToAllResult, CommCosts
+from sim.comm.costs import MOE_BACKENDS, AllToAllResult, CommCost, CommCosts
 from sim.errors import ConfigError
 from sim.specs import ClusterSpec
 from sim.topology import EDGE_KINDS, build_topology, route_edge_ids, transfer_times_ids
@@ -22,6 +22,7 @@ __all__ = [
     "alltoall_times",
     "canonical_ranks",
     "check_ranks",
+    "flow_bound",
     "flows_from_matrix",
     "interpolate",
     "nic_bytes_of",
@@ -114,6 +115,19 @@ def flows_from_matrix(
     return np.maximum(tm.max(axis=1), tm.max(axis=0)), edge_bytes, tm
 
 
+def flow_bound(topo: nx.DiGraph, edge_bytes: np.ndarray, capacity: np.ndarray) -> tuple[str, str]:
+    """(what limits concurrent flows, the link class they cross) from their per-edge bytes: the edge that
+    needs the longest at its (scaled) capacity is the flows' bottleneck; ``"nvlink"`` if it is an NVLink
+    edge, else ``"nic"`` (the GPU-NIC, NIC-leaf and fabric edges of :data:`sim.topology.EDGE_KINDS`). The
+    class is ``"rdma"`` when any byte leaves the NVLink domain, else ``"nvlink"``."""
+    kinds = topo.graph["edge_kind"]
+    nvl = EDGE_KINDS.index("nvlink")
+    busy = np.divide(edge_bytes, capacity, out=np.zeros_like(edge_bytes, dtype=float), where=capacity > 0)
+    bound = "nvlink" if not busy.size or kinds[int(np.argmax(busy))] == nvl else "nic"
+    link = "rdma" if bool(np.any(edge_bytes[kinds != nvl] > 0)) else "nvlink"
+    return bound, link
+
+
 def nic_bytes_of(topo: nx.DiGraph, ranks: tuple[int, ...], edge_bytes: np.ndarray) -> np.ndarray:
     loc = np.searchsorted(topo.graph["gpus"], np.asarray(ranks))
     up = topo.graph["e_gpu_nic"][loc]  # (n, nics)
@@ -168,12 +182,14 @@ def alltoall_times(
 
 
 def alltoall_result(time: np.ndarray, sent: np.ndarray, recv: np.ndarray, nvl: np.ndarray, rdma: np.ndarray,
-            nic: np.ndarray, *, sms_used: int, host_sync_s: float, backend: str, phase: str) -> AllToAllResult:
+            nic: np.ndarray, *, sms_used: int, host_sync_s: float, backend: str, phase: str,
+            cost: CommCost | None = None, counts_cost: CommCost | None = None) -> AllToAllResult:
     """An :class:`AllToAllResult` whose arrays are read-only (results are memoised and shared)."""
     for array in (time, sent, recv, nvl, rdma, nic):
         array.setflags(write=False)
     return AllToAllResult(time_s=time, sent_bytes=sent, recv_bytes=recv, nvlink_bytes=nvl, rdma_bytes=rdma,
-                          nic_bytes=nic, sms_used=sms_used, host_sync_s=host_sync_s, backend=backend, phase=phase)
+                          nic_bytes=nic, sms_used=sms_used, host_sync_s=host_sync_s, backend=backend, phase=phase,
+                          cost=cost, counts_cost=counts_cost)
 
 
 check_ranks, canonical, topo, nvlink_fraction, scaled_capacity, interp = (

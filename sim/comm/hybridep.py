@@ -27,7 +27,7 @@ import numpy as np
 from sim.comm.case import Case
 from sim.comm.costs import AllToAllResult, CommCosts
 from sim.comm.deepep import dedup_result, dedup_traffic
-from sim.comm.fabric import flows_from_matrix, interpolate, scaled_capacity
+from sim.comm.fabric import flow_bound, flows_from_matrix, interpolate, scaled_capacity
 
 __all__ = ["hybridep_alltoall", "hybridep_ib_share", "hybridep_nvl_share"]
 
@@ -75,11 +75,13 @@ def hybridep_ib_share(ranks: int, sms: int, phase: str, bytes_per_elem: float, c
 
 
 def hybridep_alltoall(c: Case) -> AllToAllResult:
-    """One Hybrid-EP dispatch or combine (see the module docstring)."""
+    """One Hybrid-EP dispatch or combine (see the module docstring). Cost terms: the flow time on its
+    bottleneck link, and the table kernel's time on the link its rate is a share of (``nic`` across domains,
+    ``nvlink`` inside one: the model scales the kernel with that link's rate)."""
     costs, cluster = c.costs, c.cluster
     traffic = dedup_traffic(c)
-    done, edge_bytes, _ = flows_from_matrix(c.topo, c.ranks, traffic.nvl + traffic.rdma,
-                                            scaled_capacity(c.topo, costs, "nccl"), pxn=True)
+    cap = scaled_capacity(c.topo, costs, "nccl")
+    done, edge_bytes, _ = flows_from_matrix(c.topo, c.ranks, traffic.nvl + traffic.rdma, cap, pxn=True)
     if traffic.n_domains > 1:  # the IB table's kernels include their NVLink stage (8 GPUs per node)
         nic = cluster.nic_bw_bytes_per_s * cluster.nics_per_gpu
         share = hybridep_ib_share(c.n, c.num_sms, c.phase, c.bytes_per_elem, costs)
@@ -88,4 +90,8 @@ def hybridep_alltoall(c: Case) -> AllToAllResult:
         share = hybridep_nvl_share(c.n, c.num_sms, c.phase, c.bytes_per_elem, costs)
         kernel = traffic.nvl_work / (share * cluster.nvlink_bw)
     slowest = float(np.maximum(done, kernel).max()) if c.tokens else 0.0
-    return dedup_result(c, traffic, np.full(c.n, slowest), edge_bytes)
+    bound, link = flow_bound(c.topo, edge_bytes, cap)
+    terms = {bound: float(done.max()) if c.tokens else 0.0}
+    kernel_on = "nic" if traffic.n_domains > 1 else "nvlink"
+    terms[kernel_on] = max(terms.get(kernel_on, 0.0), float(kernel.max()) if c.tokens else 0.0)
+    return dedup_result(c, traffic, np.full(c.n, slowest), edge_bytes, terms, link)

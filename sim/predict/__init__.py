@@ -37,7 +37,7 @@ from sim.accounting import (
 )
 from sim.costs import CostModel, default_costs
 from sim.errors import ConfigError, PlanError
-from sim.predict.breakdown import breakdown
+from sim.predict.breakdown import bottleneck, breakdown, comm_report
 from sim.predict.layers import SimResult
 from sim.predict.memo import SimMemo
 from sim.predict.pipeline import assemble
@@ -55,7 +55,10 @@ LayerResult = SimResult
 class Prediction:
     """A predicted training step. Times in seconds, memory in bytes; ``breakdown`` sums to the step and holds
     *exposed* time per category (``breakdown["comm.a2a"]``: exposed all-to-all seconds); ``hidden_comm``:
-    communication seconds that ran under compute, by kind (not on the step's path)."""
+    communication seconds that ran under compute, by kind (not on the step's path). ``bottleneck``: what holds
+    the largest share (``bottleneck_share``) of the step (:func:`sim.predict.breakdown.bottleneck`);
+    ``comm``: per communication kind, bytes per step, link, achieved rate and what bounds it
+    (:func:`sim.predict.breakdown.comm_report`)."""
 
     name: str
     model: str
@@ -72,6 +75,9 @@ class Prediction:
     fits_in_memory: bool
     memory: dict[str, Any] = field(default_factory=dict)
     hidden_comm: dict[str, float] = field(default_factory=dict)
+    bottleneck: str = ""
+    bottleneck_share: float = 0.0
+    comm: dict[str, dict[str, Any]] = field(default_factory=dict)
     stack: str = "torchtitan"
     stack_release: str = ""
     stack_provenance: str = ""
@@ -141,6 +147,7 @@ def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: C
     ctx = Context(model, cluster, plan, costs, stack, memo)
     step = assemble(ctx)
     parts, hidden = breakdown(step)
+    bound, bound_share = bottleneck(parts)
     tokens = plan.tokens_per_step
     tps = tokens / step.step_s / cluster.n_gpus
     tflops = torchtitan_flops_per_token(model, plan.seq_len, resolve_mtp_layers(model, plan, stack)) * tps
@@ -164,6 +171,9 @@ def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: C
         fits_in_memory=bool(mem.fits),
         memory=mem.as_dict(),
         hidden_comm=hidden,
+        bottleneck=bound,
+        bottleneck_share=bound_share,
+        comm=comm_report(ctx, step),
         stack=stack.name,
         stack_release=stack.release,
         stack_provenance=stack.provenance,

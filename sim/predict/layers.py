@@ -65,6 +65,8 @@ class SimResult:
     records: list[tuple[Record, list[tuple[str, str, float]] | None]]
     comm_s: float = 0.0
     parts: dict[str, float] = field(default_factory=dict)
+    #: (count, busy seconds) of the critical class's communication and host-stall ops, by op name
+    comm_ops: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: an extended pair (:func:`_extend`): its ``records`` are the compressed pair's, to which ``repeat``
     #: more periods of ``period_s`` seconds were added (the trace replays them)
     repeat: int = 0
@@ -418,8 +420,10 @@ def _extend(r3: SimResult, r2: SimResult, extra: int) -> SimResult:
 
     compute, exposed, hidden = ext(r3.compute_s, r2.compute_s), ext(r3.exposed_s, r2.exposed_s), ext(r3.hidden_s, r2.hidden_s)
     time = sum(compute.values()) + sum(exposed.values())
+    ops_ = {k: (a[0] + extra * (a[0] - b[0]), a[1] + extra * (a[1] - b[1]))
+            for k in r3.comm_ops for a, b in [(r3.comm_ops[k], r2.comm_ops.get(k, (0.0, 0.0)))]}
     return SimResult(time, compute, exposed, hidden, r3.records, r3.comm_s + extra * (r3.comm_s - r2.comm_s),
-                     repeat=extra, period_s=max(0.0, r3.time_s - r2.time_s))
+                     repeat=extra, period_s=max(0.0, r3.time_s - r2.time_s), comm_ops=ops_)
 
 
 # --- summaries -------------------------------------------------------------------------------------
@@ -456,6 +460,7 @@ def summarize(eng: Engine) -> SimResult:
     comp_iv: list[tuple[float, float]] = []
     other_iv: list[tuple[float, float, str]] = []
     comm_total = 0.0
+    comm_ops: dict[str, tuple[float, float]] = {}
     for r in recs:
         a = args[r.handle] or {}
         parts = a.get("parts")
@@ -469,10 +474,12 @@ def summarize(eng: Engine) -> SimResult:
         else:
             kind = EXPOSED_KIND.get(r.name, "comm.other")
             other_iv.append((r.start, r.end, kind))
+            n, busy_s = comm_ops.get(r.name, (0.0, 0.0))
+            comm_ops[r.name] = (n + 1, busy_s + r.end - r.start)
             if r.stream == "comm":
                 comm_total += r.end - r.start
     exposed, hidden = _sweep(makespan, comp_iv, other_iv)
-    return SimResult(makespan, dict(compute), exposed, hidden, records, comm_total)
+    return SimResult(makespan, dict(compute), exposed, hidden, records, comm_total, comm_ops=comm_ops)
 
 
 def _sweep(span: float, comp: list[tuple[float, float]], other: list[tuple[float, float, str]]
