@@ -223,8 +223,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(arguments)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    dashes = [f"--{name.replace('_', '-')} -" for name in _FILE_OUTPUTS if getattr(args, name, None) == "-"]
+    if len(dashes) > 1 or (dashes and getattr(args, "json", False) is True):
+        clash = " and ".join(dashes + (["--json"] if getattr(args, "json", False) is True else []))
+        print(f"moesim: error: {clash} would each write a document to standard output; give all but one a file",
+              file=sys.stderr)
+        return EXIT_USAGE
     stdout = sys.stdout
-    sys.stdout = _SafeText(stdout)  # type: ignore[assignment]  # user names cannot drive the terminal
+    # user names cannot drive the terminal; with a ``-`` output the report goes to stderr, the file alone to stdout
+    sys.stdout = _SafeText(stdout, sys.stderr if dashes else None)  # type: ignore[assignment]
     try:
         if hasattr(sys.stderr, "reconfigure"):
             sys.stderr.reconfigure(errors="backslashreplace")
@@ -233,15 +240,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = stdout
 
 
-class _SafeText:
-    """A text stream that writes :func:`terminal_safe` text to another; bytes (``.buffer``: ``-`` outputs,
-    JSON) and every other attribute pass through."""
+_FILE_OUTPUTS = ("trace", "sim_trace", "out")
+"""Arguments that name an output file, where ``-`` is standard output (:func:`sim.fileio.write_atomic`)."""
 
-    def __init__(self, stream: Any) -> None:
+
+class _SafeText:
+    """A text stream that writes :func:`terminal_safe` text to ``report`` (default: ``stream``); bytes
+    (``.buffer``: the ``-`` outputs of :func:`sim.fileio.write_atomic`) and every other attribute go to
+    ``stream``."""
+
+    def __init__(self, stream: Any, report: Any = None) -> None:
         self._stream = stream
+        self._report = stream if report is None else report
 
     def write(self, text: str) -> int:
-        self._stream.write(terminal_safe(text))
+        self._report.write(terminal_safe(text))
         return len(text)
 
     def __getattr__(self, name: str) -> Any:
