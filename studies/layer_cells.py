@@ -7,6 +7,9 @@ unknown, missing or mistyped key, a duplicate id, a kind other than ``moe-layer`
 cluster's is a :class:`~sim.errors.ConfigError` naming the cell, the key and the file.
 :func:`layer_cell_rows` gives one row per cell, as ``moesim validate --json`` lists them.
 
+``python -m studies.layer_cells [--parts]`` prints the cells, their errors (and each prediction's per-op
+split).
+
 >>> rows = layer_cell_rows()
 >>> len(rows), rows[0]["kind"], sorted(rows[0]["measured"])
 (12, 'moe-layer', ['backward_ms', 'forward_ms'])
@@ -25,7 +28,7 @@ from sim.layer_check import MoELayerCell, layer_plan, predict_moe_layer
 from sim.loaders import read_toml
 from sim.stacks import load_stack
 
-__all__ = ["MAX_FITTED", "LayerCell", "cell_errors", "default_cells_path", "layer_cell_rows", "load_cells"]
+__all__ = ["MAX_FITTED", "LayerCell", "cell_errors", "default_cells_path", "format_rows", "layer_cell_rows", "load_cells", "main"]
 
 #: at most this many cells may have a parameter fitted to them (the rest are the test)
 MAX_FITTED = 2
@@ -160,3 +163,46 @@ def cell_errors(row: dict[str, Any]) -> tuple[float, float]:
     """(forward, backward) relative errors of a :func:`layer_cell_rows` row: predicted / measured - 1."""
     m, p = row["measured"], row["predicted"]
     return p["forward_ms"] / m["forward_ms"] - 1, p["backward_ms"] / m["backward_ms"] - 1
+
+
+def format_rows(rows: list[dict[str, Any]], parts: dict[str, tuple[dict[str, float], dict[str, float]]] | None = None
+                ) -> str:
+    """A table of :func:`layer_cell_rows` (ms and errors) with the mean and largest absolute errors of the
+    cells not fitted; ``parts``: per cell id, the forward and backward per-op seconds to list under it."""
+    lines = [f"{'cell':46s} {'fwd pred':>8s} {'meas':>7s} {'err':>7s}  {'bwd pred':>8s} {'meas':>7s} {'err':>7s}"]
+    held: list[float] = []
+    for r in rows:
+        f, b = cell_errors(r)
+        if not r["fitted"]:
+            held += [abs(f), abs(b)]
+        m, p = r["measured"], r["predicted"]
+        lines.append(f"{r['id']:46s} {p['forward_ms']:8.3f} {m['forward_ms']:7.3f} {f:+7.1%}  "
+                     f"{p['backward_ms']:8.3f} {m['backward_ms']:7.3f} {b:+7.1%}{'  (fitted)' if r['fitted'] else ''}")
+        for label, split in zip(("fwd", "bwd"), (parts or {}).get(r["id"], ())):
+            lines.append(f"    {label}: " + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in split.items()))
+    if held:
+        within = sum(1 for r in rows if not r["fitted"] and max(map(abs, cell_errors(r))) <= 0.10)
+        lines.append(f"not fitted: mean |error| {sum(held) / len(held):.1%}, max {max(held):.1%}; "
+                     f"{within} of {sum(not r['fitted'] for r in rows)} cells within 10% forward and backward")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the shipped cells' predictions and errors (``--parts``: with each prediction's per-op split)."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    show = "--parts" in args
+    rows = layer_cell_rows()
+    parts = None
+    if show:
+        parts = {}
+        for c in load_cells():
+            p = predict_moe_layer(c.spec)
+            parts[c.id] = (p.forward_parts, p.backward_parts)
+    print(format_rows(rows, parts))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

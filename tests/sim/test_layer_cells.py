@@ -178,3 +178,12 @@ def test_fp8_forward_carries_the_weight_quantisation_a_te_step_does_once() -> No
     fp8 = predict_moe_layer(_cell(precision="fp8-blockwise"))
     assert "compute.moe.quantize" not in bf16.forward_parts
     assert fp8.forward_parts["compute.moe.quantize"] > 0
+
+
+def test_the_table_lists_every_cell_and_the_held_out_summary(rows: list[dict[str, Any]]) -> None:
+    from studies.layer_cells import format_rows
+
+    text = format_rows(rows, {rows[0]["id"]: ({"compute.moe.router": 1e-5}, {})})
+    assert all(r["id"] in text for r in rows)
+    assert "compute.moe.router 0.010" in text
+    assert f"of {sum(not r['fitted'] for r in rows)} cells within 10% forward and backward" in text
