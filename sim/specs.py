@@ -519,7 +519,7 @@ class ParallelPlan:
                 f"plan: etp ({self.etp}) must divide moe_inter_dim ({model.moe_inter_dim})"
             )
         stages = self.pp * self.vpp
-        if stages > model.n_layers:
+        if stages > model.n_layers and not self.pp_layout:  # a layout may give E and L chunks of their own
             raise PlanError(
                 f"plan: pp ({self.pp}) * vpp ({self.vpp}) = {stages} stages exceed the model's "
                 f"{model.n_layers} layers"

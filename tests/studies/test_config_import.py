@@ -1,0 +1,178 @@
+"""Framework configs in (studies.config_import, ``moesim predict --from-torchtitan / --from-megatron``): the
+shipped examples resolve to the plans of the measured runs they were written from, field by field; unknown
+keys are listed; values moesim cannot express exit 2 naming the key and the value."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from moesim.predict_cmd import main as predict_main
+from sim.errors import ConfigError
+from sim.loaders import plan_from_mapping
+from sim.pp_layout import check_layout, decoders_per_chunk
+from studies.config_import import import_config, megatron_layout, plan_fields
+from studies.dataset import load_runs, resolve_run
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+CASES = [
+    ("torchtitan", "torchtitan-dsv3-671b.toml", "titan-dsv3-b200-bf16"),
+    ("megatron", "megatron-dsv3-gb200.yaml", "mcore-26.04.01-dsv3-256xgb200"),
+    ("megatron", "megatron-dsv3-gb200.args", "mcore-26.04.01-dsv3-256xgb200"),
+]
+
+
+def _run(run_id: str):
+    return next(r for r in load_runs() if r.id == run_id)
+
+
+@pytest.mark.parametrize(("framework", "name", "run_id"), CASES)
+def test_example_reproduces_the_measured_runs_plan(framework: str, name: str, run_id: str) -> None:
+    run = _run(run_id)
+    model, _, want = resolve_run(run)
+    cfg = import_config(EXAMPLES / name, framework)
+    assert (cfg.model, cfg.stack) == (run.model, run.stack)
+    got = plan_from_mapping(plan_fields(cfg, run.gpus), "imported").as_dict()
+    assert got.keys() == want.as_dict().keys()
+    for field, value in want.as_dict().items():
+        assert got[field] == value, field
+    if got["pp_layout"]:
+        check_layout(got["pp_layout"], n_chunks=got["pp"] * got["vpp"], n_layers=model.n_layers,
+                     mtp_layers=got["mtp_layers"])
+
+
+def test_cli_from_torchtitan_predicts_the_runs_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    run = _run("titan-dsv3-b200-bf16")
+    assert predict_main(["--from-torchtitan", str(EXAMPLES / "torchtitan-dsv3-671b.toml"), "--gpu", "b200",
+                         "--gpus", "256", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    pred = out["predictions"][0]
+    _, _, want = resolve_run(run)
+    assert pred["plan"] == want.as_dict()
+    assert out["provenance"]["stack"]["name"] == "torchtitan"
+    assert any(n.startswith("ignored keys: ") and "job.*" in n for n in out["notes"])
+
+
+def test_command_line_flags_override_the_config(capsys: pytest.CaptureFixture[str]) -> None:
+    assert predict_main(["--from-megatron", str(EXAMPLES / "megatron-dsv3-gb200.yaml"), "--gpu", "gb200",
+                         "--gpus", "256", "--ep-backend", "deepep", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["predictions"][0]["plan"]
+    assert (plan["ep_backend"], plan["ep"], plan["precision"]) == ("deepep", 64, "mxfp8")
+
+
+def test_unknown_keys_are_listed(tmp_path: Path) -> None:
+    text = (EXAMPLES / "torchtitan-dsv3-671b.toml").read_text()
+    path = tmp_path / "job.toml"
+    path.write_text(text.replace("[parallelism]\n", "[parallelism]\nfancy_new_overlap = true\n")
+                    + "\n[float9]\nenable = true\n")
+    cfg = import_config(path, "torchtitan")
+    assert "parallelism.fancy_new_overlap" in cfg.ignored and "float9.*" in cfg.ignored
+    assert "parallelism.tensor_parallel_degree" not in cfg.ignored
+    yaml_path = tmp_path / "recipe.yaml"
+    yaml_path.write_text((EXAMPLES / "megatron-dsv3-gb200.yaml").read_text() + "logger:\n  log_interval: 1\n")
+    assert import_config(yaml_path, "megatron").ignored == ("logger.*", "model.moe_router_dtype")
+
+
+def test_unknown_key_printed_as_a_note(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "job.args"
+    path.write_text("--num-layers 4 --tensor-model-parallel-size 1 --expert-model-parallel-size 4 "
+                    "--micro-batch-size 1 --global-batch-size 64 --seq-length 512 --moe-shiny-new-thing 3")
+    assert predict_main(["--from-megatron", str(path), "--model", "debug", "--gpus", "8", "--gpu", "b200"]) == 0
+    assert "ignored keys: moe_shiny_new_thing" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("framework", "old", "new", "named"), [
+    ("torchtitan", 'pipeline_parallel_schedule = "Interleaved1F1B"', 'pipeline_parallel_schedule = "ZBVZeroBubble"',
+     "parallelism.pipeline_parallel_schedule = 'ZBVZeroBubble'"),
+    ("torchtitan", 'flavor = "671B"', 'flavor = "405B"', "model.flavor = 'deepseek_v3 405B'"),
+    ("torchtitan", 'converters = []', 'converters = ["float8"]', "model.converters = ['float8']"),
+    ("torchtitan", 'mode = "full"', 'mode = "sometimes"', "activation_checkpoint.mode = 'sometimes'"),
+    ("megatron", "moe_token_dispatcher_type: flex", "moe_token_dispatcher_type: allgather",
+     "model.moe_token_dispatcher_type = 'allgather'"),
+    ("megatron", "mixed_precision: bf16_with_mxfp8_mixed", "mixed_precision: bf16_with_fp8_delayed_scaling_mixed",
+     "mixed_precision = 'bf16_with_fp8_delayed_scaling_mixed'"),
+    ("megatron", "use_distributed_optimizer: true", "use_distributed_optimizer: false",
+     "ddp.use_distributed_optimizer = False"),
+    ("megatron", "num_layers: 61", "num_layers: 62", "model.num_layers = 62"),
+    ("megatron", "pipeline_model_parallel_size: 4", "pipeline_model_parallel_size: 0",
+     "model.pipeline_model_parallel_size = 0"),
+])
+def test_inexpressible_value_exits_2_naming_key_and_value(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          framework: str, old: str, new: str, named: str) -> None:
+    source = EXAMPLES / ("torchtitan-dsv3-671b.toml" if framework == "torchtitan" else "megatron-dsv3-gb200.yaml")
+    text = source.read_text()
+    assert old in text
+    path = tmp_path / source.name
+    path.write_text(text.replace(old, new))
+    flag = "--from-torchtitan" if framework == "torchtitan" else "--from-megatron"
+    assert predict_main([flag, str(path), "--gpu", "b200", "--gpus", "256"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and named in err and str(path) in err, err
+
+
+def test_conflicting_values_of_one_megatron_key_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_text("model:\n  seq_length: 4096\ndataset:\n  seq_length: 8192\n")
+    with pytest.raises(ConfigError, match="seq_length is given twice"):
+        import_config(path, "megatron")
+
+
+def test_explicit_degrees_imply_the_gpu_count(tmp_path: Path) -> None:
+    text = (EXAMPLES / "torchtitan-dsv3-671b.toml").read_text()
+    path = tmp_path / "job.toml"
+    path.write_text(text.replace("data_parallel_shard_degree = -1", "data_parallel_shard_degree = 16"))
+    cfg = import_config(path, "torchtitan")
+    assert cfg.world_size == 64
+    assert plan_fields(cfg, 64)["global_batch"] == 64 * 16
+    with pytest.raises(ConfigError, match="multiply to 64 GPUs, not --gpus 256"):
+        plan_fields(cfg, 256)
+
+
+def test_layers_per_stage_sets_the_stages_per_rank(tmp_path: Path) -> None:
+    text = (EXAMPLES / "torchtitan-dsv3-671b.toml").read_text()
+    path = tmp_path / "job.toml"
+    # (61 layers + embedding + output) / 8 per stage -> 8 stages over pp 2: 4 per rank
+    path.write_text(text.replace("pipeline_parallel_microbatch_size = 1",
+                                 "pipeline_parallel_microbatch_size = 1\npipeline_parallel_layers_per_stage = 8"))
+    assert plan_fields(import_config(path, "torchtitan"), 256)["vpp"] == 4
+
+
+def test_megatron_layout_gives_embedding_and_loss_their_own_chunks() -> None:
+    layout = megatron_layout(2, 2, 2, embedding=True, loss=True)
+    assert decoders_per_chunk(layout) == [0, 1, 1, 0]
+    assert megatron_layout(6, 2, 2, embedding=True, loss=True, mtp=1) == "Et|(t*2|)*2tmL"
+    assert megatron_layout(8, 4, first=1, last=1) == "Et|(t*3|)*2tL"
+    # virtual stage v of rank r is chunk v * pp + r: the first rank's chunks are 0 and 2
+    assert decoders_per_chunk(megatron_layout(10, 2, 2, first=4, last=6)) == [2, 3, 2, 3]
+    with pytest.raises(ConfigError, match="do not divide evenly"):
+        megatron_layout(61, 4, 4, embedding=True, loss=True)
+
+
+def test_pp_times_vpp_may_exceed_the_decoder_layers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The debug model has 4 decoder layers; pp 2 x vpp 3 = 6 chunks with the embedding and loss accounted."""
+    path = tmp_path / "small.args"
+    path.write_text("--num-layers 4 --tensor-model-parallel-size 1 --pipeline-model-parallel-size 2 "
+                    "--virtual-pipeline-model-parallel-size 3 --expert-model-parallel-size 4 --micro-batch-size 1 "
+                    "--global-batch-size 64 --seq-length 512 --mtp-num-layers 0 --use-distributed-optimizer "
+                    "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split")
+    assert predict_main(["--from-megatron", str(path), "--model", "debug", "--gpu", "b200", "--gpus", "8",
+                         "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["predictions"][0]["plan"]
+    assert (plan["pp"], plan["vpp"]) == (2, 3)
+    assert decoders_per_chunk(plan["pp_layout"]) == [0, 1, 1, 1, 1, 0]
+
+
+def test_explicit_model_must_agree_with_the_configs_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    yaml = EXAMPLES / "megatron-dsv3-gb200.yaml"
+    assert predict_main(["--from-megatron", str(yaml), "--model", "kimi-k2", "--gpu", "gb200", "--gpus", "256"]) == 2
+    assert "model.num_moe_experts = 256, but model kimi-k2 has n_routed_experts 384" in capsys.readouterr().err
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.read_text().replace("num_layers: 61", "num_layers: 30"))
+    assert import_config(path, "megatron").model is None
+    assert predict_main(["--from-megatron", str(path), "--gpu", "gb200", "--gpus", "256"]) == 2
+    assert "model.num_layers = 30" in capsys.readouterr().err
