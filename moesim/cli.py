@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import typing
 from collections.abc import Callable, Sequence
@@ -159,8 +158,11 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def _run_reference(arguments: Sequence[str]) -> int:
-    """``moesim reference ...`` is ``python -m reference.run ...`` (a subprocess: sim never imports torch)."""
-    return subprocess.call([sys.executable, "-m", "reference.run", *arguments])
+    """``moesim reference ...`` is ``python -m reference.run ...`` (a subprocess: sim never imports torch), in
+    its own process group: SIGINT/SIGTERM/SIGHUP reach it and every rank it started (:mod:`moesim.launch`)."""
+    from moesim.launch import run_group
+
+    return run_group([sys.executable, "-m", "reference.run", *arguments])
 
 
 def _add_predict(subparsers: Any) -> None:

@@ -22,16 +22,20 @@ Shape letters: T tokens per rank, S sequence length, B sequences per rank, D mod
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import importlib.util
 import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,6 +187,11 @@ def validate(args: argparse.Namespace) -> RunConfig:
             raise ConfigError(f"--profile {target}: {parent} is not a directory")
         if not os.access(parent, os.W_OK) or not _can_create_in(parent):
             raise ConfigError(f"--profile {target}: cannot write under {parent} (read-only?)")
+        partial = partial_dir(profile)
+        if partial.exists() or partial.is_symlink():
+            raise ConfigError(f"--profile {target}: {partial} already exists (an interrupted run's, or not "
+                              "moesim's); it is never deleted by a run that did not create it: remove it or "
+                              "choose another --profile")
     return RunConfig(
         model=args.model, layer_id=layer_id, ep=ep, precision=args.precision, dispatch=dispatch,
         deepep_api=args.deepep_api, deepep_buffer=args.deepep_buffer, a2a_payload=args.a2a_payload,
@@ -215,6 +224,7 @@ def launch(config: RunConfig, argv: list[str]) -> int:
 
     port = free_port()
     procs = []
+    os.environ[_RUN_ID_VAR] = run_id = f"{os.getpid()}-{time.time_ns()}"  # the ranks mark DIR.partial with it
     for rank in range(config.ep):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(config.ep),
                    LOCAL_WORLD_SIZE=str(config.ep), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -222,23 +232,75 @@ def launch(config: RunConfig, argv: list[str]) -> int:
         procs.append(subprocess.Popen([sys.executable, "-m", "reference.run", *argv], env=env))
     deadline = time.monotonic() + config.timeout_s + 60
     code = 0
-    while procs and time.monotonic() < deadline:
-        for proc in list(procs):
-            rc = proc.poll()
-            if rc is None:
-                continue
-            procs.remove(proc)
-            if rc != 0 and code == 0:
-                code = rc
-                deadline = min(deadline, time.monotonic() + 10)  # let peers report, then stop them
-        time.sleep(0.05)
-    for proc in procs:
-        proc.kill()
-        proc.wait()
-        code = code or 1
+    received: list[int] = []
+
+    def stop_ranks(signum: int, _frame: Any) -> None:  # SIGINT/SIGTERM/SIGHUP: end the ranks, then return
+        nonlocal deadline
+        received.append(signum)
+        for proc in procs:
+            with contextlib.suppress(OSError):
+                proc.terminate()
+        deadline = min(deadline, time.monotonic() + _STOP_GRACE_S)
+
+    with _signals_to(stop_ranks):
+        while procs and time.monotonic() < deadline:
+            for proc in list(procs):
+                rc = proc.poll()
+                if rc is None:
+                    continue
+                procs.remove(proc)
+                if rc != 0 and code == 0:
+                    code = rc
+                    deadline = min(deadline, time.monotonic() + 10)  # let peers report, then stop them
+            time.sleep(0.05)
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+            code = code or 1
+    if received:
+        code = 128 + received[0]
     if code and config.profile:
-        shutil.rmtree(partial_dir(config.profile), ignore_errors=True)
+        _remove_own_partial(partial_dir(config.profile), run_id)
     return code
+
+
+_RUN_ID_VAR = "MOESIM_REFERENCE_RUN"
+_OWNER_FILE = ".moesim-run"  # inside DIR.partial: which run created it (removed before the final rename)
+_STOP_GRACE_S = 5.0
+
+
+@contextlib.contextmanager
+def _signals_to(handler: Any) -> Iterator[None]:
+    """``handler`` for SIGINT, SIGTERM and SIGHUP inside the block (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+
+
+class _Stopped(KeyboardInterrupt):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum: int, _frame: Any) -> None:
+    raise _Stopped(signum)
+
+
+def _remove_own_partial(partial: Path, run_id: str) -> None:
+    """Remove ``partial`` only if this run created it (its owner file holds ``run_id``)."""
+    try:
+        owner = (partial / _OWNER_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        return
+    if owner == run_id:
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def _sync(device: Any) -> None:
@@ -272,11 +334,13 @@ def run_worker(config: RunConfig, argv: list[str]) -> dict[str, Any]:
         dist.init_process_group(pg_backend, timeout=datetime.timedelta(seconds=config.timeout_s),
                                 **({"device_id": device} if device.type == "cuda" else {}))
     partial = partial_dir(config.profile) if config.profile else None
-    done = False
+    done = created = False
     try:
         if partial is not None and rank == 0:
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.mkdir(parents=True)
+            partial.mkdir(parents=True)  # never over a folder someone else made (validate refused one)
+            created = True
+            (partial / _OWNER_FILE).write_text(os.environ.get(_RUN_ID_VAR, str(os.getpid())) + "\n",
+                                               encoding="utf-8")
         if world is not None:
             dist.barrier()
 
@@ -398,12 +462,13 @@ def run_worker(config: RunConfig, argv: list[str]) -> dict[str, Any]:
             target = Path(config.profile)  # type: ignore[arg-type]
             if target.is_dir():
                 target.rmdir()  # validated empty
+            (partial / _OWNER_FILE).unlink()
             partial.rename(target)
             print(f"reference: wrote {target}/ (meta.json, {len(traces)} trace(s))", flush=True)
         done = True
         return timing
     finally:
-        if not done and partial is not None and rank == 0:
+        if not done and created and partial is not None:
             shutil.rmtree(partial, ignore_errors=True)
         if world is not None and dist.is_initialized():
             dist.destroy_process_group()
@@ -424,7 +489,11 @@ def main(argv: list[str] | None = None) -> int:
         config = validate(args)
         if (config.ep > 1 or config.dispatch != "local") and not config.under_launcher:
             return launch(config, argv)
-        run_worker(config, argv)
+        with _signals_to(_stop):  # SIGTERM/SIGHUP too run run_worker's cleanup (DIR.partial removed)
+            run_worker(config, argv)
+    except _Stopped as stop:
+        print(f"moesim reference: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr)
+        return 128 + stop.signum
     except MoesimError as exc:
         print(f"moesim reference: error: {exc}", file=sys.stderr)
         return 2
