@@ -76,10 +76,6 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``moesim predict``'s options to ``parser`` (every number bounded by :mod:`moesim.argtypes`)."""
     g = parser.add_argument_group("what and where")
     g.add_argument("--scenario", help="scenario TOML file or built-in name (e.g. dsv3-671b-b200)")
-    g.add_argument("--from-torchtitan", dest="from_torchtitan", metavar="JOB.toml",
-                   help="plan, stack and model from a TorchTitan job config (studies.config_import)")
-    g.add_argument("--from-megatron", dest="from_megatron", metavar="RECIPE.yaml|ARGS",
-                   help="plan and stack from a Megatron-Bridge recipe YAML or a Megatron-LM argument list")
     g.add_argument("--model", help="catalog model name or model file (config.json / TOML)")
     g.add_argument("--gpu", help="catalog GPU name (default: the cluster template's)")
     g.add_argument("--gpus", type=gpu_count(), help="number of GPUs")
@@ -304,35 +300,9 @@ def _run(args: argparse.Namespace) -> tuple[list[Any], str]:
     return run.predictions, run.title
 
 
-def _import_config(args: argparse.Namespace) -> None:
-    """``--from-torchtitan`` / ``--from-megatron``: the config's model, stack, GPU count and plan fields fill
-    what the command line leaves unset (:mod:`studies.config_import`); its notes go to ``args.import_notes``."""
-    tt, mg = getattr(args, "from_torchtitan", None), getattr(args, "from_megatron", None)
-    if not (tt or mg):
-        return
-    if (tt and mg) or args.scenario:
-        raise ConfigError("--from-torchtitan, --from-megatron and --scenario exclude one another")
-    from studies.config_import import ignored_note, import_config, plan_fields
-
-    cfg = import_config(str(tt or mg), "torchtitan" if tt else "megatron")
-    args.model = args.model or cfg.model
-    args.gpus = args.gpus or cfg.world_size
-    if not args.model:
-        raise ConfigError(cfg.missing_model())
-    if not args.gpus:
-        raise ConfigError(f"{cfg.path}: a job config does not say the GPU count; pass --gpus")
-    args.stack = getattr(args, "stack", None) or cfg.stack
-    for name, value in plan_fields(cfg, args.gpus, load_model(args.model), _plan_fields(args)).items():
-        if getattr(args, name, None) is None:
-            setattr(args, name, value)
-    args.import_notes = [f"plan from {cfg.framework} config {cfg.path}", *cfg.notes,
-                         *([ignored_note(cfg.ignored)] if cfg.ignored else [])]
-
-
 def _compute(args: argparse.Namespace) -> _Run:
     from sim.predict import predict
 
-    _import_config(args)
     plan_args = _plan_fields(args)
     single = args.model is not None and args.scenario is None
     if single:
@@ -439,11 +409,13 @@ def format_table(preds: list[Any], title: str = "", notes: list[str] | None = No
                  flops_formula: str = "torchtitan") -> str:
     """Predicted vs measured, speedups vs the first row, the step breakdown (``a2a s``: exposed all-to-all;
     ``a2a hidden s``: all-to-all under compute), MFU and memory (GiB); ``wide``: exposed and hidden seconds
-    of every communication kind."""
+    of every communication kind, and per op kind its GB per step and achieved GB/s with what bounds it."""
     kinds = _comm_kinds(preds) if wide else []
+    ops_ = sorted({k for p in preds for k in getattr(p, "comm", {})}) if wide else []
     headers = ["variant", "tok/s/GPU", "measured", "error", "speedup", "meas. speedup", "step s",
                *(f"{g} s" for g, _ in _GROUPS), "a2a hidden s",
-               *(h for k in kinds for h in (f"{k} exposed s", f"{k} hidden s")), "TFLOPS", "MFU", "mem GiB", "fits"]
+               *(h for k in kinds for h in (f"{k} exposed s", f"{k} hidden s")),
+               *(f"{k} GB@GB/s" for k in ops_), "TFLOPS", "MFU", "mem GiB", "fits"]
     base = preds[0]
     rows = []
     for p in preds:
@@ -458,6 +430,7 @@ def format_table(preds: list[Any], title: str = "", notes: list[str] | None = No
         rows.append([p.name, tput, f"{meas:g}" if meas else "-", err, sp, msp, f"{p.step_time_s:.1f}",
                      *(f"{groups[g]:.1f}" for g, _ in _GROUPS), f"{p.hidden_comm.get('comm.a2a', 0.0):.1f}",
                      *(v for k in kinds for v in (f"{p.breakdown.get(k, 0.0):.2f}", f"{p.hidden_comm.get(k, 0.0):.2f}")),
+                     *(_comm_cell(p.comm.get(k)) for k in ops_),
                      f"{p.tflops_per_gpu:.1f}", f"{p.mfu * 100:.1f}%",
                      f"{p.peak_memory_bytes / GIB:.1f} / {p.memory_capacity_bytes / GIB:.0f}",
                      "yes" if p.fits_in_memory else "NO: does not fit in memory"])
@@ -480,7 +453,6 @@ def run_predict(args: argparse.Namespace) -> int:
     """Run ``moesim predict``; returns the exit code (2 and one message on a user error)."""
     try:
         run = _compute(args)
-        run.notes[:0] = getattr(args, "import_notes", [])
         if getattr(args, "trace", None):
             from sim.trace import write_chrome_trace
 
@@ -518,7 +490,31 @@ def run_predict(args: argparse.Namespace) -> int:
         for p, iv in zip(run.predictions, intervals, strict=True):
             if iv is not None:
                 print(f"  {p.name}: {format_interval(iv)}")
+        for p in run.predictions:
+            print(f"  {p.name}: {format_bound(p)}")
     return 0
+
+
+def _comm_cell(entry: dict[str, Any] | None) -> str:
+    """``GB per step@achieved GB/s bound_by/link`` of one communication kind, e.g. ``2621@62.3 nic/rdma``."""
+    if not entry:
+        return "-"
+    return f"{entry['bytes_per_step'] / 1e9:.0f}@{entry['achieved_gbps']:.1f} {entry['bound_by']}/{entry['link']}"
+
+
+def format_bound(p: Any, top: int = 3) -> str:
+    """One line: what bounds the step (``Prediction.bottleneck``) and, for the ``top`` communication kinds by
+    busy seconds, bytes per step, link, achieved rate and limiter (``Prediction.comm``).
+
+    >>> from types import SimpleNamespace as NS
+    >>> format_bound(NS(bottleneck="compute", bottleneck_share=0.55, comm={"moe.dispatch": {
+    ...     "bytes_per_step": 2.6e12, "link": "rdma", "achieved_gbps": 62.3, "bound_by": "nic", "busy_s": 42.1}}))
+    'bound by: compute (55% of the step); moe.dispatch nic-bound (2600 GB/step over rdma at 62.3 GB/s)'
+    """
+    kinds = sorted(p.comm.items(), key=lambda kv: -kv[1].get("busy_s", 0.0))[:top]
+    comm = "".join(f"; {k} {v['bound_by']}-bound ({v['bytes_per_step'] / 1e9:.0f} GB/step over {v['link']} at "
+                   f"{v['achieved_gbps']:.1f} GB/s)" for k, v in kinds)
+    return f"bound by: {p.bottleneck} ({p.bottleneck_share:.0%} of the step){comm}"
 
 
 def _apply_flops_formula(preds: list[Any], formula: str) -> None:

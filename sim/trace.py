@@ -4,7 +4,8 @@ One process per pipeline rank (the symmetry class that stands for all its peers)
 (``compute``, ``comm``, FSDP streams; overlapped F&B pairs show both microbatches' ops on them, so what
 hides behind what is visible) plus a ``pipeline`` thread with one slice per chunk action. Op slices
 carry the shared vocabulary (:mod:`sim.ops`) as names and ``phase`` (fwd/bwd/recompute), microbatch and
-layer as arguments, so a measured trace and a simulated one line up by name. A window of microbatches is
+layer as arguments (communication slices also ``bytes``, ``link``, ``achieved_gbps`` and ``bound_by``:
+:func:`comm_args`), so a measured trace and a simulated one line up by name. A window of microbatches is
 expanded to ops (:func:`default_window`: the first microbatch and a steady-state one, so that DualPipe's
 and combined 1F1B's overlapped pairs are shown); the rest show as chunk slices (a full 671B step has
 millions of kernels). :func:`trace_hidden_share` measures, from the events alone, how much of the
@@ -32,7 +33,7 @@ from sim.errors import ConfigError
 from sim.fileio import write_atomic
 from sim.predict import Prediction
 
-__all__ = ["chrome_trace_events", "comm_under_compute", "union_intervals", "write_chrome_trace", "default_window", "check_window",
+__all__ = ["chrome_trace_events", "comm_args", "comm_under_compute", "union_intervals", "write_chrome_trace", "default_window", "check_window",
            "predicted_hidden_share", "trace_hidden_share"]
 
 _US = 1e6
@@ -88,6 +89,18 @@ def _represents(pred: Prediction, rank: int, pp: int) -> str:
             f"stage {rank}, ranks with the same work simulated once)")
 
 
+def comm_args(pred: Prediction, name: str, dur_s: float) -> dict[str, Any]:
+    """Trace arguments of one communication slice ``name`` lasting ``dur_s``: the bytes one op of its kind
+    sends (the step's mean, ``Prediction.comm``), the link class, the rate over this slice and what bounds
+    the kind; empty for ops that are not communication."""
+    entry = pred.comm.get(name)
+    if not entry or not entry.get("ops_per_step"):
+        return {}
+    nbytes = entry["bytes_per_step"] / entry["ops_per_step"]
+    return {"bytes": nbytes, "link": entry["link"], "bound_by": entry["bound_by"],
+            "achieved_gbps": nbytes / dur_s / 1e9 if dur_s > 0 else 0.0}
+
+
 def chrome_trace_events(pred: Prediction, *, detail_microbatches: int | None = None,
                         microbatches: Sequence[int] | None = None, pid_base: int = 0) -> list[dict[str, Any]]:
     """Trace events (``ph: X`` slices, microseconds) of ``pred``; ops expanded for ``microbatches`` (default:
@@ -123,7 +136,8 @@ def chrome_trace_events(pred: Prediction, *, detail_microbatches: int | None = N
                 for name, stream, op_phase, s, e in pair_log(res):
                     events.append({"ph": "X", "name": name, "cat": stream, "pid": pid,
                                    "tid": tid(pid, stream), "ts": (start + s) * _US, "dur": (e - s) * _US,
-                                   "args": {"phase": op_phase, "pair": f"F mb {mb} + B"}})
+                                   "args": {"phase": op_phase, "pair": f"F mb {mb} + B",
+                                            **comm_args(pred, name, e - s)}})
                 continue
             ph = "fwd" if phase == "F" else "bwd"
             t = start
@@ -136,7 +150,8 @@ def chrome_trace_events(pred: Prediction, *, detail_microbatches: int | None = N
                 for name, stream, op_phase, s, e in res.log:
                     events.append({"ph": "X", "name": name, "cat": stream, "pid": pid,
                                    "tid": tid(pid, stream), "ts": (t + s) * _US, "dur": (e - s) * _US,
-                                   "args": {"phase": op_phase, "microbatch": mb, "layer": li}})
+                                   "args": {"phase": op_phase, "microbatch": mb, "layer": li,
+                                            **comm_args(pred, name, e - s)}})
                 t += res.time_s
     return events
 
