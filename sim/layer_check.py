@@ -28,7 +28,7 @@ Shape letters: T tokens, D model dim, F expert hidden dim, E experts, e local ex
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sim import ops
 from sim.catalog import load_cluster
@@ -106,10 +106,10 @@ def layer_model(cell: MoELayerCell) -> ModelSpec:
 
 def layer_plan(cell: MoELayerCell) -> ParallelPlan:
     """EP over every GPU (data-parallel shards), one sequence of ``tokens_per_gpu`` per GPU, no recompute."""
-    extra = {"deepep_sms": cell.ep_sms} if cell.ep_sms else {}
-    return ParallelPlan(ep=cell.ep, dp_shard=cell.gpus, seq_len=cell.tokens_per_gpu, micro_batch=1,
+    plan = ParallelPlan(ep=cell.ep, dp_shard=cell.gpus, seq_len=cell.tokens_per_gpu, micro_batch=1,
                         global_batch=cell.gpus, ac="none", precision=cell.precision, ep_backend=cell.ep_backend,
-                        routing="balanced", **extra)
+                        routing="balanced")
+    return replace(plan, deepep_sms=cell.ep_sms) if cell.ep_sms else plan
 
 
 def _moe_only(op_list: list[OpSpec]) -> list[OpSpec]:
