@@ -76,6 +76,10 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``moesim predict``'s options to ``parser`` (every number bounded by :mod:`moesim.argtypes`)."""
     g = parser.add_argument_group("what and where")
     g.add_argument("--scenario", help="scenario TOML file or built-in name (e.g. dsv3-671b-b200)")
+    g.add_argument("--from-torchtitan", dest="from_torchtitan", metavar="JOB.toml",
+                   help="plan, stack and model from a TorchTitan job config (studies.config_import)")
+    g.add_argument("--from-megatron", dest="from_megatron", metavar="RECIPE.yaml|ARGS",
+                   help="plan and stack from a Megatron-Bridge recipe YAML or a Megatron-LM argument list")
     g.add_argument("--model", help="catalog model name or model file (config.json / TOML)")
     g.add_argument("--gpu", help="catalog GPU name (default: the cluster template's)")
     g.add_argument("--gpus", type=gpu_count(), help="number of GPUs")
@@ -300,9 +304,35 @@ def _run(args: argparse.Namespace) -> tuple[list[Any], str]:
     return run.predictions, run.title
 
 
+def _import_config(args: argparse.Namespace) -> None:
+    """``--from-torchtitan`` / ``--from-megatron``: the config's model, stack, GPU count and plan fields fill
+    what the command line leaves unset (:mod:`studies.config_import`); its notes go to ``args.import_notes``."""
+    tt, mg = getattr(args, "from_torchtitan", None), getattr(args, "from_megatron", None)
+    if not (tt or mg):
+        return
+    if (tt and mg) or args.scenario:
+        raise ConfigError("--from-torchtitan, --from-megatron and --scenario exclude one another")
+    from studies.config_import import ignored_note, import_config, plan_fields
+
+    cfg = import_config(str(tt or mg), "torchtitan" if tt else "megatron")
+    args.model = args.model or cfg.model
+    args.gpus = args.gpus or cfg.world_size
+    if not args.model:
+        raise ConfigError(cfg.missing_model())
+    if not args.gpus:
+        raise ConfigError(f"{cfg.path}: a job config does not say the GPU count; pass --gpus")
+    args.stack = getattr(args, "stack", None) or cfg.stack
+    for name, value in plan_fields(cfg, args.gpus, load_model(args.model), _plan_fields(args)).items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+    args.import_notes = [f"plan from {cfg.framework} config {cfg.path}", *cfg.notes,
+                         *([ignored_note(cfg.ignored)] if cfg.ignored else [])]
+
+
 def _compute(args: argparse.Namespace) -> _Run:
     from sim.predict import predict
 
+    _import_config(args)
     plan_args = _plan_fields(args)
     single = args.model is not None and args.scenario is None
     if single:
@@ -453,6 +483,7 @@ def run_predict(args: argparse.Namespace) -> int:
     """Run ``moesim predict``; returns the exit code (2 and one message on a user error)."""
     try:
         run = _compute(args)
+        run.notes[:0] = getattr(args, "import_notes", [])
         if getattr(args, "trace", None):
             from sim.trace import write_chrome_trace
 
