@@ -24,7 +24,7 @@ from sim.catalog import load_model, model_names
 from sim.errors import ConfigError
 from sim.fileio import read_input
 from sim.loaders import derive_plan_fields, read_toml
-from sim.specs import ModelSpec
+from sim.specs import ModelSpec, ParallelPlan
 
 __all__ = ["FRAMEWORKS", "ImportedConfig", "ignored_note", "import_config", "megatron_layout", "plan_fields"]
 
@@ -482,6 +482,25 @@ def _megatron_layout_string(m: _Leaves, value: Any) -> str:
     raise m.fail("pipeline_model_parallel_layout", value, "must be a layout string or a list of chunks")
 
 
+def _megatron_cuda_graphs(m: _Leaves) -> str | None:
+    """The plan's CUDA-graph scope from ``cuda_graph_impl`` / ``cuda_graph_scope`` (or the older
+    ``enable_cuda_graph`` / ``external_cuda_graph``): "none", "full" (full-iteration) or "partial" (per-layer
+    or Transformer Engine scopes). None when the plan has no such field (the keys are then listed as ignored)."""
+    if "cuda_graphs" not in {f.name for f in dataclasses.fields(ParallelPlan)}:
+        return None
+    impl = m.get("cuda_graph_impl")
+    if impl is None:
+        if m.flag("enable_cuda_graph") or m.flag("external_cuda_graph"):
+            return "partial"
+        return "none" if m.paths.get("cuda_graph_impl") else None
+    if impl not in ("none", "local", "transformer_engine"):
+        raise m.fail("cuda_graph_impl", impl, "must be none, local or transformer_engine")
+    scopes = _str_list(m.get("cuda_graph_scope", []))
+    if impl == "none":
+        return "none"
+    return "full" if "full_iteration" in scopes else "partial"
+
+
 def _from_megatron(path: str) -> ImportedConfig:
     text = _read_text(path)
     yaml_file = Path(path).suffix.lower() in (".yaml", ".yml")
@@ -542,6 +561,9 @@ def _from_megatron(path: str) -> ImportedConfig:
     if overlap is not None:
         f["ep_overlap"] = overlap
     m.get("delay_wgrad_compute")
+    graphs = _megatron_cuda_graphs(m)
+    if graphs is not None:
+        f["cuda_graphs"] = graphs
     if m.paths.get("mtp_num_layers"):
         mtp = m.get("mtp_num_layers")
         f["mtp_layers"] = 0 if mtp is None else _int(keys, m.path("mtp_num_layers"), mtp, minimum=0)
