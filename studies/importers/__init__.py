@@ -1,0 +1,1 @@
+"""Framework-config readers behind :mod:`studies.config_import`: one module per framework."""
