@@ -28,7 +28,6 @@ TITAN_FLAVORS = {
 }
 #: TorchTitan ``pipeline_parallel_schedule`` -> moesim schedule (others cannot be simulated).
 TITAN_SCHEDULES = {"1F1B": "1f1b", "Interleaved1F1B": "interleaved-1f1b", "DualPipeV": "dualpipev"}
-TITAN_SINGLE_STAGE = ("1F1B",)
 #: TorchTitan ``expert_parallel_comm_backend`` -> moesim ``ep_backend``.
 TITAN_BACKENDS = {"standard": "nccl", "deepep": "deepep", "hybridep": "hybridep"}
 #: stages per rank of a looped schedule when no ``pipeline_parallel_layers_per_stage`` is given.
