@@ -161,11 +161,29 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _loopback_store(rank: int, world: int, port: int) -> Any:
+    """The rendezvous store of the all-to-all benchmark: rank 0 listens on 127.0.0.1 only (a ``tcp://``
+    init method would bind every interface)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    listen = None
+    if rank == 0:
+        listen = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listen.bind(("127.0.0.1", port))
+    return dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=datetime.timedelta(seconds=300),
+                         **({"master_listen_fd": listen.detach()} if listen is not None else {}))
+
+
 def _a2a_worker(rank: int, world: int, port: int, quick: bool, interference: bool, q: Any) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    if sys.platform.startswith("linux"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's sockets on loopback, as the store's
+    dist.init_process_group("gloo", store=_loopback_store(rank, world, port), rank=rank, world_size=world)
     dev = torch.device("cpu")
     rows = []
     try:

@@ -161,7 +161,11 @@ def validate(args: argparse.Namespace) -> RunConfig:
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     if use_cuda and ep > torch.cuda.device_count() and world is None:
         raise ConfigError(f"--ep ({ep}) exceeds the {torch.cuda.device_count()} visible GPUs of this machine")
-    make_gemm(args.precision, "cuda" if use_cuda else "cpu", mxfp8_kernels=args.mxfp8_kernels)
+    gemm = make_gemm(args.precision, "cuda" if use_cuda else "cpu", mxfp8_kernels=args.mxfp8_kernels)
+    if not use_cuda:  # all ranks of a local run share this machine's RAM; refuse before allocating
+        ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if world is not None else ep
+        check_memory(estimate_memory_bytes(spec, layer_id, ep, args.tokens, seq_len,
+                                           torch.tensor([], dtype=gemm.dtype).element_size()), ranks_here)
     if dispatch == "all_to_all" and args.a2a_payload == "mxfp8" and spec.dim % 32:
         raise ConfigError(f"--a2a-payload mxfp8: model dim D ({spec.dim}) must be a multiple of 32")
     if dispatch == "deepep" and args.deepep_buffer == "real":
@@ -202,6 +206,58 @@ def validate(args: argparse.Namespace) -> RunConfig:
     )
 
 
+def estimate_memory_bytes(spec: Any, layer_id: int, ep: int, tokens: int, seq_len: int, dtype_bytes: int) -> int:
+    """Bytes one rank allocates for the layer, from the model's dimensions: weights and gradients of the
+    attention, norms, router, shared experts and its ``1/ep`` of the routed experts (or the dense FFN),
+    and activations of ``tokens`` tokens (hidden states, ``top_k`` routed copies through the experts,
+    ``seq_len x seq_len`` attention scores per head). A floor, not a bound: allocator slack comes on top.
+
+    >>> from sim.catalog import load_model
+    >>> round(estimate_memory_bytes(load_model("deepseek-v3-671b"), 3, 1, 256, 256, 2) / 1e9)
+    46
+    """
+    from sim.accounting import count_params
+
+    c = count_params(spec)
+    dense = layer_id < spec.n_dense_layers
+    ffn = c.dense_ffn_per_layer if dense else (c.router_per_layer + c.shared_experts_per_layer
+                                                + -(-c.routed_experts_per_layer // max(1, ep)))
+    params = c.attention_per_layer + c.norms_per_layer + ffn
+    copies = 1 if dense else spec.top_k
+    inter = spec.dense_inter_dim if dense else spec.moe_inter_dim
+    activations = tokens * (12 * spec.dim + copies * (4 * spec.dim + 4 * inter)) + \
+        2 * tokens * seq_len * spec.n_heads
+    return int((2 * params + activations) * dtype_bytes)
+
+
+def available_memory_bytes() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` (None where there is no such file)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_memory(per_rank_bytes: int, ranks: int) -> None:
+    """A :class:`~reference.errors.ConfigError` when ``ranks`` ranks of ``per_rank_bytes`` exceed the RAM
+    available now (``MOESIM_REFERENCE_MEMORY_CHECK=0`` skips the check)."""
+    from reference.errors import ConfigError
+
+    available = available_memory_bytes()
+    if available is None or os.environ.get("MOESIM_REFERENCE_MEMORY_CHECK", "1") == "0":
+        return
+    need = per_rank_bytes * max(1, ranks)
+    if need > available:
+        raise ConfigError(f"the layer needs about {need / 2**30:.1f} GiB ({ranks} rank(s) x {per_rank_bytes / 2**30:.1f} "
+                          f"GiB of weights, gradients and activations), more than the {available / 2**30:.1f} GiB "
+                          "of RAM available (MemAvailable); use a smaller --model or --tokens, a larger --ep, "
+                          "or MOESIM_REFERENCE_MEMORY_CHECK=0 to run anyway")
+
+
 def _can_create_in(folder: Path) -> bool:
     """Whether a directory can be made in ``folder`` (a probe, removed at once: root ignores mode bits)."""
     try:
@@ -210,6 +266,37 @@ def _can_create_in(folder: Path) -> bool:
         return False
     os.rmdir(probe)
     return True
+
+
+_LOCAL_LAUNCH_VAR = "MOESIM_REFERENCE_LOCAL_LAUNCH"
+"""Set by :func:`launch` in its ranks: rank 0 serves the rendezvous store on ``MASTER_ADDR`` only."""
+
+
+def rendezvous_addr() -> str:
+    """Where :func:`launch`'s ranks meet: ``MOESIM_RENDEZVOUS_ADDR`` if the user asks for another address,
+    else loopback (``127.0.0.1``): nothing listens on the machine's other interfaces."""
+    return os.environ.get("MOESIM_RENDEZVOUS_ADDR", "").strip() or "127.0.0.1"
+
+
+def _local_store(rank: int, world_size: int, timeout_s: float) -> dict[str, Any]:
+    """``store``/``rank``/``world_size`` of ``init_process_group`` for ranks of :func:`launch`: rank 0's
+    TCPStore listens on a socket bound to ``MASTER_ADDR`` only (torch's default store binds every
+    interface). Empty under torchrun, whose agent owns the rendezvous."""
+    if os.environ.get(_LOCAL_LAUNCH_VAR) != "1":
+        return {}
+    import socket
+
+    import torch.distributed as dist
+
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    listen: socket.socket | None = None
+    if rank == 0:
+        listen = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM)
+        listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listen.bind((addr, port))
+    store = dist.TCPStore(addr, port, world_size, rank == 0, timeout=datetime.timedelta(seconds=timeout_s),
+                          **({"master_listen_fd": listen.detach()} if listen is not None else {}))
+    return {"store": store, "rank": rank, "world_size": world_size}
 
 
 def partial_dir(profile: str) -> Path:
@@ -227,7 +314,10 @@ def launch(config: RunConfig, argv: list[str]) -> int:
     os.environ[_RUN_ID_VAR] = run_id = f"{os.getpid()}-{time.time_ns()}"  # the ranks mark DIR.partial with it
     for rank in range(config.ep):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(config.ep),
-                   LOCAL_WORLD_SIZE=str(config.ep), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                   LOCAL_WORLD_SIZE=str(config.ep), MASTER_ADDR=rendezvous_addr(), MASTER_PORT=str(port))
+        env[_LOCAL_LAUNCH_VAR] = "1"  # the ranks bind their rendezvous store to MASTER_ADDR only
+        if env["MASTER_ADDR"] == "127.0.0.1" and sys.platform.startswith("linux"):
+            env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own sockets on loopback too
         env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does: ranks must not oversubscribe cores
         procs.append(subprocess.Popen([sys.executable, "-m", "reference.run", *argv], env=env))
     deadline = time.monotonic() + config.timeout_s + 60
@@ -332,7 +422,8 @@ def run_worker(config: RunConfig, argv: list[str]) -> dict[str, Any]:
             torch.cuda.set_device(device)
         pg_backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(pg_backend, timeout=datetime.timedelta(seconds=config.timeout_s),
-                                **({"device_id": device} if device.type == "cuda" else {}))
+                                **({"device_id": device} if device.type == "cuda" else {}),
+                                **_local_store(rank, world_size, config.timeout_s))
     partial = partial_dir(config.profile) if config.profile else None
     done = created = False
     try:
