@@ -338,6 +338,10 @@ class ClusterSpec:
         return dataclasses.replace(self, n_gpus=n_gpus)
 
 
+#: CUDA-graph scopes a plan may name (``ParallelPlan.cuda_graphs``).
+CUDA_GRAPH_SCOPES = ("stack", "none", "partial", "full")
+
+
 @dataclass(frozen=True)
 class ParallelPlan:
     """How one step is split over the GPUs, TorchTitan style.
@@ -384,6 +388,9 @@ class ParallelPlan:
     #: dtype gradients are accumulated and reduced in: "fp32" or "bf16" (Megatron ``grad_reduce_in_fp32``,
     #: TorchTitan ``mixed_precision_reduce``); "" = the stack's (``StackProfile.grad_bytes``).
     grad_reduce_dtype: str = ""
+    #: CUDA-graph scope of the run's recipe: "stack" (the stack's launch mode), "none" (eager launches),
+    #: "partial" (Megatron's TE scopes: attention, router, preprocess) or "full" (full-iteration graphs).
+    cuda_graphs: str = "stack"
 
     def __post_init__(self) -> None:
         owner = "plan"
@@ -413,6 +420,7 @@ class ParallelPlan:
                               f"got ac {self.ac!r}")
         _require_choice(owner, "precision", self.precision, PRECISIONS)
         _require_choice(owner, "ep_backend", self.ep_backend, EP_BACKENDS)
+        _require_choice(owner, "cuda_graphs", self.cuda_graphs, CUDA_GRAPH_SCOPES)
         if self.etp not in (1, self.tp):
             raise ConfigError(f"plan: etp ({self.etp}) must be 1 or equal to tp ({self.tp})")
         if self.pp_schedule == "1f1b" and self.vpp != 1:

@@ -128,11 +128,11 @@ def layer_sim_seconds(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan
     so these give a pipeline lower bound far tighter than compute alone, at a fraction of a prediction;
     with ``memo`` (a search's) the predictions of the plans reuse these simulations."""
     from sim.predict.layers import simulate_layer
-    from sim.predict.timing import Context
+    from sim.predict import simulation_context
 
     stack = stack_profile(stack_name)
     placed = stack.place(cluster)
-    ctx = Context(model, placed, plan, costs or costs_for(placed.gpu), stack, memo)
+    ctx = simulation_context(model, placed, plan, costs or costs_for(placed.gpu), stack, memo)
     kinds = {"embed", "head", "moe" if model.n_moe_layers else "dense"}
     if model.n_dense_layers:
         kinds.add("dense")
@@ -151,8 +151,8 @@ def step_bound_seconds(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
     overlapped pair at its compute alone (:func:`sim.predict.pipeline.step_lower_bound_s`), a fraction of a
     prediction with ``memo`` holding the layers."""
     from sim.predict.pipeline import step_lower_bound_s
-    from sim.predict.timing import Context
+    from sim.predict import simulation_context
 
     stack = stack_profile(stack_name)
     placed = stack.place(cluster)
-    return step_lower_bound_s(Context(model, placed, plan, costs or costs_for(placed.gpu), stack, memo))
+    return step_lower_bound_s(simulation_context(model, placed, plan, costs or costs_for(placed.gpu), stack, memo))

@@ -268,3 +268,39 @@ def format_result(result: ValidationResult, failures: Sequence[str] = ()) -> str
     lines.append("")
     lines.extend(f"source [{r.run_id}]: {r.source}" for r in result.rows)
     return "\n".join(lines)
+
+
+def logo_validation(path: str | Path | None = None) -> dict[str, Any]:
+    """Leave-one-group-out errors of the step-level runs (a group = system class x stack).
+
+    For the shipped dataset every run is predicted with the joint calibration refitted without its group
+    (the folds stored by ``python -m studies.joint_fit --write`` in ``sim/data/joint_fit.json``); a user's own
+    dataset (``path``) was never seen by the fit, so its runs are predicted with the shipped parameters.
+    Returns ``{"logo_mape", "logo_max", "runs": [{"id", "group", "measured", "predicted", "error"}],
+    "params": the shipped parameters with their uncertainty and constraining runs, "stale": bool}``.
+    """
+    from sim.joint import joint_fit_record, shipped_values
+    from studies.joint_fit import dataset_digest, load_cases, predict_cases
+
+    record = joint_fit_record()
+    folds = record.get("logo", {}) if path is None else {}
+    stale = path is None and record.get("dataset_sha256") != dataset_digest()
+    shipped = shipped_values()
+    runs = []
+    for case in load_cases(path):
+        fold = folds.get(case.group)
+        values = dict(shipped, **fold["params"]) if fold else shipped
+        try:
+            pred = float(predict_cases([case], values)[0])
+        except MoesimError as err:
+            runs.append({"id": case.run.id, "group": case.group, "skipped": str(err)})
+            continue
+        meas = case.run.measured_tokens_per_s_per_gpu
+        runs.append({"id": case.run.id, "group": case.group, "measured": meas, "predicted": pred,
+                     "error": pred / meas - 1, "held_out_fold": bool(fold)})
+    errs = [abs(r["error"]) for r in runs if "error" in r]
+    return {"logo_mape": sum(errs) / len(errs) if errs else None, "logo_max": max(errs) if errs else None,
+            "runs": runs, "params": record.get("params", {}), "stale": stale,
+            "note": ("each run predicted by the joint calibration refitted without its group "
+                     "(python -m studies.joint_fit; docs/transfer.md)" if path is None else
+                     "a user's dataset: every run predicted by the shipped joint calibration, which never saw it")}

@@ -27,6 +27,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,7 @@ from sim.accounting import (
     torchtitan_flops_per_token,
 )
 from sim.costs import CostModel, default_costs
+from sim.joint import apply_params, shipped_values
 from sim.errors import ConfigError, PlanError
 from sim.predict.breakdown import bottleneck, breakdown, comm_report
 from sim.predict.layers import SimResult
@@ -45,7 +47,7 @@ from sim.predict.timing import Context
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 from sim.stacks import StackProfile, load_stack
 
-__all__ = ["Prediction", "SimResult", "SimMemo", "LayerResult", "predict", "validate_plan"]
+__all__ = ["Prediction", "SimResult", "SimMemo", "LayerResult", "predict", "validate_plan", "simulation_context"]
 
 #: the former name of a simulated layer's result
 LayerResult = SimResult
@@ -130,13 +132,27 @@ def validate_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
                             f"'interleaved-1f1b'; got pp ({plan.pp}) with {plan.pp_schedule!r}")
 
 
+def simulation_context(model: ModelSpec, placed: ClusterSpec, plan: ParallelPlan, costs: CostModel,
+                       stack: StackProfile, memo: SimMemo | None = None,
+                       params: Mapping[str, float] | None = None) -> Context:
+    """The engine's context for a plan on an already placed cluster: the joint calibration's parameters
+    (``params``; None: the shipped fit, :func:`sim.joint.shipped_values`) applied to the cluster's GPU, the
+    costs and the stack (:func:`sim.joint.apply_params`), the one way every prediction and bound gets them."""
+    values = shipped_values() if params is None else params
+    sim_cluster, costs, stack = apply_params(values, placed, costs, stack, plan)
+    return Context(model, sim_cluster, plan, costs, stack, memo)
+
+
 def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: CostModel | None = None,
-            *, stack: StackProfile | str | None = None, name: str = "", memo: SimMemo | None = None) -> Prediction:
+            *, stack: StackProfile | str | None = None, name: str = "", memo: SimMemo | None = None,
+            params: Mapping[str, float] | None = None) -> Prediction:
     """Predict one training step of ``model`` on ``cluster`` under ``plan`` with framework ``stack`` (a
     profile, a built-in profile name or a profile file; None: the ``torchtitan`` profile).
 
     ``memo``: layer and pair simulations shared across predictions of one model, cluster, cost model and
     stack (a plan search's; :mod:`sim.predict.memo`); the prediction is the same with or without it.
+
+    ``params``: the joint calibration's parameters (:mod:`sim.joint`); None: the shipped fit.
 
     Raises :class:`~sim.errors.PlanError` for plans that cannot run.
     """
@@ -144,7 +160,7 @@ def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: C
     cluster = stack.place(cluster)  # e.g. Megatron's 64 ranks per NVL72 rack
     validate_plan(model, cluster, plan, stack)
     costs = costs or default_costs(cluster.gpu)
-    ctx = Context(model, cluster, plan, costs, stack, memo)
+    ctx = simulation_context(model, cluster, plan, costs, stack, memo, params)
     step = assemble(ctx)
     parts, hidden = breakdown(step)
     bound, bound_share = bottleneck(parts)

@@ -1,0 +1,193 @@
+"""The joint calibration: a few named parameters of mechanisms, each shared by every run it applies to.
+
+A prediction's costs come from three inputs (a :class:`~sim.costs.CostModel` per GPU architecture, a
+:class:`~sim.stacks.StackProfile` per framework release, the cluster's GPU). What the public record does not
+pin down is left to a small set of *named* parameters, fitted jointly by least squares over every measured run
+(``python -m studies.joint_fit --write``) and stored with their uncertainty, correlations and the runs that
+constrain them in ``sim/data/joint_fit.json``. This module is the one place they enter a prediction
+(:func:`apply_params`), so a parameter means the same thing in every run.
+
+Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where no run constrains it):
+
+- ``release.<profile>``: what is left of how fast a framework release is, one scalar per release
+  (every op class alike), fitted over that release's runs on every GPU class;
+- ``chip.nvl72_rate``: the tensor rate a 1200 W Grace-Blackwell part (GB200, GB300) sustains in training, as a
+  fraction of its datasheet rate (its datasheet says +11% over the HGX part; same-plan runs say ~0);
+- ``chip.sm103_clock``: Blackwell Ultra's sustained tensor clock over Blackwell's (B300 2032 MHz / B200 1965 MHz);
+- ``launch.<mode>_s``: host launch cost per kernel by launch mode (eager, compiled, CUDA graphs; partial graphs
+  are half and half);
+- ``host.sync_s``: the GPU idle time of one blocking device-to-host sync (copy, then the CPU relaunching);
+- ``grouped.half_rows``: the rows per expert at which a grouped GEMM runs at half its large-shape efficiency
+  (the large-shape efficiencies are sourced per precision and pass: :data:`GROUPED_LARGE`).
+
+>>> v = prior_values()
+>>> round(v["chip.sm103_clock"], 4), v["launch.graphs_s"]
+(1.0341, 1.34e-06)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from sim.costs import CostModel, Curve
+from sim.errors import ConfigError
+from sim.specs import ClusterSpec, ParallelPlan
+from sim.stacks import StackProfile
+
+__all__ = ["ParamSpec", "PARAMS", "PARAM_NAMES", "prior_values", "shipped_values", "apply_params",
+           "launch_mode", "JOINT_FIT_FILE", "NVL72_PARTS", "joint_fit_record", "grouped_curve", "GROUPED_LARGE"]
+
+#: The registry of fitted numbers (values, uncertainties, correlations, constraining runs, LOGO folds).
+JOINT_FIT_FILE = "data/joint_fit.json"
+#: GPUs that are the 1200 W Grace-Blackwell parts of NVL72 racks (``chip.nvl72_rate``).
+NVL72_PARTS = ("gb200", "gb300")
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One named parameter: its mechanism, its sourced prior, its bounds, whether the fit may move it."""
+
+    name: str
+    prior: float
+    lower: float
+    upper: float
+    mechanism: str
+    source: str
+    fitted: bool = True
+
+
+PARAMS: tuple[ParamSpec, ...] = (
+    ParamSpec("release.torchtitan", 0.468, 0.1, 1.5, "TorchTitan (1a36996b) kernel speed relative to the "
+              "calibration's rates, every op class", "prior: the former one-run fit on titan-dsv3-b200-bf16"),
+    ParamSpec("release.megatron-26.02", 0.70, 0.1, 1.5, "Megatron-Bridge 26.02 kernel speed relative to the "
+              "calibration's rates", "prior: the former one-run fit on mcore-26.02-dsv3-256xb200"),
+    ParamSpec("release.megatron-26.04", 0.736, 0.1, 1.5, "Megatron-Bridge 26.04 kernel speed relative to the "
+              "calibration's rates", "prior: the former one-run fit on mcore-26.04-dsv3-256xb200"),
+    ParamSpec("chip.nvl72_rate", 1.0, 0.7, 1.15, "tensor rate a GB200/GB300 sustains in training over its "
+              "datasheet rate (2500/5000 TFLOPS at 1200 W)", "prior: the datasheet (published.md s3)"),
+    ParamSpec("chip.sm103_clock", 2032 / 1965, 0.9, 1.3, "Blackwell Ultra (sm103) tensor rate over its datasheet "
+              "(the same dense TFLOPS as B200): its sustained clock", "sglang PR #28460 (published.md s7): "
+              "B300 1100 W 2032 MHz, B200 1000 W 1965 MHz"),
+    ParamSpec("launch.eager_s", 4e-6, 0.0, 40e-6, "host time per kernel launch, eager PyTorch/TE (the GPU waits "
+              "when kernels are shorter)", "prior: GB200 raw cuLaunchKernel 3.0 us, Triton 4.7 us "
+              "(tritonbench PR #1017, published.md s8)"),
+    ParamSpec("launch.compiled_s", 4e-6, 0.0, 40e-6, "host time per kernel launch under torch.compile "
+              "(Inductor wrappers)", "prior: assumed 4 us (Inductor per kernel 6.8 us on GB200, tritonbench "
+              "PR #1017)"),
+    ParamSpec("launch.graphs_s", 1.34e-6, 0.0, 10e-6, "device time per serialized CUDA-graph node",
+              "Megatron-LM PR #6064: 1.34 us per node, 0.55 us gap (published.md s8)", fitted=False),
+    ParamSpec("host.sync_s", 100e-6, 0.0, 3e-3, "GPU idle per blocking device-to-host sync (the copy, then the "
+              "CPU relaunching the next kernels)", "prior: assumed 100 us; TorchTitan PR #2207: one sync "
+              "less per MoE layer gave +12% on GB200 (published.md s7)"),
+    ParamSpec("grouped.half_rows", 340.0, 16.0, 8192.0, "rows per expert at which a grouped GEMM reaches half its "
+              "large-shape efficiency (per-expert weight loads, tile and wave quantisation: eff = e_large x "
+              "r / (r + r_half))", "prior: flashinfer PR #2503 (published.md s8), block-scaled masked grouped "
+              "GEMM on Blackwell: 431 TFLOPS at 28 rows, 3,249 at 455 rows per expert -> r_half = 341"),
+)
+PARAM_NAMES = tuple(p.name for p in PARAMS)
+_BY_NAME = {p.name: p for p in PARAMS}
+
+
+def prior_values() -> dict[str, float]:
+    """Every parameter at its sourced prior."""
+    return {p.name: p.prior for p in PARAMS}
+
+
+@cache
+def joint_fit_record() -> dict[str, Any]:
+    """The stored joint fit (``sim/data/joint_fit.json``); an empty record when none is shipped."""
+    path = resources.files("sim").joinpath(JOINT_FIT_FILE)
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:  # a shipped file: a bug, but name it
+        raise ConfigError(f"sim/{JOINT_FIT_FILE}: malformed JSON: {err}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def shipped_values() -> dict[str, float]:
+    """The parameters every prediction uses: the stored joint fit over its priors."""
+    values = prior_values()
+    for name, rec in joint_fit_record().get("params", {}).items():
+        if name in values and isinstance(rec, dict) and isinstance(rec.get("value"), (int, float)):
+            values[name] = float(rec["value"])
+    return values
+
+
+def launch_mode(stack: StackProfile, plan: ParallelPlan) -> str:
+    """How the plan's kernels reach the GPU: the plan's ``cuda_graphs`` when it says, else the stack's launch."""
+    graphs = getattr(plan, "cuda_graphs", "stack")
+    if graphs == "full":
+        return "graphs"
+    if graphs == "partial":
+        return "partial"
+    if graphs == "none":
+        return "eager" if stack.launch == "cuda_graphs" else stack.launch
+    return {"cuda_graphs": "graphs"}.get(stack.launch, stack.launch)
+
+
+def _launch_s(mode: str, values: Mapping[str, float]) -> float:
+    if mode == "partial":  # attention, router and preprocess graphed (TE scopes), the rest eager
+        return 0.5 * (values["launch.eager_s"] + values["launch.graphs_s"])
+    return values[f"launch.{mode}_s"]
+
+
+#: Grouped GEMM efficiency at the large reference shape (16,384 rows per expert), per curve key, overriding the
+#: cost model's own value there. Empty: every curve keeps its sourced large-shape value (BF16 0.50 and the
+#: MXFP8 curves derived from TorchAO's per-kernel breakdown of the seed era, published.md s4; FP8 blockwise
+#: 0.9 x BF16). TorchAO's later README (@0b1bb117: 74.6% forward, 56.9% wgrad at 16,384 rows per expert,
+#: published.md s8) is a newer kernel than the seed runs' torchao 0.17, so it is not applied to them.
+GROUPED_LARGE: dict[str, float] = {}
+_REF_ROWS = 16384.0  # rows per expert of the large reference shape
+_CURVE_GROUPS = 8  # the cost model reads its grouped curves at rows per expert x 8 (sim.costs.GROUPED_REF_GROUPS)
+_ROWS_GRID = tuple(float(2 ** k) for k in range(4, 18))  # 16 .. 131072 rows per expert
+
+
+def grouped_curve(large_eff: float, half_rows: float) -> Curve:
+    """A grouped GEMM efficiency curve (indexed like the cost model's: rows per expert x 8) that is
+    ``large_eff`` at 16,384 rows per expert and follows r / (r + ``half_rows``) below and above it."""
+    ref = _REF_ROWS / (_REF_ROWS + half_rows)
+    vals = tuple(max(1e-3, min(1.0, large_eff * (r / (r + half_rows)) / ref)) for r in _ROWS_GRID)
+    return Curve(tuple(r * _CURVE_GROUPS for r in _ROWS_GRID), vals)
+
+
+def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostModel, stack: StackProfile,
+                 plan: ParallelPlan) -> tuple[ClusterSpec, CostModel, StackProfile]:
+    """The cluster, costs and stack a prediction runs with under joint parameters ``values``.
+
+    Release scalars, launch and host-sync costs apply to the stack releases the joint fit covers (a user's own
+    stack file keeps its numbers); chip rates to the parts they name; the grouped-GEMM roll-off to the default
+    (datasheet-and-microbenchmark) cost model, never to a calibration fitted from a trace.
+    """
+    release = f"release.{stack.name}"
+    if release in values:
+        mode = launch_mode(stack, plan)
+        stack = replace(stack, efficiency={"*": {"default": float(values[release])}},
+                        kernel_overhead_s=float(_launch_s(mode, values)), host_sync_s=float(values["host.sync_s"]))
+    gpu = cluster.gpu
+    rate = 1.0
+    if gpu.name in NVL72_PARTS:
+        rate *= values["chip.nvl72_rate"]
+    if gpu.arch == "sm103":
+        rate *= values["chip.sm103_clock"]
+    if rate != 1.0:
+        gpu = replace(gpu, bf16_flops=gpu.bf16_flops * rate, fp8_flops=gpu.fp8_flops * rate,
+                      fp4_flops=gpu.fp4_flops * rate, exp_per_s=gpu.exp_per_s * rate)
+        cluster = replace(cluster, gpu=gpu)
+    if costs.provenance.startswith("moesim defaults"):  # a trace-fitted calibration keeps its measured curves
+        half = values["grouped.half_rows"]
+        costs = replace(costs, grouped_gemm_eff={
+            k: grouped_curve(GROUPED_LARGE.get(k, c(_REF_ROWS * _CURVE_GROUPS)), half)
+            for k, c in costs.grouped_gemm_eff.items()})
+    return cluster, costs, stack
+
+
+def spec(name: str) -> ParamSpec:
+    """The :class:`ParamSpec` called ``name`` (a :class:`KeyError` naming it otherwise)."""
+    return _BY_NAME[name]

@@ -1,0 +1,305 @@
+"""One joint calibration of the named parameters (:mod:`sim.joint`) over every measured run, validated by
+leave-one-group-out.
+
+The fit: ``scipy.optimize.least_squares`` on the log errors ``log(predicted / measured)`` of every step-level
+run of the shipped dataset, each predicted by the full simulator (:func:`sim.predict.predict`) under the
+candidate parameters. A parameter that no run moves (its column of the Jacobian is ~0) is not fitted: it keeps
+its sourced prior. Each fitted parameter is reported with its standard error and correlations (from the
+Jacobian at the optimum, scaled by the residual variance) and with the runs that constrain it (those whose
+prediction it moves most).
+
+Leave-one-group-out (a group = system class x stack, e.g. ``gb200-nvl72 x megatron``): for each group the
+parameters are refitted without its runs -- one Gauss-Newton step from the joint optimum on the other runs'
+residuals and Jacobian (the full nonlinear refit per group costs minutes; the step is exact for a linear
+model, and every held-out run is then predicted by the full simulator at the refitted values) -- and the
+group's runs are predicted by that calibration, which never saw them.
+
+``python -m studies.joint_fit [--write] [--ablation]``: fit, LOGO, print; ``--write`` stores
+``sim/data/joint_fit.json`` (read by every prediction); ``--ablation`` refits with each mechanism switched off
+and reports its effect on the LOGO error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from sim.costs import CostModel, default_costs
+from sim.joint import JOINT_FIT_FILE, PARAM_NAMES, PARAMS, prior_values, spec
+from sim.measured_runs import MeasuredRun, resolve_run
+from sim.predict import predict
+from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
+from sim.stacks import StackProfile, load_stack, profile_for
+from studies.dataset import load_runs
+
+__all__ = ["RunCase", "JointFit", "load_cases", "group_of", "fit_joint", "logo", "predict_cases", "main",
+           "ABLATIONS", "dataset_digest"]
+
+#: A Jacobian column whose largest entry (log error per unit relative change) is below this constrains nothing.
+_CONSTRAINED = 0.02
+#: a run constrains a parameter when its sensitivity is at least this share of the parameter's largest one
+_CONSTRAINS_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class RunCase:
+    """A measured run resolved once: what the simulator needs to predict it."""
+
+    run: MeasuredRun
+    model: ModelSpec
+    cluster: ClusterSpec
+    plan: ParallelPlan
+    stack: StackProfile
+    costs: CostModel
+
+    @property
+    def group(self) -> str:
+        return group_of(self.run)
+
+
+def group_of(run: MeasuredRun) -> str:
+    """A run's leave-one-group-out group: its system class (cluster template) x its stack."""
+    return f"{run.cluster} x {run.stack}"
+
+
+def load_cases(path: str | Path | None = None) -> list[RunCase]:
+    """Every step-level run of the dataset at ``path`` (default: the shipped one), resolved."""
+    cases = []
+    for run in load_runs(path):
+        model, cluster, plan = resolve_run(run)
+        stack = load_stack(profile_for(run.stack, run.release))
+        cases.append(RunCase(run, model, cluster, plan, stack, default_costs(cluster.gpu)))
+    return cases
+
+
+def predict_cases(cases: Sequence[RunCase], values: Mapping[str, float]) -> np.ndarray:
+    """Predicted tokens/s per GPU of every case under parameter ``values``."""
+    return np.array([predict(c.model, c.cluster, c.plan, c.costs, stack=c.stack, params=values).tokens_per_s_per_gpu
+                     for c in cases])
+
+
+def _measured(cases: Sequence[RunCase]) -> np.ndarray:
+    return np.array([c.run.measured_tokens_per_s_per_gpu for c in cases], dtype=float)
+
+
+@dataclass
+class JointFit:
+    """The result of one joint fit: values, which were fitted, their uncertainty and what constrains them."""
+
+    values: dict[str, float]
+    free: list[str]
+    sigma: dict[str, float]
+    correlation: list[list[float]]
+    constrained_by: dict[str, list[str]]
+    residuals: dict[str, float]
+    jacobian: np.ndarray
+    run_ids: list[str]
+    held_fixed: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        params = {}
+        for p in PARAMS:
+            params[p.name] = {
+                "value": self.values[p.name], "prior": p.prior, "fitted": p.name in self.free,
+                "sigma": self.sigma.get(p.name), "constrained_by": self.constrained_by.get(p.name, []),
+                "mechanism": p.mechanism, "source": p.source,
+                "note": self.held_fixed.get(p.name, "fitted jointly" if p.name in self.free else ""),
+            }
+        return {"params": params, "free": self.free,
+                "correlation": {"names": self.free, "matrix": self.correlation},
+                "residuals": self.residuals}
+
+
+def _log_errors(cases: Sequence[RunCase], values: Mapping[str, float]) -> np.ndarray:
+    return np.log(predict_cases(cases, values) / _measured(cases))
+
+
+def _jacobian(cases: Sequence[RunCase], values: Mapping[str, float], names: Sequence[str],
+              base: np.ndarray, step: float = 0.02) -> np.ndarray:
+    """d log(pred) / d log(param) by forward differences (parameters at 0 take an absolute step of their upper
+    bound x ``step``)."""
+    cols = []
+    for name in names:
+        v = values[name]
+        h = v * step if v > 0 else spec(name).upper * step
+        moved = dict(values, **{name: v + h})
+        rel = h / v if v > 0 else step
+        cols.append((_log_errors(cases, moved) - base) / rel)
+    return np.array(cols).T if cols else np.zeros((len(cases), 0))
+
+
+def fit_joint(cases: Sequence[RunCase], start: Mapping[str, float] | None = None,
+              fixed: Mapping[str, float] | None = None, max_nfev: int = 12) -> JointFit:
+    """Least-squares fit of every fitted parameter that some case constrains; ``fixed``: held at these values."""
+    values = dict(start or prior_values())
+    held: dict[str, str] = {}
+    for name, v in (fixed or {}).items():
+        values[name] = v
+        held[name] = "held fixed (ablation)"
+    candidates = [p.name for p in PARAMS if p.fitted and p.name not in held]
+    for p in PARAMS:
+        if not p.fitted:
+            held[p.name] = "sourced, not fitted"
+    base = _log_errors(cases, values)
+    jac = _jacobian(cases, values, candidates, base)
+    free = []
+    for i, name in enumerate(candidates):
+        if np.abs(jac[:, i]).max() >= _CONSTRAINED:
+            free.append(name)
+        else:
+            held[name] = "no run constrains it: keeps its sourced prior"
+            values[name] = spec(name).prior
+    scale = np.array([values[n] if values[n] > 0 else spec(n).upper * 0.1 for n in free])
+
+    def residual(z: np.ndarray) -> np.ndarray:
+        trial = dict(values, **{n: float(x) for n, x in zip(free, z * scale, strict=True)})
+        return _log_errors(cases, trial)
+
+    lo = np.array([spec(n).lower for n in free]) / scale
+    hi = np.array([spec(n).upper for n in free]) / scale
+    z0 = np.clip(np.ones(len(free)), lo + 1e-9, hi - 1e-9)
+    res = least_squares(residual, z0, bounds=(lo, hi), diff_step=0.02, max_nfev=max_nfev, x_scale=1.0)
+    for n, x in zip(free, res.x * scale, strict=True):
+        values[n] = float(x)
+    r = res.fun
+    j = res.jac / 1.0  # d r / d z, z = value / scale
+    dof = max(1, len(r) - len(free))
+    s2 = float(r @ r) / dof
+    try:
+        cov_z = np.linalg.pinv(j.T @ j) * s2
+    except np.linalg.LinAlgError:  # pragma: no cover - pinv does not raise on finite input
+        cov_z = np.full((len(free), len(free)), np.nan)
+    sd_z = np.sqrt(np.clip(np.diag(cov_z), 0.0, None))
+    sigma = {n: float(sd * s) for n, sd, s in zip(free, sd_z, scale, strict=True)}
+    denom = np.outer(sd_z, sd_z)
+    corr = np.where(denom > 0, cov_z / np.where(denom > 0, denom, 1.0), 0.0)
+    ids = [c.run.id for c in cases]
+    constrained_by = {}
+    for i, n in enumerate(free):
+        col = np.abs(j[:, i])
+        top = col.max() if len(col) else 0.0
+        constrained_by[n] = [ids[k] for k in np.argsort(-col) if top > 0 and col[k] >= _CONSTRAINS_SHARE * top]
+    return JointFit(values, free, sigma, [[round(float(x), 3) for x in row] for row in corr], constrained_by,
+                    {rid: float(x) for rid, x in zip(ids, r, strict=True)}, j, ids, held)
+
+
+def logo(cases: Sequence[RunCase], fit: JointFit) -> dict[str, dict[str, Any]]:
+    """Leave-one-group-out: per group, the parameters refitted without its runs (one Gauss-Newton step from the
+    joint optimum on the other runs) and its runs' log errors predicted at them by the full simulator."""
+    ids = fit.run_ids
+    r = np.array([fit.residuals[i] for i in ids])
+    groups: dict[str, list[int]] = {}
+    for k, c in enumerate(cases):
+        groups.setdefault(c.group, []).append(k)
+    out: dict[str, dict[str, Any]] = {}
+    for g, members in sorted(groups.items()):
+        keep = [k for k in range(len(cases)) if k not in members]
+        values = dict(fit.values)
+        if fit.free and keep:
+            jk, rk = fit.jacobian[keep], r[keep]
+            active = [i for i in range(len(fit.free)) if np.abs(jk[:, i]).max() >= _CONSTRAINED]
+            if active:
+                ja = jk[:, active]
+                dz = np.linalg.lstsq(ja, -rk, rcond=None)[0]
+                for i, d in zip(active, dz, strict=True):
+                    n = fit.free[i]
+                    scale = fit.values[n] if fit.values[n] > 0 else spec(n).upper * 0.1
+                    values[n] = float(np.clip(fit.values[n] + d * scale, spec(n).lower, spec(n).upper))
+            for i, n in enumerate(fit.free):  # a parameter only the held-out group constrains: its prior
+                if i not in active:
+                    values[n] = spec(n).prior
+        held = [cases[k] for k in members]
+        errs = predict_cases(held, values) / _measured(held) - 1
+        out[g] = {"runs": [c.run.id for c in held], "errors": [float(e) for e in errs],
+                  "params": {n: values[n] for n in fit.free}}
+    return out
+
+
+def logo_summary(folds: Mapping[str, Mapping[str, Any]]) -> tuple[float, float]:
+    """(mean |error|, max |error|) over every run predicted by a calibration that did not see its group."""
+    errs = [abs(e) for f in folds.values() for e in f["errors"]]
+    return (float(np.mean(errs)) if errs else math.nan, float(np.max(errs)) if errs else math.nan)
+
+
+#: Mechanisms switched off for the ablation: parameter values that reduce each to the simpler model.
+ABLATIONS: dict[str, dict[str, float]] = {
+    "NVL72 sustained chip rate (chip.nvl72_rate = datasheet)": {"chip.nvl72_rate": 1.0},
+    "Blackwell Ultra clock (chip.sm103_clock = 1)": {"chip.sm103_clock": 1.0},
+    "launch modes (CUDA graphs cost as eager)": {"launch.graphs_s": -1.0},
+    "grouped GEMM roll-off fitted (held at its flashinfer prior)": {"grouped.half_rows": 340.0},
+    "host syncs (host.sync_s = 0)": {"host.sync_s": 0.0},
+}
+
+
+def _ablation_fixed(fit: JointFit, fixed: Mapping[str, float]) -> dict[str, float]:
+    out = dict(fixed)
+    if out.get("launch.graphs_s") == -1.0:
+        out["launch.graphs_s"] = fit.values["launch.eager_s"]
+    return out
+
+
+def dataset_digest(path: str | Path | None = None) -> str:
+    """SHA-256 of the dataset file the fit read (the shipped one by default)."""
+    p = Path(path) if path else Path(str(resources.files("studies").joinpath("data/measured_runs.toml")))
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def _table(fit: JointFit, folds: Mapping[str, Mapping[str, Any]]) -> str:
+    lines = [f"{'parameter':26s} {'value':>11s} {'sigma':>10s} {'prior':>11s}  constrained by / note"]
+    for p in PARAMS:
+        v, s = fit.values[p.name], fit.sigma.get(p.name)
+        note = ", ".join(fit.constrained_by.get(p.name, [])[:4]) or fit.held_fixed.get(p.name, "")
+        lines.append(f"{p.name:26s} {v:11.4g} {(f'{s:.3g}' if s is not None else '-'):>10s} {p.prior:11.4g}  {note}")
+    lines.append("")
+    for g, f in folds.items():
+        errs = " ".join(f"{rid}={e:+.1%}" for rid, e in zip(f["runs"], f["errors"], strict=True))
+        lines.append(f"LOGO {g}: {errs}")
+    mape, mx = logo_summary(folds)
+    lines.append(f"LOGO mean |error| {mape:.1%}, max {mx:.1%}; in-sample RMS log error "
+                 f"{math.sqrt(np.mean(np.square(list(fit.residuals.values())))):.3f}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m studies.joint_fit", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--write", action="store_true", help=f"store the fit in sim/{JOINT_FIT_FILE}")
+    ap.add_argument("--ablation", action="store_true", help="refit with each mechanism off; LOGO error of each")
+    ap.add_argument("--max-nfev", type=int, default=12, help="least-squares function evaluations (default 12)")
+    args = ap.parse_args(argv)
+    cases = load_cases()
+    fit = fit_joint(cases, max_nfev=args.max_nfev)
+    folds = logo(cases, fit)
+    print(_table(fit, folds))
+    record: dict[str, Any] = {"version": 1, "dataset_sha256": dataset_digest(), **fit.as_dict(), "logo": folds}
+    mape, mx = logo_summary(folds)
+    record["logo_mape"], record["logo_max"] = mape, mx
+    if args.ablation:
+        rows = {}
+        for label, fixed in ABLATIONS.items():
+            f2 = fit_joint(cases, start=fit.values, fixed=_ablation_fixed(fit, fixed), max_nfev=args.max_nfev)
+            m2, x2 = logo_summary(logo(cases, f2))
+            rows[label] = {"logo_mape_without": m2, "logo_max_without": x2}
+            print(f"without {label}: LOGO mean {m2:.1%} (with {mape:.1%}), max {x2:.1%} (with {mx:.1%})")
+        record["ablation"] = rows
+    if args.write:
+        from sim.fileio import write_atomic
+
+        path = Path(str(resources.files("sim").joinpath(JOINT_FIT_FILE)))
+        write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
