@@ -9,13 +9,16 @@ backend's own cost model says limits it (:class:`sim.comm.CommCost`).
 Categories: ``compute.<op class>``, exposed communication (``comm.a2a``: exposed all-to-all seconds,
 ``comm.a2a_count_exchange``, ``comm.tp``, ``comm.fsdp``, ``comm.dp``, ``comm.wait``: a stream waiting for
 a peer or another stream with nothing running), ``host_sync`` (GPU idle behind a blocking host copy),
-``pipeline_bubble`` and ``optimizer``. Hidden communication (run under compute, so not on the step's
+``pipeline_bubble``, ``optimizer``, and data-parallel work at scale (:mod:`sim.predict.dp_scale`):
+``comm.dp_exposed`` (ZeRO-1 buckets not hidden), ``comm.dp_once`` (once-per-step reductions) and
+``straggler``. Hidden communication (run under compute, so not on the step's
 path) is reported apart, in :attr:`sim.predict.Prediction.hidden_comm`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from sim import comm, ops
@@ -33,6 +36,9 @@ BOTTLENECKS = {
     "comm.tp": f"{ops.TP_ALL_GATHER}/reduce_scatter",
     "comm.fsdp": f"{ops.FSDP_ALL_GATHER}/reduce_scatter",
     "comm.dp": ops.DP_ALL_REDUCE,
+    "comm.dp_exposed": "data-parallel gradient reduce-scatter / parameter all-gather (exposed buckets)",
+    "comm.dp_once": "once-per-step reductions (grad norm, loss, expert bias)",
+    "straggler": "stragglers (the slowest data-parallel rank)",
     "comm.wait": "wait (idle on a peer or another stream)",
     "comm.other": "comm.other",
     "host_sync": "host",
@@ -75,6 +81,10 @@ def breakdown(step: Step) -> tuple[dict[str, float], dict[str, float]]:
     if step.dp_ar:
         out["comm.dp"] += step.dp_ar
     out["optimizer"] += step.opt
+    for key, v in (("comm.dp_exposed", step.dp.exposed_comm_s), ("comm.dp_once", step.dp.once_s),
+                   ("straggler", step.dp.straggler_s)):  # sim.predict.dp_scale
+        if v:
+            out[key] += v
     out["pipeline_bubble"] = max(0.0, pipe.makespan - pipe.busy(rank) - fsdp_ag)
     total = sum(out.values())
     if abs(total - step.step_s) > 1e-9 * max(1.0, step.step_s):
@@ -205,14 +215,18 @@ def comm_report(ctx: Context, step: Step) -> dict[str, dict[str, Any]]:
     Layer and pair ops are counted from the simulated records (:attr:`SimResult.comm_ops`), the chunk-level
     FSDP / ZeRO-1 collectives, pipeline sends and the replica all-reduce from the step's schedule.
     Collectives the simulator does not time (ZeRO-1's parameter all-gather after the update, hidden under
-    the next step) are not reported.
+    the next step) are not reported. DeepEP's in-training terms are those of the overlapped pairs when the
+    schedule runs any (:func:`sim.comm.in_training_cost`).
     """
     pipe, chunks, plan = step.pipe, step.chunks, ctx.plan
     rank = max(range(len(pipe.actions)), key=pipe.busy)
     costs = _Costs(ctx, overlapped=bool(step.pairs))
     kinds: dict[str, _Kind] = defaultdict(_Kind)
 
-    def add_layers(res_ops: dict[str, tuple[float, float]], layers: list[tuple[str, str]]) -> None:
+    Totals = list[tuple[str, float, float, float, comm.CommCost]]
+    memo: dict[tuple[object, ...], Totals] = {}
+
+    def totals(res_ops: dict[str, tuple[float, float]], layers: list[tuple[str, str]]) -> Totals:
         nbytes: dict[str, float] = defaultdict(float)
         cost_of: dict[str, comm.CommCost] = {}
         for kind, phase in layers:
@@ -220,9 +234,20 @@ def comm_report(ctx: Context, step: Step) -> dict[str, dict[str, Any]]:
                 nbytes[name] += b
                 if name not in cost_of or cost.bytes > cost_of[name].bytes:
                     cost_of[name] = cost
-        for name, (count, busy_s) in res_ops.items():
-            if name in cost_of:
-                kinds[name].add(count, busy_s, nbytes[name], cost_of[name])
+        return [(name, count, busy_s, nbytes[name], cost_of[name])
+                for name, (count, busy_s) in res_ops.items() if name in cost_of]
+
+    def chunk_totals(stage: int, phase: str) -> Totals:
+        out: Totals = []
+        for k in chunks[stage].layers:
+            out += totals(step.layers[(k, phase)].comm_ops, [(k, phase)])
+        return out
+
+    def add(key: tuple[object, ...], make: Callable[[], Totals]) -> None:
+        if key not in memo:
+            memo[key] = make()
+        for name, count, busy_s, nbytes, cost in memo[key]:
+            kinds[name].add(count, busy_s, nbytes, cost)
 
     last = len(chunks) - 1
     p2p = None
@@ -236,15 +261,14 @@ def comm_report(ctx: Context, step: Step) -> dict[str, dict[str, Any]]:
         if phase == "FB":
             fs, bs = pipe.pair_stages[(rank, idx)]
             res = step.pairs[(fs, bs)]
-            add_layers(res.comm_ops, [(k, "fwd") for k in chunks[fs].layers] + [(k, "bwd") for k in chunks[bs].layers])
+            add(("FB", fs, bs), lambda: totals(
+                res.comm_ops, [(k, "fwd") for k in chunks[fs].layers] + [(k, "bwd") for k in chunks[bs].layers]))
             sends = (fs < last) + (bs > 0)
         elif phase == "F":
-            for k in chunks[stage].layers:
-                add_layers(step.layers[(k, "fwd")].comm_ops, [(k, "fwd")])
+            add(("F", stage), lambda: chunk_totals(stage, "fwd"))
             sends = int(stage < last)
         elif phase != "W":
-            for k in chunks[stage].layers:
-                add_layers(step.layers[(k, "bwd")].comm_ops, [(k, "bwd")])
+            add(("B", stage), lambda: chunk_totals(stage, "bwd"))
             sends = int(stage > 0)
         if p2p is not None and sends:
             kinds[ops.PP_SEND].add(sends, sends * p2p.seconds, sends * p2p.bytes, p2p)
@@ -266,11 +290,11 @@ def comm_report(ctx: Context, step: Step) -> dict[str, dict[str, Any]]:
         kinds[ops.DP_ALL_REDUCE].add(1, step.dp_ar, cost.bytes, cost)
     out: dict[str, dict[str, Any]] = {}
     for name in sorted(kinds):
-        k = kinds[name]
-        if k.cost is None or k.count <= 0:
+        tot = kinds[name]
+        if tot.cost is None or tot.count <= 0:
             continue
-        out[name] = {"bytes_per_step": k.nbytes, "link": k.cost.link,
-                     "achieved_gbps": k.nbytes / k.busy_s / 1e9 if k.busy_s > 0 else 0.0,
-                     "bound_by": k.cost.bound_by, "busy_s": k.busy_s, "ops_per_step": k.count,
-                     "terms_s": dict(k.cost.terms)}
+        out[name] = {"bytes_per_step": tot.nbytes, "link": tot.cost.link,
+                     "achieved_gbps": tot.nbytes / tot.busy_s / 1e9 if tot.busy_s > 0 else 0.0,
+                     "bound_by": tot.cost.bound_by, "busy_s": tot.busy_s, "ops_per_step": tot.count,
+                     "terms_s": dict(tot.cost.terms)}
     return out
