@@ -4,6 +4,7 @@ point-to-point sends.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,7 +21,8 @@ from sim.errors import ConfigError
 from sim.specs import ClusterSpec
 from sim.topology import route_edge_ids, transfer_times_ids
 
-__all__ = ["allgather_time", "allreduce_time", "p2p_cost", "p2p_time", "reduce_scatter_time", "ring_cost"]
+__all__ = ["allgather_time", "allreduce_time", "allreduce_tree_time", "p2p_cost", "p2p_time", "reduce_scatter_time",
+           "ring_cost", "ring_latency_s"]
 
 def _ring(cluster: ClusterSpec, ranks: Sequence[int], nbytes: float, costs: CommCosts, what: str) -> tuple[int, float, float]:
     rk = check_ranks(cluster, ranks, what)
@@ -32,20 +34,59 @@ def _ring(cluster: ClusterSpec, ranks: Sequence[int], nbytes: float, costs: Comm
         return len(rk), nvl, costs.nccl_step_nvlink_s
     nic = cluster.nic_bw_bytes_per_s * cluster.nics_per_gpu * costs.ib_fraction
     groups = arr // cluster.gpus_per_node // cluster.fabric.nodes_per_leaf
-    step = costs.nccl_step_ib_s + (costs.nccl_step_spine_s if len(set(groups.tolist())) > 1 else 0.0)
-    return len(rk), min(nvl, nic), step
+    inter = costs.nccl_step_ib_s + (costs.nccl_step_spine_s if len(set(groups.tolist())) > 1 else 0.0)
+    n, n_domains = len(rk), len(set((arr // cluster.nvlink_domain_gpus).tolist()))
+    # NCCL's ring (tuning.cc): of its n-1 steps per pass, N-1 cross to the next NVLink domain, the rest stay
+    # inside one; returned as the mean step latency, so (n-1) x step is the pass's latency.
+    step = ((n - n_domains) * costs.nccl_step_nvlink_s + (n_domains - 1) * inter) / (n - 1)
+    return n, min(nvl, nic), step
+
+
+def ring_latency_s(cluster: ClusterSpec, ranks: Sequence[int], costs: CommCosts, kind: str = "rs") -> float:
+    """Latency part of one ring call (s): launch + the steps' latencies, NCCL's
+    ``base + (nsteps - nInterSteps) x intraLat + nInterSteps x interLat`` with ``nsteps`` = n-1 (``rs``/``ag``)
+    or 2(n-1) (``ar``) and ``nInterSteps`` = N-1 or 2(N-1) over N NVLink domains.
+
+    >>> from sim.catalog import load_cluster
+    >>> c = load_cluster("hgx-b200", n_gpus=32)
+    >>> round(ring_latency_s(c, range(32), CommCosts.default()) * 1e6, 1)  # 10 + 28 x 3.4 + 3 x 14
+    147.2
+    """
+    n, _, step = _ring(cluster, ranks, 0.0, costs, "ring_latency_s")
+    return 0.0 if n == 1 else costs.nccl_launch_s + (2 if kind == "ar" else 1) * (n - 1) * step
+
+
+def allreduce_tree_time(cluster: ClusterSpec, ranks: Sequence[int], nbytes: float, costs: CommCosts) -> float:
+    """NCCL tree all-reduce time (s) of a small ``nbytes`` buffer (a gradient norm, a loss, a bias vector):
+    ``base + 2((ranks per domain - 1) x intra + log2(domains) x inter)`` (tuning.cc, LL protocol), plus the
+    bytes up and down the tree at the group's bottleneck rate.
+
+    >>> from sim.catalog import load_cluster
+    >>> c = load_cluster("hgx-b200", n_gpus=64)
+    >>> round(allreduce_tree_time(c, range(64), 4.0, CommCosts.default()) * 1e6, 2)  # 6.8 + 2(7 x .6 + 3 x 5)
+    45.2
+    """
+    n, bw, _ = _ring(cluster, ranks, nbytes, costs, "allreduce_tree_time")
+    if n == 1:
+        return 0.0
+    arr = np.asarray(list(ranks))
+    n_domains = len(set((arr // cluster.nvlink_domain_gpus).tolist()))
+    per_domain = math.ceil(n / n_domains)
+    latency = costs.nccl_tree_base_s + 2 * ((per_domain - 1) * costs.nccl_tree_hop_nvlink_s
+                                            + math.log2(n_domains) * costs.nccl_tree_hop_net_s)
+    return latency + 2 * nbytes / bw
 
 
 def allgather_time(cluster: ClusterSpec, ranks: Sequence[int], bytes_per_rank: float, costs: CommCosts) -> float:
     """Ring all-gather time (s); ``bytes_per_rank`` is each rank's input shard.
 
     The ring runs at the group's bottleneck: achievable NVLink inside one domain, else the rank's NICs
-    (capped by NVLink); each of the n-1 steps pays the NVLink or IB step latency (+ spine when the group
-    spans leaf groups), plus one ``nccl_launch_s``.
+    (capped by NVLink); the n-1 steps pay NCCL's latencies (:func:`ring_latency_s`: an NVLink step inside a
+    domain, an IB step, + spine when the group spans leaf groups, into the next one), plus one ``nccl_launch_s``.
 
     >>> from sim.catalog import load_cluster
     >>> round(allgather_time(load_cluster("hgx-b200", n_gpus=16), range(16), 1e9, CommCosts.default()), 6)
-    0.309318
+    0.30935
     """
     n, bw, step = _ring(cluster, ranks, bytes_per_rank, costs, "allgather_time")
     return 0.0 if n == 1 else costs.nccl_launch_s + (n - 1) * (bytes_per_rank / bw + step)
@@ -56,7 +97,7 @@ def reduce_scatter_time(cluster: ClusterSpec, ranks: Sequence[int], bytes_per_ra
 
     >>> from sim.catalog import load_cluster
     >>> round(reduce_scatter_time(load_cluster("hgx-b200", n_gpus=8), range(8), 1e9, CommCosts.default()) * 1e3, 3)
-    9.715
+    9.732
     """
     return allgather_time(cluster, ranks, bytes_per_rank, costs)
 
@@ -66,7 +107,7 @@ def allreduce_time(cluster: ClusterSpec, ranks: Sequence[int], bytes_per_rank: f
 
     >>> from sim.catalog import load_cluster
     >>> round(allreduce_time(load_cluster("hgx-b200", n_gpus=8), range(8), 8e9, CommCosts.default()) * 1e3, 3)
-    19.42
+    19.454
     """
     n, bw, step = _ring(cluster, ranks, bytes_per_rank, costs, "allreduce_time")
     return 0.0 if n == 1 else costs.nccl_launch_s + 2 * (n - 1) * (bytes_per_rank / n / bw + step)

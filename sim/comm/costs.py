@@ -41,10 +41,24 @@ class CommCosts:
     # collective, and per-peer protocol cost of a grouped send/recv all-to-all.
     nccl_launch_s: float = 10e-6
     nccl_a2a_per_peer_s: float = 1e-6
-    # Ring step latency: NVLink ~1 us; IB ~2 us per switch round trip, leaf-spine ~+1 us (s3).
-    nccl_step_nvlink_s: float = 1e-6
-    nccl_step_ib_s: float = 2e-6
+    # Ring step latency, NCCL's own model (src/graph/tuning.cc, Simple protocol; published.md s8): each of a
+    # ring's steps inside an NVLink domain 3.4 us, each step that crosses to the next domain 14 us (the
+    # reduce-scatter / all-gather of n ranks over N domains: (n - N) + (N - 1) steps); leaf-spine ~+1 us
+    # per crossing step when the ring spans leaf groups (s3).
+    nccl_step_nvlink_s: float = 3.4e-6
+    nccl_step_ib_s: float = 14e-6
     nccl_step_spine_s: float = 1e-6
+    # Small all-reduces (a gradient norm, a loss, an expert bias): NCCL's tree, LL protocol (tuning.cc:
+    # baseLat 6.8 us, per hop 0.6 us NVLink, 5.0 us network): base + 2((ranks per domain - 1) x intra +
+    # log2(domains) x inter) (s8).
+    nccl_tree_base_s: float = 6.8e-6
+    nccl_tree_hop_nvlink_s: float = 0.6e-6
+    nccl_tree_hop_net_s: float = 5.0e-6
+    # Stragglers (sim.predict.dp_scale): coefficient of variation of one microbatch's time on a rank. ASSUMED
+    # (no published per-microbatch figure): the EP-barrier arrival spread fitted on DeepSeek's H800 trace
+    # (arrival_cv below, per ~8 ms window between barriers), taken as the per-microbatch spread, i.e. jitter
+    # correlated within a microbatch; for a calibration to override.
+    straggler_cv: float = 0.0731
     # SMs NCCL's channels hold during an all-to-all. ASSUMED: NCCL's usual 16 p2p channels, 1 SM each.
     nccl_channels: int = 16
     # TorchTitan standard EP (s1): all_to_all_single of int64 per-expert counts. The blocking

@@ -5,9 +5,9 @@ schedule (:mod:`sim.schedule`), then the gradient reductions, replica all-reduce
   before its first forward and its gradients reduce-scattered after its last backward (the last one to
   finish is exposed); single-stage plans gather per layer inside the layer simulation.
 - ZeRO-1 (``"zero1"``, Megatron's distributed optimizer): no per-layer gathers; gradients are
-  reduce-scattered in buckets overlapped with the backward (``overlap_grad_reduce``: only the last
-  bucket, the last chunk's, is exposed) and parameters all-gathered once per step after the update
-  (``overlap_param_gather``: hidden under the next step's first forwards, so not on the step's path).
+  reduce-scattered in buckets from each chunk's last backward on, and parameters all-gathered after the
+  update, the first bucket's before the first forward (:mod:`sim.predict.dp_scale`, which also adds the
+  once-per-step reductions and the stragglers).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from sim import comm
 from sim.accounting import optimizer_shard_divisor, optimizer_step_bytes_per_param
 from sim.layout import Coords
+from sim.predict.dp_scale import DpScale, dp_floor_s, dp_scale
 from sim.predict.layers import (
     SimResult,
     _stream_of,
@@ -70,6 +71,9 @@ class Step:
     dp_ar: float
     opt: float
     step_s: float
+    #: data-parallel work at scale (:mod:`sim.predict.dp_scale`): exposed buckets, once-per-step reductions,
+    #: stragglers; with ZeRO-1 its bucketed reduce-scatter replaces ``rs_tail``
+    dp: DpScale = field(default_factory=DpScale)
 
 
 def _chunks(ctx: Context, layer_res: dict[tuple[str, str], SimResult]) -> list[Chunk]:
@@ -185,14 +189,15 @@ def assemble(ctx: Context) -> Step:
     pipe = simulate_pipeline(spec)
     last_rank = max(range(len(pipe.actions)), key=lambda p: pipe.actions[p][-1][4])
     last_stage = pipe.actions[last_rank][-1][1]
+    dp = dp_scale(ctx, [c.layers for c in chunks], pipe)
     if ctx.zero1:
-        rs_tail = chunk_rs[last_stage] / max(1, len(chunks[last_stage].layers))  # the last bucket
+        rs_tail = 0.0  # the buckets: dp.grad_rs_s
     else:
         rs_tail = chunk_rs[last_stage] if ctx.plan.pp > 1 else sum(chunk_rs)
     dp_ar, opt = _fixed_tail(ctx, chunks)
-    step = pipe.makespan + rs_tail + dp_ar + opt
+    step = pipe.makespan + rs_tail + dp_ar + opt + dp.total_s
     return Step(layer_res, pairs, chunks, pipe, first_ag=list(spec.first_f_extra_s), rs_tail=rs_tail, dp_ar=dp_ar,
-                opt=opt, step_s=step)
+                opt=opt, step_s=step, dp=dp)
 
 
 def step_lower_bound_s(ctx: Context) -> float:
@@ -206,7 +211,8 @@ def step_lower_bound_s(ctx: Context) -> float:
     floor = {(i, j): _pair_compute_s(ctx, chunks[i].layers, chunks[j].layers, sums)
              for i, j in overlapped_pairs(spec)}
     dp_ar, opt = _fixed_tail(ctx, chunks)
-    return simulate_makespan(dataclasses.replace(spec, pair_s=floor)) + dp_ar + opt
+    dp_floor = dp_floor_s(ctx, [c.layers for c in chunks])
+    return simulate_makespan(dataclasses.replace(spec, pair_s=floor)) + dp_ar + opt + dp_floor
 
 
 def _pair_compute_s(ctx: Context, f_kinds: list[str], b_kinds: list[str],

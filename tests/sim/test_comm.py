@@ -131,13 +131,15 @@ def test_ring_collectives_closed_form():
     c16 = load_cluster("hgx-b200", n_gpus=16)
     nvl, nic = 721.8e9, 48.5e9
     launch = COSTS.nccl_launch_s
-    assert allgather_time(c16, range(8), 1e9, COSTS) == pytest.approx(launch + 7 * (1e9 / nvl + 1e-6), rel=1e-12)
-    assert reduce_scatter_time(c16, range(16), 1e9, COSTS) == pytest.approx(launch + 15 * (1e9 / nic + 2e-6), rel=1e-12)
-    assert allreduce_time(c16, range(8), 8e9, COSTS) == pytest.approx(launch + 14 * (1e9 / nvl + 1e-6), rel=1e-12)
+    intra, inter = COSTS.nccl_step_nvlink_s, COSTS.nccl_step_ib_s  # NCCL: n-N steps inside a domain, N-1 across
+    assert allgather_time(c16, range(8), 1e9, COSTS) == pytest.approx(launch + 7 * (1e9 / nvl + intra), rel=1e-12)
+    assert reduce_scatter_time(c16, range(16), 1e9, COSTS) == pytest.approx(launch + 15 * 1e9 / nic + 14 * intra + inter,
+                                                                        rel=1e-12)
+    assert allreduce_time(c16, range(8), 8e9, COSTS) == pytest.approx(launch + 14 * (1e9 / nvl + intra), rel=1e-12)
     assert allgather_time(c16, [3], 1e9, COSTS) == 0.0
     big = load_cluster("hgx-b200", n_gpus=512)
     across = allgather_time(big, [0, 256], 1e9, COSTS)
-    assert across == pytest.approx(launch + (1e9 / nic + 3e-6), rel=1e-12)  # + spine step
+    assert across == pytest.approx(launch + 1e9 / nic + inter + COSTS.nccl_step_spine_s, rel=1e-12)  # + spine
     assert p2p_time(c16, 0, 8, 48.5e9, COSTS) == pytest.approx(launch + 1 + 2e-6, rel=1e-12)
     assert p2p_time(c16, 0, 1, 721.8e9, COSTS) == pytest.approx(launch + 1 + 1e-6, rel=1e-12)
     assert p2p_time(c16, 4, 4, 1e9, COSTS) == 0.0

@@ -1,0 +1,95 @@
+"""Data-parallel work at scale (sim.predict.dp_scale): each mechanism grows with its resource, stragglers vanish
+at cv = 0, and the breakdown's entries sum into the step."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sim.catalog import load_cluster, load_model
+from sim.comm import CommCosts
+from sim.comm.collectives import (
+    allreduce_tree_time,
+    reduce_scatter_time,
+    ring_latency_s,
+)
+from sim.costs import default_costs
+from sim.predict import predict
+from sim.predict.dp_scale import bucket_params, straggler_s
+from sim.specs import ParallelPlan
+
+COSTS = CommCosts.default()
+
+
+def test_ring_latency_grows_with_ranks_and_domains():
+    c = load_cluster("gb200-nvl72", n_gpus=2048)
+    lats = [ring_latency_s(c, range(0, 2048, 2048 // n), COSTS) for n in (8, 64, 256, 1024)]
+    assert lats == sorted(lats) and lats[0] < lats[-1]
+    # NCCL's split: n-N steps inside a domain, N-1 across (4 ranks per domain over 2 domains: 6 + 1)
+    two = ring_latency_s(c, [0, 1, 2, 3, 72, 73, 74, 75], COSTS)
+    assert two == pytest.approx(COSTS.nccl_launch_s + 6 * COSTS.nccl_step_nvlink_s + COSTS.nccl_step_ib_s)
+    # the latency is part of every ring: a 0-byte reduce-scatter is its latency
+    assert reduce_scatter_time(c, range(256), 0.0, COSTS) == pytest.approx(ring_latency_s(c, range(256), COSTS))
+
+
+def test_tree_allreduce_grows_with_ranks():
+    c = load_cluster("gb200-nvl72", n_gpus=2048)
+    t = [allreduce_tree_time(c, range(n), 4.0, COSTS) for n in (2, 72, 144, 2048)]
+    assert t == sorted(t) and t[0] > 0
+    assert allreduce_tree_time(c, [5], 4.0, COSTS) == 0.0
+
+
+def test_bucket_rule():
+    assert bucket_params(8) == 40e6 and bucket_params(40) == 40e6 and bucket_params(256) == 256e6
+
+
+def test_straggler_monotone_and_zero_at_cv0():
+    base = straggler_s(10.0, 64, 240, 0.05)
+    assert straggler_s(10.0, 256, 240, 0.05) > base  # more ranks: a slower slowest
+    assert straggler_s(10.0, 64, 60, 0.05) > base  # fewer microbatches: less averaging
+    assert straggler_s(10.0, 64, 240, 0.1) == pytest.approx(2 * base)
+    assert straggler_s(10.0, 64, 240, 0.0) == 0.0 and straggler_s(10.0, 1, 240, 0.05) == 0.0
+
+
+def _zero1(n_gpus: int, m_per_rank: int, **comm: float):
+    """A small ZeRO-1 (Megatron) plan on an NVL72 cluster: TP2 PP2 (interleaved), EP4."""
+    cluster = load_cluster("gb200-nvl72", n_gpus=n_gpus)
+    dp = n_gpus // 4
+    plan = ParallelPlan(tp=2, pp=2, vpp=2, pp_schedule="interleaved-1f1b", ep=4, dp_shard=dp, seq_len=512,
+                        global_batch=dp * m_per_rank)
+    costs = default_costs(cluster.gpu)
+    if comm:
+        costs = dataclasses.replace(costs, comm={**costs.comm, **comm})
+    return predict(load_model("debug"), cluster, plan, costs, stack="megatron")
+
+
+def test_breakdown_entries_sum_into_the_step():
+    p = _zero1(16, 4)
+    dp = p.trace_data["step"].dp
+    assert dp.straggler_s > 0 and dp.once_s > 0 and dp.grad_rs_s >= 0 and dp.param_ag_s > 0
+    assert p.breakdown["straggler"] == pytest.approx(dp.straggler_s)
+    assert p.breakdown["comm.dp_once"] == pytest.approx(dp.once_s)
+    assert p.breakdown["comm.dp_exposed"] == pytest.approx(dp.exposed_comm_s)
+    assert sum(p.breakdown.values()) == pytest.approx(p.step_time_s, rel=1e-9)
+
+
+def test_straggler_cv_zero_is_the_model_without_stragglers():
+    on, off = _zero1(16, 4), _zero1(16, 4, straggler_cv=0.0)
+    d_on, d_off = on.trace_data["step"].dp, off.trace_data["step"].dp
+    assert d_off.straggler_s == 0.0 and "straggler" not in off.breakdown
+    assert on.step_time_s - off.step_time_s == pytest.approx(d_on.straggler_s, rel=1e-9)
+    assert dataclasses.replace(d_on, straggler_s=0.0) == d_off
+
+
+def test_more_microbatches_lose_less_to_stragglers():
+    few, many = _zero1(16, 2), _zero1(16, 8)
+    share = [p.trace_data["step"].dp.straggler_s / p.step_time_s for p in (few, many)]
+    assert share[0] > share[1] > 0
+
+
+def test_fsdp_stacks_get_no_buckets_or_stragglers():
+    cluster = load_cluster("hgx-b200", n_gpus=8)
+    p = predict(load_model("debug"), cluster, ParallelPlan(ep=4, dp_shard=8, global_batch=16, seq_len=512))
+    dp = p.trace_data["step"].dp
+    assert dp.straggler_s == 0.0 and dp.grad_rs_s == 0.0 and dp.param_ag_s == 0.0 and dp.once_s > 0
