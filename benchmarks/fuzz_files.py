@@ -13,7 +13,18 @@ Surfaces (each a file a user hands to a command) and the commands that read them
   as ``.json.gz`` and moesim op-event traces as ``.json``, both synthetic and small);
 - ``scenario``: ``moesim predict --scenario F`` (``--trace OUT``);
 - ``cluster``: ``moesim predict --cluster F``;
-- ``hf-config``: ``moesim show DIR/config.json`` and ``moesim predict --model DIR/config.json``.
+- ``hf-config``: ``moesim show DIR/config.json`` and ``moesim predict --model DIR/config.json``;
+- ``model``: a model TOML, ``moesim show F`` and ``moesim predict --model F``;
+- ``plan``: a parallel-plan TOML, ``moesim show deepseek-v3-671b --plan F``;
+- ``routing``: a tokens-per-expert file (``.json`` list or whitespace-separated text),
+  ``moesim predict --routing F``.
+
+About 7% of the inputs (``--special-fraction``) replace the file by a special one: a symlink to
+``/dev/zero``, a named pipe (FIFO) with no writer, a directory, a sparse file one byte over its size limit
+(:data:`sim.limits.MAX_INPUT_MB`, or :data:`sim.limits.MAX_TRACE_MB` for a plain trace), and for traces a
+gzip bomb (1 GB of zeros in about 1 MB) and a two-step trace (two ``ProfilerStep#N`` windows). Each must be
+refused (exit 2, one line) or read, never hang or fill memory. The peak resident memory of the fuzzing
+process (an upper bound of every in-process input) and of any subprocess input is reported.
 
 Every input starts from a valid file (the project's shipped files where it ships one, else a small
 synthetic file built here) and is mutated with a seeded mix of structural mutations (dropped keys, wrong
@@ -51,6 +62,7 @@ import math
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -60,6 +72,7 @@ import time
 import tomllib
 import traceback
 import warnings
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -71,7 +84,10 @@ if str(ROOT) not in sys.path:
 
 __all__ = ["SURFACES", "Summary", "InputResult", "fuzz", "main", "make_input", "key_dictionary", "deepseek_style_trace"]
 
-SURFACES = ("calibration", "stack", "measured-runs", "capacity-spec", "trace", "scenario", "cluster", "hf-config")
+SURFACES = ("calibration", "stack", "measured-runs", "capacity-spec", "trace", "scenario", "cluster", "hf-config",
+            "model", "plan", "routing")
+SPECIALS = ("dev_zero", "fifo", "directory", "oversized")
+TRACE_SPECIALS = ("gzip_bomb", "two_step")
 
 # ----------------------------------------------------------------------------------------------------------
 # Valid seed files
@@ -151,6 +167,9 @@ SMALL_SPECS = [
 SMALL_STACK = {"stack": {"base": "megatron", "name": "fuzz-stack", "kernel_overhead_s": 5e-6, "deepep_sms": 24},
                "efficiency": {"sm100": {"grouped_gemm": 0.7, "default": 0.5}},
                "sources": {"name": "fuzz seed"}}
+
+SMALL_PLAN = {"tp": 1, "pp": 2, "ep": 8, "seq_len": 1024, "micro_batch": 1, "global_batch": 64, "ac": "full",
+              "pp_schedule": "1f1b"}
 
 FLAT_CLUSTER = {"gpu": "b200", "n_gpus": 16, "gpus_per_node": 8, "nvlink_domain_gpus": 8, "nics_per_gpu": 1,
                 "nic_gbps": 400, "nvlink_latency_us": 1.0,
@@ -277,6 +296,7 @@ def build_seeds() -> dict[str, list[Seed]]:
     from sim.costs import default_costs
 
     clusters = _read_toml("sim/catalog/clusters.toml")
+    models = _read_toml("sim/catalog/models.toml")
     seeds: dict[str, list[Seed]] = {
         "calibration": [Seed(name, f"{name}.json", _read_json(f"sim/calibrations/{name}.json"), "json")
                         for name in ("b200-published", "h100-published", "gb200-published", "h800-deepseek-trace")]
@@ -294,6 +314,12 @@ def build_seeds() -> dict[str, list[Seed]]:
         "cluster": [Seed(name, f"{name}.toml", {name: clusters[name]}, "toml")
                     for name in ("hgx-b200", "hgx-h100", "h800-deepseek", "gb200-nvl72") if name in clusters]
         + [Seed("flat", "my-cluster.toml", FLAT_CLUSTER, "toml")],
+        "model": [Seed(name, f"{name}.toml", {name: models[name]}, "toml") for name in ("debug", "deepseek-v3-16b")]
+        + [Seed("flat-model", "flat-model.toml", {k: v for k, v in models["debug"].items() if k != "source"}, "toml")],
+        "plan": [Seed("dsv3-671b-b200", "plan.toml", _read_toml("examples/plan-dsv3-671b-b200.toml"), "toml"),
+                 Seed("flat-plan", "flat-plan.toml", SMALL_PLAN, "toml")],
+        "routing": [Seed("json-list", "load.json", [1.0, 2.0, 3.0, 4.0, 4.0, 3.0, 2.0, 1.0], "json"),
+                    Seed("text", "load.txt", [5, 1, 1, 1, 1, 1, 1, 1], "text")],
         "hf-config": [Seed("small-deepseek", "config.json", SMALL_HF_DEEPSEEK, "json"),
                       Seed("deepseek-v3", "config.json", DEEPSEEK_V3_HF, "json"),
                       Seed("qwen3-moe", "config.json", QWEN3_MOE_HF, "json"),
@@ -415,6 +441,10 @@ def json_dumps(data: Any) -> str:
 
 
 def serialise(seed: Seed, data: Any) -> bytes:
+    if seed.fmt == "text":  # whitespace-separated numbers; anything else as JSON text (to be refused)
+        if isinstance(data, list) and all(not isinstance(x, list | dict) for x in data):
+            return (" ".join(str(x) for x in data) + "\n").encode("utf-8", "surrogatepass")
+        return json_dumps(data).encode("utf-8", "surrogatepass")
     if seed.fmt == "toml":
         if not isinstance(data, dict):
             data = {"value": data}
@@ -430,7 +460,7 @@ NASTY_NUMBERS: tuple[Any, ...] = (0, -1, -0.0, 0.0, 1, 2, 3, 7, 4096, 4097, 6553
                                   2**64, 10**30, -(10**30), 1e308, -1e308, 1e-300, 5e-324, 1e-9, 1e-6, 0.5, 0.999,
                                   1.0, 1.5, 2.0, 1e6, 1e9, 1e12, 1e15, 1e18, math.nan, math.inf, -math.inf)
 NASTY_STRINGS = ("", " ", "nan", "inf", "8", "-1", "debug", "b200", "x" * 300, "\u00e9\u4e2d\U0001f600",
-                 "../../etc/passwd", "/dev/null", "a\nb", "\t", "None", "true", "${HOME}", "%s%n", "\\")
+                 "../../etc/passwd", "/dev/null", "/dev/zero", "a\nb", "\t", "None", "true", "${HOME}", "%s%n", "\\")
 ODD_KEYS = ("zz_unknown", "", " ", "Name", "name ", "0", "__proto__", "\u00e9", "a.b", "[x]", "n_layers", "gpu")
 
 
@@ -739,12 +769,10 @@ class OutputProblem(Exception):
 
 
 def _strict_json(text: str, what: str) -> Any:
-    """Parse an output: complete JSON with no ``NaN`` (``Infinity`` is allowed: an interval with no data
-    behind it is unbounded by design, :func:`sim.uncertainty.interval`)."""
+    """Parse an output: complete, strict JSON (no ``NaN``, no ``Infinity``: an interval without evidence is
+    ``null``, :func:`sim.uncertainty.prediction_interval`)."""
 
     def refuse(token: str) -> Any:
-        if token in ("Infinity", "-Infinity"):
-            return math.inf if token == "Infinity" else -math.inf
         raise OutputProblem(f"{what}: {token} in the output")
 
     try:
@@ -945,11 +973,111 @@ def _cmd_hf(path: Path, rng: random.Random, work: Path) -> Invocation:
     return _predict(["--model", str(path), "--gpus", "8", "--ep", "8", "--seq-len", "1024"], rng, work)
 
 
+def _cmd_model(path: Path, rng: random.Random, work: Path) -> Invocation:
+    if rng.random() < 0.5:
+        return _cmd_hf(path, rng, work)  # show F / predict --model F, as for a config.json
+    return _predict(["--model", str(path), "--gpus", "8", "--ep", "8", "--seq-len", "1024"], rng, work)
+
+
+def _cmd_plan(path: Path, rng: random.Random, work: Path) -> Invocation:
+    model = "deepseek-v3-671b" if "dsv3" in path.name or path.name == "plan.toml" else "debug"
+    as_json = rng.random() < 0.6
+    gpus = ["--gpus", rng.choice(["16", "256", "512"])] if rng.random() < 0.3 else []
+
+    def check(stdout: str) -> None:
+        if as_json:
+            doc = _strict_json(stdout, "show --plan --json")
+            if not isinstance(doc, dict) or "memory" not in doc:
+                raise OutputProblem("show --plan --json: no memory")
+        elif "memory per GPU" not in stdout:
+            raise OutputProblem("show --plan: no memory lines")
+
+    return Invocation(["show", model, "--plan", str(path), *gpus, *(["--json"] if as_json else [])], check=check)
+
+
+def _cmd_routing(path: Path, rng: random.Random, work: Path) -> Invocation:
+    return _predict([*_SMALL, "--routing", str(path)], rng, work)
+
+
 COMMANDS: dict[str, Callable[[Path, random.Random, Path], Invocation]] = {
     "calibration": _cmd_calibration, "stack": _cmd_stack, "measured-runs": _cmd_runs,
     "capacity-spec": _cmd_capacity, "trace": _cmd_trace, "scenario": _cmd_scenario, "cluster": _cmd_cluster,
-    "hf-config": _cmd_hf,
+    "hf-config": _cmd_hf, "model": _cmd_model, "plan": _cmd_plan, "routing": _cmd_routing,
 }
+
+# ----------------------------------------------------------------------------------------------------------
+# Special files: devices, pipes, folders, oversized files, a gzip bomb, a two-step trace
+# ----------------------------------------------------------------------------------------------------------
+
+BOMB_BYTES = 1 << 30
+"""Zeros a gzip bomb inflates to (1 GiB, about 1 MB compressed)."""
+
+
+def gzip_bomb(inflated: int = BOMB_BYTES) -> bytes:
+    """A gzip stream of ``inflated`` zero bytes, compressed in chunks (never held whole)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    chunk = bytes(1 << 20)
+    parts = [packer.compress(chunk) for _ in range(inflated // len(chunk))]
+    parts.append(packer.flush())
+    return b"".join(parts)
+
+
+def two_step_trace(seed: int = 0) -> dict[str, Any]:
+    """The DeepSeek-style trace twice, as a profiler schedule with ``active=2`` records it: two
+    ``ProfilerStep#N`` windows, the second shifted past the first, correlation ids kept unique."""
+    one = deepseek_style_trace(seed=seed)
+    events = [e for e in one["traceEvents"] if e.get("ph") == "X"]
+    start = min(e["ts"] for e in events)
+    end = max(e["ts"] + e["dur"] for e in events)
+    span = end - start + 100.0
+    out = [e for e in one["traceEvents"] if e.get("ph") != "X"]
+    for step in range(2):
+        shift = step * span
+        out.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step + 1}", "pid": 1, "tid": 1,
+                    "ts": round(start - 5.0 + shift, 3), "dur": round(end - start + 10.0, 3), "args": {}})
+        for e in events:
+            copy_ = copy.deepcopy(e)
+            copy_["ts"] = round(e["ts"] + shift, 3)
+            args = copy_.get("args")
+            if isinstance(args, dict):
+                for key in ("correlation", "External id"):
+                    if isinstance(args.get(key), int):
+                        args[key] += step * 1_000_000
+            out.append(copy_)
+    return {**one, "traceEvents": out}
+
+
+def make_special(rng: random.Random, surface: str, path: Path, cache: dict[str, bytes]) -> str:
+    """Replace the input at ``path`` by a special file (see the module docstring); returns what was done."""
+    from sim.limits import MAX_INPUT_MB, MAX_TRACE_MB, MB
+
+    kinds = SPECIALS + (TRACE_SPECIALS if surface == "trace" and path.name.endswith(".gz") else ())
+    kind = rng.choice(kinds)
+    if path.exists() or path.is_symlink():
+        path.unlink()
+    if kind == "dev_zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+        (path / "inside.toml").write_text("a = 1\n", encoding="utf-8")
+    elif kind == "oversized":
+        limit_mb = MAX_TRACE_MB if surface == "trace" and not path.name.endswith(".gz") else MAX_INPUT_MB
+        with open(path, "wb") as handle:  # a valid-looking start, then a sparse tail of zeros
+            handle.write(b"{" if path.suffix == ".json" else b"# oversized\n")
+            handle.truncate(limit_mb * MB + 1)
+        kind = f"oversized ({limit_mb} MB + 1 byte)"
+    elif kind == "gzip_bomb":
+        if "bomb" not in cache:
+            cache["bomb"] = gzip_bomb()
+        path.write_bytes(cache["bomb"])
+        kind = f"gzip_bomb ({len(cache['bomb'])} bytes -> {BOMB_BYTES} bytes)"
+    else:
+        if "two_step" not in cache:
+            cache["two_step"] = gzip.compress(json.dumps(two_step_trace()).encode("utf-8"), mtime=0)
+        path.write_bytes(cache["two_step"])
+    return f"special: {kind}"
 
 # ----------------------------------------------------------------------------------------------------------
 # Running one input
@@ -1106,6 +1234,9 @@ class Summary:
     wall_s: float
     surfaces: dict[str, SurfaceStats]
     failures: list[InputResult]
+    specials: int = 0
+    peak_rss_mb: float = 0.0  # the fuzzing process: bounds every in-process input
+    peak_child_rss_mb: float = 0.0  # the largest subprocess input
 
     @property
     def totals(self) -> SurfaceStats:
@@ -1120,7 +1251,8 @@ class Summary:
         return t
 
     def as_dict(self) -> dict[str, Any]:
-        return {"inputs": self.inputs, "seed": self.seed, "wall_s": round(self.wall_s, 1),
+        return {"inputs": self.inputs, "seed": self.seed, "wall_s": round(self.wall_s, 1), "specials": self.specials,
+                "peak_rss_mb": round(self.peak_rss_mb, 1), "peak_child_rss_mb": round(self.peak_child_rss_mb, 1),
                 "surfaces": {k: asdict(v) for k, v in self.surfaces.items()}, "totals": asdict(self.totals),
                 "failures": [asdict(f) for f in self.failures]}
 
@@ -1134,11 +1266,14 @@ class Summary:
                          f"{s.seconds:>7.1f}")
         lines.append(f"wall time {self.wall_s:.1f} s (seed {self.seed}); "
                      f"{self.totals.failures} failure(s): tracebacks, hangs, wrong exit codes, partial outputs")
+        lines.append(f"{self.specials} special files (devices, FIFOs, folders, oversized, gzip bombs, two-step traces); "
+                     f"peak RSS {self.peak_rss_mb:.0f} MB in process (bounds every in-process input), "
+                     f"{self.peak_child_rss_mb:.0f} MB of any subprocess input")
         return "\n".join(lines)
 
 
 def fuzz(inputs: int = 2000, seed: int = 0, *, timeout_s: float = 60.0, subprocess_fraction: float = 0.05,
-         surfaces: Sequence[str] | None = None, keep_failures: Path | None = None,
+         surfaces: Sequence[str] | None = None, keep_failures: Path | None = None, special_fraction: float = 0.07,
          progress: Callable[[int, int, InputResult], None] | None = None) -> Summary:
     """Run ``inputs`` mutated files over ``surfaces`` (default all, round-robin) and classify each run."""
     names = list(surfaces or SURFACES)
@@ -1149,6 +1284,8 @@ def fuzz(inputs: int = 2000, seed: int = 0, *, timeout_s: float = 60.0, subproce
     keys = key_dictionary(seeds)
     stats = {n: SurfaceStats() for n in names}
     failures: list[InputResult] = []
+    cache: dict[str, bytes] = {}
+    specials = 0
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="moesim-fuzz-") as tmp:
         for i in range(inputs):
@@ -1162,6 +1299,10 @@ def fuzz(inputs: int = 2000, seed: int = 0, *, timeout_s: float = 60.0, subproce
             (work / "out").mkdir()
             path = folder / chosen.filename
             path.write_bytes(blob)
+            special = random.Random(f"moesim-fuzz-special:{seed}:{i}")
+            if special.random() < special_fraction:
+                mutation = make_special(special, surface, path, cache)
+                specials += 1
             inv = COMMANDS[surface](path, rng, work)
             as_subprocess = random.Random(f"moesim-fuzz-sub:{seed}:{i}").random() < subprocess_fraction
             start = time.perf_counter()
@@ -1183,14 +1324,18 @@ def fuzz(inputs: int = 2000, seed: int = 0, *, timeout_s: float = 60.0, subproce
                 if keep_failures is not None:
                     dest = keep_failures / f"{i:05d}-{surface}"
                     dest.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(path, dest / chosen.filename)
+                    if path.is_file() and not path.is_symlink() and path.stat().st_size <= 1 << 24:
+                        shutil.copy2(path, dest / chosen.filename)  # special files are named in the mutation
                     (dest / "failure.json").write_text(json.dumps(asdict(result), indent=1) + "\n", encoding="utf-8")
                     result.kept = str(dest)
                 failures.append(result)
             shutil.rmtree(work, ignore_errors=True)
             if progress is not None:
                 progress(i + 1, inputs, result)
-    return Summary(inputs, seed, time.perf_counter() - t0, stats, failures)
+    kib = 1024.0 if sys.platform != "darwin" else 1024.0 * 1024.0  # ru_maxrss: KiB on Linux, bytes on macOS
+    return Summary(inputs, seed, time.perf_counter() - t0, stats, failures, specials,
+                   resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / kib * 1.048576,
+                   resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / kib * 1.048576)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1201,6 +1346,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--subprocess-fraction", type=float, default=0.05,
                         help="share of inputs run as real `python -m moesim` processes (default 0.05)")
     parser.add_argument("--surface", action="append", choices=SURFACES, help="only these surfaces (repeatable)")
+    parser.add_argument("--special-fraction", type=float, default=0.07,
+                        help="share of inputs replaced by a special file (device, FIFO, folder, oversized, "
+                             "gzip bomb, two-step trace; default 0.07)")
     parser.add_argument("--keep-failures", type=Path, help="copy each failing input (and its verdict) here")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -1216,7 +1364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"fuzz: {done}/{total} inputs", file=sys.stderr, flush=True)
 
     summary = fuzz(args.inputs, args.seed, timeout_s=args.timeout_s, subprocess_fraction=args.subprocess_fraction,
-                   surfaces=args.surface, keep_failures=args.keep_failures, progress=progress)
+                   surfaces=args.surface, keep_failures=args.keep_failures,
+                   special_fraction=args.special_fraction, progress=progress)
     if args.json:
         print(json.dumps(summary.as_dict(), indent=1))
     else:
@@ -1225,7 +1374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\nFAILURE #{f.index} [{f.surface}, seed file {f.seed}, {f.mode}] {f.reason}\n"
                   f"  mutation: {f.mutation}\n  command: moesim {' '.join(f.argv)}"
                   + (f"\n  input kept: {f.kept}" if f.kept else ""))
-    return 1 if summary.failures else 0
+    return 1 if summary.failures or max(summary.peak_rss_mb, summary.peak_child_rss_mb) >= 1000 else 0
 
 
 if __name__ == "__main__":
