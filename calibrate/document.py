@@ -18,15 +18,17 @@ from typing import Any
 
 from calibrate.barrier_fit import fit_arrival_cv
 from calibrate.fit import Sample, fit_tables, residual_stats, samples_from_ours
+from calibrate.fit_checks import check_clock, check_document, usable_samples
 from calibrate.memory_fit import fit_memory_rates
-from calibrate.rules import RunShapes, TraceReading, launch_gaps, read_job_trace
+from calibrate.rules import RunShapes, TraceReading, launch_gaps
+from calibrate.steps import read_steps
 from calibrate.traces import load_document
 from sim.calibration import SCHEMA, VERSION, parse_calibration
 from sim.catalog import gpu_names, load_gpu
 from sim.errors import ConfigError
 from sim.fileio import write_atomic
 
-__all__ = ["git_revision", "file_digest", "fit_traces", "fit_document", "read_any", "build_document", "gpu_from_device_name"]
+__all__ = ["build_document", "file_digest", "fit_document", "fit_traces", "git_revision", "gpu_from_device_name", "read_any"]
 
 #: DeepEP's own benchmark rate at EP64 on H800 (published.md s5: 51 / 50 GB/s logical, dispatch / combine).
 _DEEPEP_BENCH_EP64 = {"dispatch": 51e9, "combine": 50e9}
@@ -36,8 +38,8 @@ def git_revision() -> str | None:
     """The moesim checkout's commit (``+dirty`` when modified), or None outside git."""
     root = Path(__file__).resolve().parent.parent
     try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=10)
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=False)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     if rev.returncode != 0:
@@ -58,14 +60,17 @@ def gpu_from_device_name(device: str) -> str | None:
     return None
 
 
-def read_any(path: str | Path, shapes: RunShapes | None = None) -> tuple[TraceReading | None, list[Sample], dict[str, Any]]:
+def read_any(path: str | Path, shapes: RunShapes | None = None, step: int | str | None = None,
+             ) -> tuple[TraceReading | None, list[Sample], dict[str, Any]]:
     """Read one trace: ours (shared op names with work in args) when it has such events, else a real job's
-    by kernel-name rules. Returns (job reading or None, samples, top-level metadata)."""
+    by kernel-name rules, step by step (``step``: :func:`calibrate.steps.read_steps`). Returns (job reading
+    or None, samples, top-level metadata)."""
     events, meta = load_document(path)
     ours = samples_from_ours(events)
     if ours:
         return None, ours, meta
-    reading = read_job_trace(events, shapes)
+    check_clock(events, str(path))
+    reading = read_steps(events, shapes, step, source=str(path))
     if not reading.kernels:
         raise ConfigError(f"{path}: no GPU kernels and no moesim op events with shapes: nothing to fit")
     return reading, reading.samples, meta
@@ -114,18 +119,22 @@ def _comm_tables(tables: dict[str, Any], reading: TraceReading) -> None:
 
 
 def fit_traces(paths: Sequence[str | Path], out: str | Path, *, gpu: str | None = None, name: str | None = None,
-               shapes: RunShapes | None = None) -> dict[str, Any]:
+               shapes: RunShapes | None = None, step: int | str | None = None) -> dict[str, Any]:
     """``moesim calibrate fit``: fit every trace's samples into one calibration file at ``out``."""
-    doc = fit_document(paths, gpu=gpu, name=name or Path(out).stem, shapes=shapes)
+    doc = fit_document(paths, gpu=gpu, name=name or Path(out).stem, shapes=shapes, step=step)
     text = json.dumps(doc, indent=1, sort_keys=False, allow_nan=False)
-    parse_calibration(text, str(out))  # the file we write must be one we read
+    parse_calibration(text, str(out))  # fit_document checked it; the file we write must be one we read
     write_atomic(out, text + "\n")
     return doc
 
 
 def fit_document(paths: Sequence[str | Path], *, gpu: str | None = None, name: str = "fitted",
-                 shapes: RunShapes | None = None, exclude_layer: int | None = None) -> dict[str, Any]:
-    """The calibration document fitted from ``paths`` (``exclude_layer``: leave that layer's samples out)."""
+                 shapes: RunShapes | None = None, exclude_layer: int | None = None,
+                 step: int | str | None = None) -> dict[str, Any]:
+    """The calibration document fitted from ``paths`` (``exclude_layer``: leave that layer's samples out;
+    ``step``: which ProfilerSteps of a multi-step trace, :func:`calibrate.steps.read_steps`). Its
+    self-checks (:func:`calibrate.fit_checks.check_document`) raise :class:`ConfigError` naming what
+    went wrong in the fit."""
     if not paths:
         raise ConfigError("calibrate fit: give at least one trace")
     samples: list[Sample] = []
@@ -133,21 +142,23 @@ def fit_document(paths: Sequence[str | Path], *, gpu: str | None = None, name: s
     device = None
     sources = []
     for p in paths:
-        reading, got, meta = read_any(p, shapes)
+        reading, got, meta = read_any(p, shapes, step)
         samples.extend(s for s in got if exclude_layer is None or s.layer != exclude_layer)
         if reading is not None:
             readings.append(reading)
         props = meta.get("deviceProperties")
         if isinstance(props, list) and props and isinstance(props[0], Mapping):
             device = device or str(props[0].get("name", ""))
-        sources.append(f"{Path(p).name} (sha256 {file_digest(p)})")
+        steps = next((n[len("steps: "):] for n in (reading.notes if reading else []) if n.startswith("steps: ")), "")
+        sources.append(f"{Path(p).name} (sha256 {file_digest(p)}" + (f"; {steps})" if steps else ")"))
     gpu_name = gpu or (gpu_from_device_name(device) if device else None)
     if gpu_name is None:
         raise ConfigError("calibrate fit: the trace names no known device; pass --gpu (one of "
                           f"{', '.join(gpu_names())})")
     spec = load_gpu(gpu_name)
+    samples, left_out = usable_samples(samples)
     tables = fit_tables(samples, spec)
-    notes: list[str] = []
+    notes: list[str] = [left_out] if left_out else []
     for reading in readings:
         _comm_tables(tables, reading)
         rates, rate_residuals = fit_memory_rates(reading, spec)
@@ -176,7 +187,9 @@ def fit_document(paths: Sequence[str | Path], *, gpu: str | None = None, name: s
                          "layer at HBM bandwidth over the trace's norm/activation/permute/elementwise seconds"}
     if exclude_layer is not None:
         notes.append(f"layer {exclude_layer} left out of the fit (held out)")
-    return build_document(name, gpu_name, tables, provenance, kernels=real, sources=src, notes=notes)
+    doc = build_document(name, gpu_name, tables, provenance, kernels=real, sources=src, notes=notes)
+    check_document(doc, ", ".join(str(p) for p in paths))
+    return doc
 
 
 def _compute_stream(reading: TraceReading) -> str:

@@ -185,13 +185,16 @@ def fit_tables(samples: Sequence[Sample], gpu: Any) -> dict[str, Any]:
             if not group:
                 continue
             ratios = [s.work / (_peak(gpu, dtype) * log_interpolate(curve["sizes"], curve["values"], s.size))
-                      / clean_seconds(s, n) for s in group]
+                      / clean_seconds(s, n) for s in group if clean_seconds(s, n) > 0]
+            if not ratios:
+                continue
             eff = min(1.5, statistics.median(ratios))
             tables.setdefault("stack_efficiency", {}).setdefault(arch, {})[f"gemm.{phase}"] = round(eff, 4)
             tables["residuals"][f"stack_efficiency.{arch}.gemm.{phase}.{dtype}"] = residual_stats(
                 [r / eff - 1 for r in ratios])
     for backward, key in ((False, "attn_fwd_eff"), (True, "attn_bwd_eff")):
-        group = [s for s in samples if s.kind == "attn" and (s.phase != "fwd") == backward]
+        group = [s for s in samples if s.kind == "attn" and (s.phase != "fwd") == backward
+                 and clean_seconds(s, n) > 0]
         if group:
             effs = [s.work / (gpu.bf16_flops * clean_seconds(s, n)) for s in group]
             eff = min(1.5, statistics.median(effs))
@@ -206,6 +209,8 @@ def fit_tables(samples: Sequence[Sample], gpu: Any) -> dict[str, Any]:
             notify[s.label or s.op].append(s.seconds)
     for kind, group in sorted(comm_groups.items()):
         rates = [s.work / s.seconds for s in group if s.seconds > 0]
+        if not rates:
+            continue
         rate = statistics.median(rates)
         row = {"bytes": statistics.median(s.work for s in group), "seconds": statistics.median(s.seconds for s in group),
                "bytes_per_s": rate}

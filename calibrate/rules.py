@@ -277,7 +277,8 @@ def read_job_trace(events: Sequence[Mapping[str, Any]], shapes: RunShapes | None
             wall = _union(spans)
             ov = _intervals_overlap(min(s for s, _ in spans), max(e for _, e in spans), comm, comm_starts)
             samples.append(Sample(ops.MOE_EXPERT_GEMM, "wgrad", "grouped_gemm", "fp8", grouped_curve_rows(sh.R, sh), flops, wall,
-                                  min(1.0, ov / wall), held_sms, layer, "moe.expert_gemm+shared.wgrad",
+                                  min(1.0, ov / wall) if wall > 0 else 0.0, held_sms, layer,
+                                  "moe.expert_gemm+shared.wgrad",
                                   min(s for s, _ in spans), "compute"))
         elif family.startswith("gemm."):
             mismatched.append(f"{ph}/{family}: {len(ks)} kernels" + (f", expected {len(slot)}" if slot else ""))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -26,14 +27,35 @@ from sim.errors import ConfigError
 __all__ = ["add_calibrate_parser"]
 
 
+def _same_file(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (hard links and symlinks included)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist (yet): compare where they resolve
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def _refuse_same(flag: str, out: str | None, inputs: list[str]) -> None:
+    """An output that is one of the inputs would destroy it: refused before anything is read."""
+    if out is None or out == "-":
+        return
+    for given in inputs:
+        if given != "-" and _same_file(out, given):
+            raise ConfigError(f"{flag} {out} is the input {given}: writing it would overwrite the input; "
+                              "choose another output file")
+
+
 def _cmd_fit(args: argparse.Namespace) -> int:
     from calibrate.document import fit_traces
     from calibrate.microbench import fit_profile, is_profile
+    from calibrate.steps import parse_step
 
+    _refuse_same("--out", args.out, args.inputs)
+    step = parse_step(args.step)
     if len(args.inputs) == 1 and is_profile(args.inputs[0]):
         doc = fit_profile(args.inputs[0], args.out, name=args.name)
     else:
-        doc = fit_traces(args.inputs, args.out, gpu=args.gpu, name=args.name)
+        doc = fit_traces(args.inputs, args.out, gpu=args.gpu, name=args.name, step=step)
     res = doc.get("residuals", {})
     print(f"calibrate fit: wrote {args.out} ({doc['gpu']}, {len(res)} fitted tables with residuals)")
     return 0
@@ -86,16 +108,19 @@ def _cmd_show(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from calibrate.compare import compare_reading, summary_lines, write_simulated_trace
     from calibrate.document import fit_document, read_any
+    from calibrate.steps import parse_step
     from sim.calibration import load_calibration, parse_calibration
 
-    reading, _, _ = read_any(args.trace)
+    _refuse_same("--sim-trace", args.sim_trace, [args.trace, *([args.calibration] if args.calibration else [])])
+    step = parse_step(args.step)
+    reading, _, _ = read_any(args.trace, step=step)
     if reading is None:
         raise ConfigError(f"{args.trace}: compare needs a GPU kernel trace (a real job's), not moesim op events")
     if args.calibration:
         cal = load_calibration(args.calibration)
         how = f"calibration {args.calibration}"
     else:
-        doc = fit_document([args.trace], gpu=args.gpu, name="in-sample", exclude_layer=args.holdout_layer)
+        doc = fit_document([args.trace], gpu=args.gpu, name="in-sample", exclude_layer=args.holdout_layer, step=step)
         cal = parse_calibration(json.dumps(doc), "fit of " + str(args.trace))
         how = ("fitted on this trace" + (f" without layer {args.holdout_layer}" if args.holdout_layer is not None
                                          else " (in sample)"))
@@ -107,15 +132,20 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         from calibrate.traced_plan import predicted_pair
 
         comp.predicted_busy = predicted_pair(cal, layers=len(layers))
+    steps = next((n for n in reading.notes if n.startswith("steps: ")), None)
+    # everything is computed before the simulated trace is written: a compare that fails writes nothing
+    if args.json:
+        text = json.dumps({"trace": str(args.trace), "calibration": how, **({"steps": steps[7:]} if steps else {}),
+                           **comp.to_dict()}, indent=1, allow_nan=False)
+    else:
+        text = "\n".join([f"compare {args.trace}: {how}" + (f"; per-op times of layer {args.holdout_layer}"
+                                                            if args.holdout_layer is not None
+                                                            else "; per-op medians over layers"),
+                          *([steps] if steps else []), *summary_lines(comp)])
     if args.sim_trace:
         write_simulated_trace(comp, args.sim_trace, name=f"moesim simulated ({how})")
-    if args.json:
-        print(json.dumps({"trace": str(args.trace), "calibration": how, **comp.to_dict()}, indent=1, allow_nan=False))
-        return 0
-    print(f"compare {args.trace}: {how}" + (f"; per-op times of layer {args.holdout_layer}"
-                                            if args.holdout_layer is not None else "; per-op medians over layers"))
-    print("\n".join(summary_lines(comp)))
-    if args.sim_trace:
+    print(text)
+    if args.sim_trace and not args.json:
         print(f"simulated trace: {args.sim_trace}")
     return 0
 
@@ -140,6 +170,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+_STEP_HELP = ("which ProfilerStep#N of a multi-step trace: N, or all complete steps (default: the complete steps "
+              "averaged, the first left out when there are more than 2)")
+
+
 def add_calibrate_parser(subparsers: Any) -> None:
     """Register ``moesim calibrate`` and its subcommands."""
     parser = subparsers.add_parser("calibrate", help="profile, fit, show and compare calibrations",
@@ -150,6 +184,7 @@ def add_calibrate_parser(subparsers: Any) -> None:
     fit.add_argument("--out", required=True, help="calibration file to write")
     fit.add_argument("--gpu", help="catalog GPU the trace ran on (default: from the trace's deviceProperties)")
     fit.add_argument("--name", help="calibration name (default: the output file's stem)")
+    fit.add_argument("--step", metavar="all|N", help=_STEP_HELP)
     fit.set_defaults(handler=_cmd_fit)
     show = sub.add_parser("show", help="print a calibration file")
     show.add_argument("file", help="calibration file or bundled name (h800-deepseek-trace, b200-published, ...)")
@@ -161,6 +196,7 @@ def add_calibrate_parser(subparsers: Any) -> None:
     cmp_.add_argument("--holdout-layer", type=int, help="fit without this layer and compare on it")
     cmp_.add_argument("--gpu", help="catalog GPU (default: from the trace)")
     cmp_.add_argument("--sim-trace", metavar="FILE", help="write the simulated window as a Chrome trace")
+    cmp_.add_argument("--step", metavar="all|N", help=_STEP_HELP)
     cmp_.add_argument("--json", action="store_true")
     cmp_.set_defaults(handler=_cmd_compare)
     for name, handler, text in (("profile", _cmd_profile, "microbenchmarks + reference runs into DIR/profile.json"),
