@@ -2,11 +2,12 @@
 
 - ``profile --out DIR [--device cpu|cuda] [--quick]``: microbenchmarks and reference-layer runs (torch, in
   subprocesses) into ``DIR/profile.json``;
-- ``fit TRACE_OR_PROFILE... --out FILE [--gpu G]``: Kineto/Chrome traces (ours, or a real job's by kernel-name
-  rules) or a ``profile.json`` -> a calibration file;
+- ``fit TRACE_OR_PROFILE... --out FILE [--gpu G] [--step all|N]``: Kineto/Chrome traces (ours, or a real job's
+  by kernel-name rules; several ``ProfilerStep#N``: the complete steps averaged, or ``--step``) or a
+  ``profile.json`` -> a calibration file;
 - ``show FILE``: what a calibration holds, with its provenance and residuals;
-- ``compare TRACE [--calibration FILE] [--holdout-layer N] [--sim-trace FILE] [--json]``: measured vs
-  simulated per op and for the traced window;
+- ``compare TRACE [--calibration FILE] [--holdout-layer N] [--sim-trace FILE] [--step all|N] [--json]``:
+  measured vs simulated per op and for the traced window;
 - ``run --device cpu --out FILE``: profile + fit on this machine.
 
 User errors print one line and exit 2.

@@ -4,7 +4,9 @@
 - ``capacity``: a sweep (the built-in default, or ``--spec FILE``): ``DIR/results.csv`` appended point by
   point (a killed sweep resumes where it stopped), then ``DIR/capacity-report.html``. Every core by
   default (``--workers``); ``--executor ray`` runs the points on a Ray cluster (the ``ray`` extra;
-  ``RAY_ADDRESS`` selects a running cluster, else a local one is started).
+  ``RAY_ADDRESS`` selects a running cluster, else a local one is started). Ctrl-C or SIGTERM records every
+  finished point, stops the workers and exits 130 / 143 saying how to resume; one sweep at a time per
+  ``--out`` (a second exits 2 naming the first's PID).
 
 Bad input (unknown keys, impossible ranges, a GPU count no plan fits) exits 2 with one message.
 """
