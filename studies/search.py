@@ -22,7 +22,6 @@ import dataclasses
 import heapq
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +50,7 @@ from studies.bounds import (
     pipeline_compute_bound_s,
     schedule_bound_s,
 )
+from studies.workers import WorkerPool
 
 __all__ = ["PlanSpace", "Candidate", "SearchResult", "search", "enumerate_plans", "check_space"]
 
@@ -305,22 +305,19 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
             if progress:
                 progress(evaluated, len(fitting))
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            running: dict[Future[Prediction], tuple[float, ParallelPlan]] = {}
+        with WorkerPool(_predict_one, workers) as pool:  # ended on any exception: Ctrl-C leaves no worker
             stop = False
             while True:
-                while not stop and len(running) < 2 * workers:
+                while not stop and pool.idle:
                     item = next_plan()
                     if item is None:
                         stop = True
                         break
-                    running[pool.submit(_predict_one, (model, cluster, item[1], stack))] = item
-                if not running:
+                    pool.submit(item, (model, cluster, item[1], stack))
+                if not pool.busy:
                     break
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    bound, plan = running.pop(fut)
-                    accept(fut.result(), plan, bound)
+                for (bound, plan), pred in pool.collect():
+                    accept(pred, plan, bound)
                     evaluated += 1
                     if progress:
                         progress(evaluated, len(fitting))
