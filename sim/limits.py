@@ -46,6 +46,7 @@ __all__ = [
     "MAX_TRACE_MICROBATCHES",
     "MAX_CAPACITY_POINTS",
     "MAX_WORKERS",
+    "ZERO_OR_AT_LEAST",
     "WORKERS_PER_CPU",
     "MB",
     "env_limit",
@@ -132,6 +133,13 @@ PLAN_BOUNDS: dict[str, Bound] = {
     "routing_seed": (0, (1 << 63) - 1),
     "mtp_layers": (0, 64),  # as MODEL_BOUNDS n_mtp_layers
 }
+
+ZERO_OR_AT_LEAST: dict[str, float] = {
+    "nvlink_bw_bytes_per_s": 1e6,  # a cluster's 0 takes the GPU's NVLink rate
+    "fp4_flops": 1e9,  # 0: no FP4 units
+}
+"""Float fields where 0 means "none" or "the default": any other value must reach the field's real
+minimum (a denormal rate would make every transfer or kernel take forever)."""
 
 MAX_MICROBATCHES = 8192
 """Microbatches per data-parallel rank per step: the simulator's work grows with this count."""
@@ -236,6 +244,9 @@ def check_fields(owner: str, values: Mapping[str, Any], bounds: Mapping[str, Bou
         if value > high:
             raise ConfigError(f"{owner}: {field} must be at most {high:g}, got {value!r}"
                               if not integer else f"{owner}: {field} must be at most {high}, got {value!r}")
+        floor = ZERO_OR_AT_LEAST.get(field)
+        if floor is not None and 0 < value < floor:
+            raise ConfigError(f"{owner}: {field} must be 0 or at least {floor:g}, got {value!r}")
 
 
 def json_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
