@@ -6,7 +6,7 @@
   kernel's duration cannot order or overlap kernels; refused, naming the spacing and the durations.
 - :func:`check_document`: a fitted value outside what the simulator accepts is reported as a finding
   about the fit and its traces (e.g. a negative SM-sharing slowdown: overlapped kernels ran faster than
-  alone), never as a fault of the output file.
+  alone; a negative DeepEP slowdown: faster than DeepEP's benchmark), never as a fault of the output file.
 
 >>> usable_samples([Sample("attn.q_proj", "fwd", "gemm", "fp8", 1e9, 1e9, 0.0)])[1]
 '1 zero-duration kernel (gemm 1) carries no rate: left out of the rate fits'
@@ -67,6 +67,11 @@ def check_document(doc: Mapping[str, Any], source: str) -> None:
         raise ConfigError(f"{fit}: the fitted SM-sharing slowdown {slow:g} is negative: the trace's overlapped "
                           f"kernels ran faster than alone ({sharing.get('samples', 0):.0f} repeated kernels); it "
                           "cannot calibrate SM sharing (are steps or correlation ids mixed up?)")
+    comm = doc.get("comm", {}).get("overlap_kernel_slowdown")
+    if isinstance(comm, int | float) and comm < 0:
+        raise ConfigError(f"{fit}: the fitted DeepEP in-training slowdown {comm:g} is negative: the trace's DeepEP "
+                          "kernels moved their bytes faster than DeepEP's own EP64 benchmark; the run's shapes "
+                          "(tokens per rank, EP degree: calibrate.rules.RunShapes) are not this trace's")
     for key, what in (("mem_bw_eff", "memory-bound kernels (norms, activations, permutes)"),
                       ("quantize_bw_eff", "cast/quantize kernels")):
         value = doc.get(key)

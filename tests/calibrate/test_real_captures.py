@@ -200,3 +200,5 @@ def test_self_checks_name_the_fitted_value() -> None:
         check_document(doc, "t.json")
     with pytest.raises(ConfigError, match=r"the fit of t\.json: the fitted mem_bw_eff is 0"):
         check_document({**doc, "sm_sharing": {}, "mem_bw_eff": 0.0}, "t.json")
+    with pytest.raises(ConfigError, match=r"the fit of t\.json: the fitted DeepEP in-training slowdown -0\.9 is negative"):
+        check_document({**doc, "sm_sharing": {}, "comm": {"overlap_kernel_slowdown": -0.9}}, "t.json")
