@@ -79,11 +79,16 @@ def model_summary(name: str, seq_len: int) -> dict[str, Any]:
     }
 
 
-def _plan_memory(model_name: str, plan: ParallelPlan, gpu_name: str, n_gpus: int | None) -> dict[str, Any]:
+def _plan_memory(model_name: str, plan: ParallelPlan, gpu_name: str, n_gpus: int | None,
+                 stack_name: str | None = None) -> dict[str, Any]:
+    from sim.stacks import load_stack
+
     model = load_model(model_name)
     gpu = load_gpu(gpu_name)
     plan.check_fits(model, n_gpus if n_gpus is not None else plan.world_size)
-    return memory_per_gpu(model, plan, gpu).as_dict()
+    stack = load_stack(stack_name)  # the memory predict reports: the stack's state widths and recompute
+    stack.check_plan(plan)
+    return memory_per_gpu(model, plan, gpu, stack).as_dict()
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -94,7 +99,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     args.seq_len = seq_len
     summary = model_summary(args.model, seq_len)
     if plan is not None:
-        summary["memory"] = _plan_memory(args.model, plan, args.gpu, args.gpus)
+        summary["memory"] = _plan_memory(args.model, plan, args.gpu, args.gpus, getattr(args, "stack", None))
     if args.json:
         print(json.dumps(summary, indent=2, allow_nan=False))
         return 0
@@ -108,7 +113,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
           f"experts {spec['n_routed_experts']} routed + {spec['n_shared_experts']} shared, top-{spec['top_k']}")
     if "memory" in summary:
         mem = summary["memory"]
-        print(f"  memory per GPU on {args.gpu} (busiest pipeline rank {mem['pp_rank']}):")
+        print(f"  memory per GPU on {args.gpu} (stack {getattr(args, 'stack', None) or 'torchtitan'}, "
+              f"busiest pipeline rank {mem['pp_rank']}):")
         for key in ("weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
                     "transient_bytes", "fsdp_unsharded_bytes", "reserve_bytes", "total_bytes", "capacity_bytes"):
             print(f"    {key.removesuffix('_bytes'):<15} {mem[key] / GIB:8.1f} GiB")
@@ -199,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--plan", help="a parallel-plan TOML: also show per-GPU memory under it")
     show.add_argument("--gpu", default="b200", help="GPU for --plan memory (default b200)")
     show.add_argument("--gpus", type=gpu_count(), help="GPU count for --plan (default: the plan's world size)")
+    show.add_argument("--stack", help="framework stack profile for --plan memory, as in predict (default torchtitan)")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(handler=_cmd_show)
 

@@ -1,12 +1,13 @@
-"""``moesim plan --model M --tokens T --days D [--gpu G] [--stack S] [--global-batch N] [--headroom-gib H]
-[--price P] [--json]``: the smallest cluster and best plan.
+"""``moesim plan --model M --tokens T --days D [--gpu G] [--stack S] [--global-batch N] [--gpus-range MIN:MAX]
+[--headroom-gib H] [--headroom-pct P] [--price P] [--json]``: the smallest cluster and best plan.
 
-For each GPU type (``--gpu``, repeatable; default the six current ones) the smallest power-of-two GPU count
-(from the smallest whole node that can hold the model) whose fastest plan that fits trains ``M`` on ``T``
-tokens within ``D`` days; the smallest over the types wins (ties: cheaper with ``--price``, then faster).
-Prints its assumptions first (stack, precision, all-to-all backend, global batch policy, memory
-headroom), a progress bar on stderr while it searches, then the throughput, interval, memory, GPU-hours
-and the runner-up plans. Bad input exits 2 with one message.
+For each GPU type (``--gpu``, repeatable; default the six current ones) the smallest GPU count in whole HGX
+nodes or NVL72 racks (:mod:`studies.plan`: doubling, then bisection) whose fastest plan that fits trains
+``M`` on ``T`` tokens within ``D`` days; the smallest over the types wins (ties: cheaper with ``--price``,
+then faster). Prints its assumptions first (stack, precision, all-to-all backend, global batch policy,
+memory headroom), a progress bar on stderr while it searches, then the throughput, interval, memory,
+GPU-hours (racks and idle GPUs on NVL72), the runner-up plans, and every count it tried. A schedule,
+backend or precision the stack cannot run is refused (exit 2, one line); bad input exits 2 with one message.
 """
 
 from __future__ import annotations
@@ -60,7 +61,25 @@ def assumptions(args: argparse.Namespace) -> list[str]:
             f"precision: {args.precision or 'mxfp8 where the GPU runs it (B200, B300, GB200, GB300), else bf16'}",
             f"all-to-all backend: {args.ep_backend}",
             f"global batch: {f'{args.global_batch} sequences per step' if args.global_batch else GLOBAL_BATCH_POLICY}",
-            f"memory headroom: {args.headroom_gib:g} GiB left free per GPU (--headroom-gib)"]
+            f"memory headroom: peak x {1 + _headroom_fraction(args):.3f} (allocator overhead, --headroom-pct) "
+            f"+ {args.headroom_gib:g} GiB left free per GPU (--headroom-gib)"]
+
+
+def _headroom_fraction(args: argparse.Namespace) -> float:
+    from studies.plan import ALLOCATOR_OVERHEAD
+
+    pct = getattr(args, "headroom_pct", None)
+    return ALLOCATOR_OVERHEAD if pct is None else pct / 100
+
+
+def _gpus_range(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition(":")
+    if not sep or not low.strip().isdigit() or not high.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected MIN:MAX GPU counts (e.g. 512:4096), got {text!r}")
+    lo, hi = int(low), int(high)
+    if not 1 <= lo <= hi <= 65536:
+        raise argparse.ArgumentTypeError(f"must satisfy 1 <= MIN <= MAX <= 65536, got {text!r}")
+    return lo, hi
 
 
 def _progress_bar(disabled: bool) -> Any:
@@ -98,6 +117,11 @@ def add_plan(subparsers: Any) -> None:
                    help="sequences per step at every count (default: max(4096, 2 x GPUs))")
     p.add_argument("--headroom-gib", type=_non_negative, default=0.0, dest="headroom_gib",
                    help="GiB of HBM every plan must leave free (default 0)")
+    p.add_argument("--headroom-pct", type=_non_negative, default=None, dest="headroom_pct",
+                   help="%% of its predicted peak a plan must leave free for the allocator (default 8.6: TorchTitan's "
+                        "logged reserved peaks over the predicted tensors)")
+    p.add_argument("--gpus-range", type=_gpus_range, default=None, dest="gpus_range", metavar="MIN:MAX",
+                   help="least and most GPUs to consider (default 1:65536)")
     p.add_argument("--no-progress", action="store_true", dest="no_progress", help="no progress bar on stderr")
     p.add_argument("--workers", type=worker_count, default=None, help="processes for the plan search (default: every core)")
     p.add_argument("--json", action="store_true")
@@ -133,7 +157,9 @@ def run_plan(args: argparse.Namespace) -> int:
                                       precision=args.precision, ep_backend=args.ep_backend, stack=args.stack,
                                       price=args.price, workers=args.workers or min(os.cpu_count() or 1, max_workers()),
                                       global_batch=getattr(args, "global_batch", None),
-                                      headroom_gib=getattr(args, "headroom_gib", 0.0), progress=update)
+                                      headroom_gib=getattr(args, "headroom_gib", 0.0),
+                                      headroom_fraction=_headroom_fraction(args),
+                                      gpus_range=getattr(args, "gpus_range", None), progress=update)
     except MoesimError as err:
         print(f"moesim plan: error: {err}", file=sys.stderr)
         return 2
@@ -142,6 +168,8 @@ def run_plan(args: argparse.Namespace) -> int:
                           "best": answer.best.as_dict() if answer.best else None,
                           "per_gpu": {g: (o.as_dict() if o else None) for g, o in answer.per_gpu.items()},
                           "counts_ruled_out": answer.skipped, "counts_too_small": answer.too_small,
+                          "counts_tried": {g: [t.as_dict() for t in ts] for g, ts in answer.tried.items()},
+                          "count_unit": answer.unit,
                           "assumptions": assumptions(args), "elapsed_s": answer.elapsed_s,
                           "gpu_hours": (answer.best.days * 24 * answer.best.n_gpus) if answer.best else None,
                           "notes": [INTERVAL_NOTE]}, indent=2, allow_nan=False))
@@ -156,8 +184,10 @@ def run_plan(args: argparse.Namespace) -> int:
     o = answer.best
     p = o.best.prediction
     print(f"{answer.model}: {answer.tokens:.3g} tokens in {answer.days:g} days")
-    print(f"smallest cluster: {o.n_gpus} x {o.gpu}  ->  {o.days:.1f} days, {o.days * 24 * o.n_gpus:,.0f} GPU-hours"
-          + (f", ${o.cost_usd:,.0f}" if o.cost_usd is not None else ""))
+    racks = (f" ({o.racks} NVL72 rack{'s' if o.racks != 1 else ''}, {o.idle_gpus} GPUs idle)" if o.racks
+             else f" ({o.n_gpus // answer.unit.get(o.gpu, 8)} nodes)")
+    print(f"smallest cluster: {o.n_gpus} x {o.gpu}{racks}  ->  {o.days:.1f} days, "
+          f"{o.days * 24 * o.n_gpus:,.0f} GPU-hours" + (f", ${o.cost_usd:,.0f}" if o.cost_usd is not None else ""))
     print(f"  plan: {_plan_text(o.best, args.stack)}")
     ival = f"{o.interval[0]:.0f}-{o.interval[1]:.0f}" if o.interval else "none: sim.uncertainty is not in this build"
     print(f"  {p.tokens_per_s_per_gpu:.1f} tokens/s per GPU (interval {ival}), step {p.step_time_s:.2f} s, "
@@ -167,12 +197,17 @@ def run_plan(args: argparse.Namespace) -> int:
               f"{c.prediction.peak_memory_bytes / 2**30:.1f} GiB")
     for gpu, other in answer.per_gpu.items():
         if other is not None and other is not o:
-            print(f"  {gpu}: {other.n_gpus} GPUs, {other.days:.1f} days")
+            rack_note = f" ({other.racks} racks, {other.idle_gpus} idle)" if other.racks else ""
+            print(f"  {gpu}: {other.n_gpus} GPUs{rack_note}, {other.days:.1f} days")
         elif other is None:
             print(f"  {gpu}: no count up to 65,536 meets the target")
     print(f"  searched in {answer.elapsed_s:.1f} s: {o.searched['evaluated']} plans predicted, {o.searched['pruned']} "
-          f"pruned by a lower bound at {o.n_gpus} GPUs; smaller counts searched and too slow or not fitting: "
-          f"{answer.skipped.get(o.gpu) or 'none'}")
+          f"pruned by a lower bound at {o.n_gpus} GPUs")
+    for gpu, tried in answer.tried.items():
+        shown = ", ".join(f"{t.n_gpus} ({t.outcome}{f', {t.days:.1f} days' if t.days is not None else ''})"
+                          for t in tried)
+        print(f"  counts tried ({gpu}, in whole units of {answer.unit.get(gpu, 8)} GPUs: doubling, then bisection): "
+              f"{shown or 'none'}")
     if answer.too_small.get(o.gpu):
         print(f"  not searched ({o.gpu}): {answer.too_small[o.gpu]}")
     return 0

@@ -43,7 +43,7 @@ from sim.workload import chunk_layers
 from studies._sim import layer_compute_seconds, layer_sim_seconds, step_bound_seconds
 
 __all__ = ["peak_bound_s", "pipeline_compute_bound_s", "chunk_ranks", "layer_times", "compute_only_times",
-           "LayerTimes"]
+           "LayerTimes", "rate_bound_tokens_per_s_per_gpu"]
 
 #: layer kind -> (forward s, backward s, forward compute s, backward compute s, forward all-to-all stream s,
 #: backward all-to-all stream s) of one microbatch
@@ -76,6 +76,24 @@ def peak_bound_s(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> 
                                                                           cluster.gpu.bf16_flops)
     flops = exact_flops_per_token(model, plan.seq_len) / 3 * passes * plan.tokens_per_step / cluster.n_gpus
     return flops / fastest
+
+
+def rate_bound_tokens_per_s_per_gpu(model: ModelSpec, plan: ParallelPlan, times: LayerTimes) -> float:
+    """Tokens/s per GPU that no plan of ``plan``'s layer shape (the fields a layer's compute reads: TP, CP, EP,
+    recompute, micro-batch, precision) exceeds, at any pipeline layout, schedule, data-parallel width or GPU
+    count, from its compute-only layer ``times`` (:func:`compute_only_times`).
+
+    Why: :func:`pipeline_compute_bound_s` never exceeds the predicted step, and it is at least the busiest
+    pipeline rank's compute, so at least the mean over the ``pp`` ranks, ``m * T / pp`` (``m`` microbatches of
+    the rank's data-parallel group, ``T`` one microbatch's compute through every layer, embedding and head;
+    DualPipe's two copies run each microbatch through the model once as well). The step's tokens per GPU are
+    ``m * micro_batch * seq_len / (tp * cp * pp)``, so tokens/s per GPU <= ``micro_batch * seq_len / (tp * cp * T)``.
+    """
+    zero = (0.0,) * 6
+    n_dense = model.n_dense_layers
+    counts = {"embed": 1, "head": 1, "dense": n_dense, "moe": model.n_layers - n_dense}
+    per_microbatch = sum(n * (times.get(kind, zero)[0] + times.get(kind, zero)[1]) for kind, n in counts.items())
+    return plan.micro_batch * plan.seq_len / (plan.tp * plan.cp * per_microbatch)
 
 
 def chunk_ranks(plan: ParallelPlan, n_chunks: int) -> list[int] | None:

@@ -48,11 +48,13 @@ from studies.bounds import (
     layer_times,
     peak_bound_s,
     pipeline_compute_bound_s,
+    rate_bound_tokens_per_s_per_gpu,
     schedule_bound_s,
 )
 from studies.workers import WorkerPool
 
-__all__ = ["PlanSpace", "Candidate", "SearchResult", "search", "enumerate_plans", "check_space"]
+__all__ = ["PlanSpace", "Candidate", "SearchResult", "search", "enumerate_plans", "check_space", "compute_times",
+           "max_rate_per_gpu"]
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,41 @@ def check_space(space: PlanSpace, stack: str) -> None:
                               f"{', '.join(profile.can_run(capability))}")
 
 
+def max_rate_per_gpu(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str) -> float:
+    """Tokens/s per GPU that no plan of ``space`` exceeds on ``cluster``'s GPU at any GPU count: the largest
+    :func:`studies.bounds.rate_bound_tokens_per_s_per_gpu` over the space's layer shapes (TP, EP, recompute,
+    micro-batch), from compute-only layer times (cached for the searches that follow)."""
+    best = 0.0
+    for tp in space.tp:
+        for ep in _ep_options(model, space):
+            for ac in space.ac:
+                for mb in space.micro_batch:
+                    try:
+                        plan = ParallelPlan(tp=tp, ep=ep, dp_shard=ep, seq_len=space.seq_len, micro_batch=mb,
+                                            global_batch=mb * ep, ac=ac, precision=space.precision,
+                                            ep_backend=space.ep_backend)
+                    except MoesimError:
+                        continue
+                    times = compute_times(model, cluster, plan, stack)
+                    best = max(best, rate_bound_tokens_per_s_per_gpu(model, plan, times))
+    return best
+
+
+def compute_times(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack: str) -> LayerTimes:
+    """Compute-only layer times of ``plan`` (:func:`studies.bounds.compute_only_times`), cached by what they
+    read: the model, the GPU, the stack and the plan's layer fields (shared by searches at every GPU count)."""
+    ckey = (model, cluster.gpu, stack, _compute_key(plan))
+    if ckey not in _COMPUTE_TIMES:
+        if len(_COMPUTE_TIMES) >= 65536:
+            _COMPUTE_TIMES.clear()
+        _COMPUTE_TIMES[ckey] = compute_only_times(model, cluster, plan, stack)
+    return _COMPUTE_TIMES[ckey]
+
+
+def _shape(plan: ParallelPlan) -> tuple[Any, ...]:
+    return (plan.tp, plan.pp, plan.pp_schedule, plan.vpp, plan.ep, plan.ac, plan.micro_batch)
+
+
 def _count(reasons: dict[str, int] | None, key: str) -> None:
     if reasons is not None:
         reasons[key] = reasons.get(key, 0) + 1
@@ -209,12 +246,17 @@ def _predict_one(args: tuple[ModelSpec, ClusterSpec, ParallelPlan, str]) -> Pred
 
 def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str = "torchtitan", *,
            keep: int = 4, workers: int = 1, prune: bool = True, max_step_s: float | None = None,
-           progress: Callable[[int, int], None] | None = None) -> SearchResult:
+           progress: Callable[[int, int], None] | None = None, first_fit: bool = False,
+           guess: ParallelPlan | None = None) -> SearchResult:
     """The fastest plan of ``space`` that fits (and the next ``keep - 1``), see the module docstring.
 
     ``workers`` > 1 predicts in that many processes; ``prune=False`` predicts every fitting plan (for
     checking that pruning is exact). ``max_step_s``: only plans at least that fast matter (a target): plans
-    whose bound is above it are pruned too, and ``best`` is None when no fitting plan reaches it."""
+    whose bound is above it are pruned too, and ``best`` is None when no fitting plan reaches it.
+    ``first_fit`` (with ``max_step_s``): a feasibility probe that stops at the first fitting plan that reaches
+    the target (``best`` is that plan, not necessarily the fastest), trying first the plan of ``guess``'s shape
+    (its TP, PP, schedule, VPP, EP, recompute and micro-batch: e.g. what met the target at another GPU count),
+    else the plan of lowest cheap bound."""
     t0 = time.perf_counter()
     check_space(space, stack)
     reasons: dict[str, int] = {}
@@ -229,19 +271,12 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
         mem = memory_per_gpu(model, p, cluster.gpu, stack_profile(stack))
         return bool(mem.fits) and mem.total_bytes * scale <= mem.capacity_bytes - headroom
 
-    fitting = [p for p in plans if fits(p)]
     tight: dict[tuple[Any, ...], LayerTimes] = {}
-
     placed = stack_profile(stack).place(cluster)
 
     def cheap_times(p: ParallelPlan) -> LayerTimes:
         # compute alone reads only the GPU of the cluster: shared by searches of other cluster sizes
-        ckey = (model, cluster.gpu, stack, _compute_key(p))
-        if ckey not in _COMPUTE_TIMES:
-            if len(_COMPUTE_TIMES) >= 65536:
-                _COMPUTE_TIMES.clear()
-            _COMPUTE_TIMES[ckey] = compute_only_times(model, cluster, p, stack)
-        return _COMPUTE_TIMES[ckey]
+        return compute_times(model, cluster, p, stack)
 
     def tight_times(p: ParallelPlan) -> LayerTimes:
         # what the layer simulation reads (sim.predict.memo), the same key the predictions' memo uses
@@ -255,13 +290,31 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
     # every plan of the same layer key; level 2: its own schedule on them, pairs at their compute) and
     # re-queued, and predicted once its fully tightened bound is still the lowest. A plan whose bound (at any
     # level) reaches the cutoff cannot enter the top ``keep``: it and every plan behind it are pruned.
-    heap: list[tuple[float, int, int, ParallelPlan]] = [
-        (max(peak_bound_s(model, cluster, p), pipeline_compute_bound_s(model, cluster, p, stack, cheap_times(p))),
-         0, i, p) for i, p in enumerate(fitting)]
+    target = float("inf") if max_step_s is None else max_step_s
+
+    def cheap_bound(p: ParallelPlan) -> float:
+        return max(peak_bound_s(model, cluster, p), pipeline_compute_bound_s(model, cluster, p, stack, cheap_times(p)))
+
+    def quick_bound(p: ParallelPlan) -> float:
+        """The step time the plan's layer shape allows at best (:func:`rate_bound_tokens_per_s_per_gpu`), which
+        the pipeline bound never undercuts: a target it misses needs no pipeline bound."""
+        rate = rate_bound_tokens_per_s_per_gpu(model, p, cheap_times(p))
+        quick = max(peak_bound_s(model, cluster, p), p.tokens_per_step / (cluster.n_gpus * rate))
+        return quick if quick >= target * (1 + 1e-12) else cheap_bound(p)
+
+    # With a target, a plan whose cheap bound already misses it is pruned before its memory is checked.
+    over_target: list[ParallelPlan] = []
+    if prune and max_step_s is not None:
+        bounded = [(quick_bound(p), p) for p in plans]
+        over_target = [p for b, p in bounded if b >= target * (1 + 1e-12)]
+        ranked = [(b, p) for b, p in bounded if b < target * (1 + 1e-12) and fits(p)]
+    else:
+        ranked = [(cheap_bound(p), p) for p in plans if fits(p)]
+    heap: list[tuple[float, int, int, ParallelPlan]] = [(b, 0, i, p) for i, (b, p) in enumerate(ranked)]
+    fitting = [p for _b, p in ranked]
     heapq.heapify(heap)
     done: list[Candidate] = []
     no_fit_after = 0
-    target = float("inf") if max_step_s is None else max_step_s
 
     def cutoff() -> float:
         if not prune:
@@ -280,8 +333,35 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
             return
         done.append(Candidate(plan, pred, bound))
 
+    guessed = False
+    wanted = _shape(guess) if guess is not None else None
+
     def next_plan() -> tuple[float, ParallelPlan] | None:
         """The next plan to predict, or None when the rest are pruned (or none is left)."""
+        nonlocal guessed
+        if first_fit and any(c.prediction.step_time_s <= target for c in done):
+            return None
+        if wanted is not None and not guessed and heap and heap[0][0] < cutoff():
+            guessed = True  # a probe first predicts the guess's shape, untightened, when its cheap bound allows
+            pick = next((j for j, item in enumerate(heap) if item[0] < cutoff() and _shape(item[3]) == wanted), None)
+            if pick is not None:
+                bound, _level, _i, plan = heap[pick]
+                heap[pick] = heap[-1]
+                heap.pop()
+                heapq.heapify(heap)
+                return bound, plan
+        if first_fit and prune:
+            # Depth first: any plan that reaches the target will do, so each plan in cheap-bound order is
+            # tightened at once and predicted if its bound still allows (pruning stays exact: only plans whose
+            # bound reaches the cutoff are dropped).
+            while heap and heap[0][0] < cutoff():
+                bound, _level, _i, plan = heapq.heappop(heap)
+                bound = max(bound, pipeline_compute_bound_s(model, cluster, plan, stack, tight_times(plan)))
+                if bound < cutoff():
+                    bound = max(bound, schedule_bound_s(model, cluster, plan, stack, memo=_MEMO))
+                    if bound < cutoff():
+                        return bound, plan
+            return None
         while heap:
             bound, tightened, i, plan = heap[0]
             if bound >= cutoff():
@@ -332,7 +412,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
     if max_step_s is not None:
         done = [c for c in done if c.prediction.step_time_s <= max_step_s]
     counts = {"enumerated": enumerated, "invalid": sum(reasons.values()), "valid": len(plans),
-              "no_fit": len(plans) - len(fitting), "fits": len(fitting), "evaluated": evaluated,
+              "over_target": len(over_target), "no_fit": len(plans) - len(over_target) - len(fitting),
+              "fits": len(fitting), "evaluated": evaluated,
               "pruned": len(fitting) - evaluated, "no_fit_predicted": no_fit_after, "bound_violations": violations,
               "layer_keys_simulated": len(tight)}
     return SearchResult(done[0] if done else None, done[1:keep], counts, time.perf_counter() - t0, reasons)
