@@ -169,7 +169,7 @@ def run_plan(args: argparse.Namespace) -> int:
                           "per_gpu": {g: (o.as_dict() if o else None) for g, o in answer.per_gpu.items()},
                           "counts_ruled_out": answer.skipped, "counts_too_small": answer.too_small,
                           "counts_tried": {g: [t.as_dict() for t in ts] for g, ts in answer.tried.items()},
-                          "count_unit": answer.unit,
+                          "count_unit": answer.unit, "gpus_per_rack": answer.rack,
                           "assumptions": assumptions(args), "elapsed_s": answer.elapsed_s,
                           "gpu_hours": (answer.best.days * 24 * answer.best.n_gpus) if answer.best else None,
                           "notes": [INTERVAL_NOTE]}, indent=2, allow_nan=False))
@@ -178,8 +178,13 @@ def run_plan(args: argparse.Namespace) -> int:
     for line in assumptions(args):
         print(f"  {line}")
     if answer.best is None:
-        print(f"no cluster of up to 65,536 GPUs of {', '.join(answer.per_gpu)} trains {answer.model} on "
+        low, high = getattr(args, "gpus_range", None) or (1, 65536)
+        print(f"no cluster of {low:,} to {high:,} GPUs of {', '.join(answer.per_gpu)} trains {answer.model} on "
               f"{answer.tokens:.3g} tokens in {answer.days:g} days with a plan that fits")
+        for gpu, tried in answer.tried.items():
+            shown = ", ".join(f"{t.n_gpus} ({t.outcome})" for t in tried)
+            print(f"  counts tried ({gpu}, {answer.unit_text(gpu)}): {shown or 'none'}; not searched: "
+                  f"{answer.too_small.get(gpu, '')}")
         return 1
     o = answer.best
     p = o.best.prediction
@@ -200,14 +205,13 @@ def run_plan(args: argparse.Namespace) -> int:
             rack_note = f" ({other.racks} racks, {other.idle_gpus} idle)" if other.racks else ""
             print(f"  {gpu}: {other.n_gpus} GPUs{rack_note}, {other.days:.1f} days")
         elif other is None:
-            print(f"  {gpu}: no count up to 65,536 meets the target")
+            print(f"  {gpu}: no count tried meets the target")
     print(f"  searched in {answer.elapsed_s:.1f} s: {o.searched['evaluated']} plans predicted, {o.searched['pruned']} "
           f"pruned by a lower bound at {o.n_gpus} GPUs")
     for gpu, tried in answer.tried.items():
         shown = ", ".join(f"{t.n_gpus} ({t.outcome}{f', {t.days:.1f} days' if t.days is not None else ''})"
                           for t in tried)
-        print(f"  counts tried ({gpu}, in whole units of {answer.unit.get(gpu, 8)} GPUs: doubling, then bisection): "
-              f"{shown or 'none'}")
+        print(f"  counts tried ({gpu}, {answer.unit_text(gpu)}; doubling, then bisection): {shown or 'none'}")
     if answer.too_small.get(o.gpu):
         print(f"  not searched ({o.gpu}): {answer.too_small[o.gpu]}")
     return 0

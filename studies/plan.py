@@ -172,6 +172,15 @@ class Answer:
     tried: dict[str, list[Tried]] = field(default_factory=dict)
     #: per GPU type: the unit counts grow by (an HGX node, an NVL72 rack as the stack fills it)
     unit: dict[str, int] = field(default_factory=dict)
+    #: per GPU type: GPUs per rack (NVL72: 72), 0 for HGX nodes
+    rack: dict[str, int] = field(default_factory=dict)
+
+    def unit_text(self, gpu: str) -> str:
+        """How counts of ``gpu`` grow, in words."""
+        unit, rack = self.unit.get(gpu, 8), self.rack.get(gpu, 0)
+        if rack:
+            return f"whole NVL72 racks ({unit} of {rack} GPUs used)" if unit < rack else f"whole {rack}-GPU NVL72 racks"
+        return f"whole {unit}-GPU nodes"
 
 
 def _precision(gpu: str, precision: str | None, stack: str) -> str:
@@ -235,7 +244,7 @@ def smallest_cluster(model_name: str, *, tokens: float, days: float, gpus: list[
                      global_batch: int | None = None, headroom_gib: float = 0.0,
                      headroom_fraction: float = ALLOCATOR_OVERHEAD, progress: Any = None) -> Answer:
     """See the module docstring. ``precision`` None: MXFP8 where the GPU and the stack run it, else BF16;
-    ``global_batch`` None: :data:`GLOBAL_BATCH_POLICY`; ``gpus_range``: the least and most GPUs to consider;
+    ``global_batch`` None: :data:`GLOBAL_BATCH_POLICY` (also with ``space``, whose own global batch is not used); ``gpus_range``: the least and most GPUs to consider;
     ``headroom_gib`` and ``headroom_fraction``: HBM every plan leaves free (GiB, and a fraction of its
     predicted peak); ``progress(gpu, n, done, total)`` is called before each count is searched (``total``:
     the counts known so far)."""
@@ -264,8 +273,8 @@ def smallest_cluster(model_name: str, *, tokens: float, days: float, gpus: list[
                                                                                 ep_backend=ep_backend), stack)))
         lo_k = max(math.ceil(max(memory_floor, speed_floor, low_gpus) / unit), 1)
         hi_k = high_gpus // unit
-        what = f"whole NVL72 racks of {unit} GPUs" if rack else f"whole {unit}-GPU nodes"
-        answer.unit[gpu] = unit
+        answer.unit[gpu], answer.rack[gpu] = unit, rack
+        what = answer.unit_text(gpu)
         answer.too_small[gpu] = (f"below {lo_k * unit}: counts are {what}; fewer than {memory_floor} GPUs cannot hold "
                                  f"the model's master weights and Adam moments, fewer than {speed_floor} miss the "
                                  f"target even at their compute alone ({prec}, studies.bounds)"
@@ -285,7 +294,7 @@ def smallest_cluster(model_name: str, *, tokens: float, days: float, gpus: list[
             if progress is not None:
                 progress(gpu, n, done, done + 1)
             done += 1
-            option = _search_count(model, model_name, gpu, n, prec, ep_backend, stack, base, space is not None,
+            option = _search_count(model, model_name, gpu, n, prec, ep_backend, stack, base,
                                    global_batch, need, 1, first_fit=True, guess=hint[-1] if hint else None)
             if isinstance(option, str):
                 answer.tried[gpu].append(Tried(n, option))
@@ -303,7 +312,7 @@ def smallest_cluster(model_name: str, *, tokens: float, days: float, gpus: list[
         k = _unit_counts(lo_k, hi_k, meets) if lo_k <= hi_k else None
         if k is not None:  # the answer's count: its fastest plan and runner-ups (the probes stopped at the first)
             n = k * unit
-            option = _search_count(model, model_name, gpu, n, prec, ep_backend, stack, base, space is not None,
+            option = _search_count(model, model_name, gpu, n, prec, ep_backend, stack, base,
                                    global_batch, need, workers)
             assert not isinstance(option, str), "a count that met the target has a plan that meets it"
             option.days = tokens / (option.best.prediction.tokens_per_s_per_gpu * n) / 86400.0
@@ -321,11 +330,11 @@ def smallest_cluster(model_name: str, *, tokens: float, days: float, gpus: list[
 
 
 def _search_count(model: Any, model_name: str, gpu: str, n: int, prec: str, ep_backend: str, stack: str,
-                  base: PlanSpace, own_space: bool, global_batch: int | None, need: float,
+                  base: PlanSpace, global_batch: int | None, need: float,
                   workers: int, first_fit: bool = False, guess: Any = None) -> Option | str:
     """The fastest plan at ``n`` GPUs that reaches the needed rate (an :class:`Option` whose days and cost the
     caller fills; ``first_fit``: the first plan found that reaches it), or why none does."""
-    batch = global_batch or (base.global_batch if own_space else global_batch_for(n))
+    batch = global_batch or global_batch_for(n)
     point = Point(model.name if not model_name.endswith((".json", ".toml")) else model_name, gpu, n, 0.0,
                   "template", 1.0, prec, ep_backend, stack, base.seq_len, batch)
     cluster = point_cluster(point)
