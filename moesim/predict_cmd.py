@@ -340,7 +340,9 @@ def _compute(args: argparse.Namespace) -> _Run:
             raise ConfigError("--gpus is required with --model")
         model = load_model(args.model)
         cluster = _cluster(args, args.cluster, args.gpus, args.gpu)
-        fields = derive_plan_fields(plan_args, args.gpus, "plan (command line)")
+        # what the stack runs where the command line leaves a field the stack lacks (DeepSeek: DeepEP, DualPipe)
+        fields = derive_plan_fields({**_stack(args).defaults_for(plan_args), **plan_args}, args.gpus,
+                                    "plan (command line)")
         plan = plan_from_mapping(fields, "plan (command line)")
         costs, stack = _costs(args, cluster.gpu, _stack(args))
         stack.check_plan(plan)  # a schedule, backend or precision the framework cannot run: one line, exit 2

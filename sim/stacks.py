@@ -258,6 +258,26 @@ class StackProfile:
                     "(DualPipe schedules overlap their pairs without it)")
         return None
 
+    def defaults_for(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """What this stack runs for the plan fields ``given`` (plan fields by name) leaves out, where the
+        :class:`~sim.specs.ParallelPlan` default is something the stack cannot run: its first backend, schedule
+        (with ``pp`` > 1) or precision. E.g. DeepSeek's stack dispatches with DeepEP, not NCCL.
+
+        >>> load_stack("deepseek").defaults_for({"pp": 16, "ep": 64})
+        {'pp_schedule': 'dualpipe', 'ep_backend': 'deepep'}
+        >>> load_stack("torchtitan").defaults_for({"ep": 8})
+        {}
+        """
+        plan_defaults = {f.name: f.default for f in fields(ParallelPlan)}
+        out: dict[str, Any] = {}
+        for capability, (plan_field, _known) in CAPABILITIES.items():
+            if plan_field in given or (plan_field == "pp_schedule" and given.get("pp", 1) == 1):
+                continue
+            runs = self.can_run(capability)
+            if plan_defaults[plan_field] not in getattr(self, capability) and runs:
+                out[plan_field] = runs[0]
+        return out
+
     def check_plan(self, plan: ParallelPlan) -> None:
         """Raise :class:`ConfigError` with :meth:`refusal`'s line when this stack cannot run ``plan``."""
         reason = self.refusal(plan)

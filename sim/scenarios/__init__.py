@@ -201,6 +201,7 @@ def run_scenario(
     predictions = []
     for variant in scenario.variants:
         fields = {**scenario.base, **variant.plan, **(overrides or {})}
+        fields = {**profile.defaults_for(fields), **fields}  # e.g. DeepEP under DeepSeek's stack when unsaid
         owner = f"scenario {scenario.name!r} variant {variant.name!r}"
         plan = plan_from_mapping(derive_plan_fields(fields, cluster.n_gpus, owner), owner)
         reason = profile.refusal(plan)
