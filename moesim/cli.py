@@ -240,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     stdout = sys.stdout
     # user names cannot drive the terminal; with a ``-`` output the report goes to stderr, the file alone to stdout
-    sys.stdout = _SafeText(stdout, sys.stderr if dashes else None)  # type: ignore[assignment]
+    sys.stdout = _SafeText(stdout, sys.stderr if dashes else None)
     try:
         if hasattr(sys.stderr, "reconfigure"):
             sys.stderr.reconfigure(errors="backslashreplace")
