@@ -24,7 +24,8 @@ About 7% of the inputs (``--special-fraction``) replace the file by a special on
 (:data:`sim.limits.MAX_INPUT_MB`, or :data:`sim.limits.MAX_TRACE_MB` for a plain trace), and for traces a
 gzip bomb (1 GB of zeros in about 1 MB) and a two-step trace (two ``ProfilerStep#N`` windows). Each must be
 refused (exit 2, one line) or read, never hang or fill memory. The peak resident memory of the fuzzing
-process (an upper bound of every in-process input) and of any subprocess input is reported.
+process (an upper bound of every in-process input) and of any subprocess input is reported (the latter
+counts the pages a forked child shares with the fuzzer before ``exec``, so it too is an upper bound).
 
 Every input starts from a valid file (the project's shipped files where it ships one, else a small
 synthetic file built here) and is mutated with a seeded mix of structural mutations (dropped keys, wrong
