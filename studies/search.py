@@ -141,10 +141,14 @@ def _ep_options(model: ModelSpec, space: PlanSpace) -> tuple[int, ...]:
 
 
 def enumerate_plans(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace,
-                    reasons: dict[str, int] | None = None, stack: str | None = None) -> Iterator[ParallelPlan]:
+                    reasons: dict[str, int] | None = None, stack: str | None = None,
+                    skip: Callable[[int, int, str, int], bool] | None = None,
+                    skipped: list[int] | None = None) -> Iterator[ParallelPlan]:
     """Every plan of ``space`` that can run ``model`` on ``cluster`` (invalid ones counted in ``reasons``
     by the first words of their error); with ``stack``, only the pipeline schedules that stack can run
-    (:attr:`sim.stacks.StackProfile.pp_schedules`: a search never proposes what the framework lacks)."""
+    (:attr:`sim.stacks.StackProfile.pp_schedules`: a search never proposes what the framework lacks).
+    ``skip(tp, ep, ac, micro_batch)`` True leaves out every plan of that layer shape unbuilt (counted in
+    ``skipped[0]``): a search's shapes that cannot reach its target."""
     n = cluster.n_gpus
     schedules = space.schedules
     if stack is not None:
@@ -160,8 +164,16 @@ def enumerate_plans(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace,
                 (s, v) for s in schedules for v in ((1,) if s != "interleaved-1f1b" else space.vpp)]
             for schedule, vpp in layouts:
                 for ep in _ep_options(model, space):
+                    if (dp * tp) % ep:  # EP borrows from dp_shard * tp (ParallelPlan.check_fits), before building
+                        for _ in range(len(space.ac) * len(space.micro_batch)):
+                            _count(reasons, f"plan: ep ({ep})")
+                        continue
                     for ac in space.ac:
                         for mb in space.micro_batch:
+                            if skip is not None and skip(tp, ep, ac, mb):
+                                if skipped is not None:
+                                    skipped[0] += 1
+                                continue
                             try:
                                 plan = ParallelPlan(tp=tp, pp=pp, pp_schedule=schedule, vpp=vpp, ep=ep,
                                                     dp_shard=dp, seq_len=space.seq_len,
@@ -189,6 +201,7 @@ def max_rate_per_gpu(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, s
     :func:`studies.bounds.rate_bound_tokens_per_s_per_gpu` over the space's layer shapes (TP, EP, recompute,
     micro-batch), from compute-only layer times (cached for the searches that follow)."""
     best = 0.0
+    table = _compute_table(model, cluster, stack)
     for tp in space.tp:
         for ep in _ep_options(model, space):
             for ac in space.ac:
@@ -199,20 +212,33 @@ def max_rate_per_gpu(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, s
                                             ep_backend=space.ep_backend)
                     except MoesimError:
                         continue
-                    times = compute_times(model, cluster, plan, stack)
+                    times = compute_times(model, cluster, plan, stack, table)
                     best = max(best, rate_bound_tokens_per_s_per_gpu(model, plan, times))
     return best
 
 
-def compute_times(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack: str) -> LayerTimes:
+def compute_times(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack: str,
+                  table: dict[tuple[Any, ...], LayerTimes] | None = None) -> LayerTimes:
     """Compute-only layer times of ``plan`` (:func:`studies.bounds.compute_only_times`), cached by what they
-    read: the model, the GPU, the stack and the plan's layer fields (shared by searches at every GPU count)."""
-    ckey = (model, cluster.gpu, stack, _compute_key(plan))
-    if ckey not in _COMPUTE_TIMES:
-        if len(_COMPUTE_TIMES) >= 65536:
+    read: the model, the GPU, the stack and the plan's layer fields (shared by searches at every GPU count;
+    ``table``: :func:`_compute_table`'s for this model, GPU and stack, looked up once by the caller)."""
+    if table is None:
+        table = _compute_table(model, cluster, stack)
+    key = _compute_key(plan)
+    times = table.get(key)
+    if times is None:
+        times = table[key] = compute_only_times(model, cluster, plan, stack)
+    return times
+
+
+def _compute_table(model: ModelSpec, cluster: ClusterSpec, stack: str) -> dict[tuple[Any, ...], LayerTimes]:
+    scope = (model, cluster.gpu, stack)
+    table = _COMPUTE_TIMES.get(scope)
+    if table is None:
+        if len(_COMPUTE_TIMES) >= 64:
             _COMPUTE_TIMES.clear()
-        _COMPUTE_TIMES[ckey] = compute_only_times(model, cluster, plan, stack)
-    return _COMPUTE_TIMES[ckey]
+        table = _COMPUTE_TIMES[scope] = {}
+    return table
 
 
 def _shape(plan: ParallelPlan) -> tuple[Any, ...]:
@@ -233,8 +259,8 @@ def _compute_key(plan: ParallelPlan) -> tuple[Any, ...]:
 #: This process's layer and pair simulations, shared by the plans it predicts for one search (a memo holds
 #: one scope's results: a search of another model, cluster or stack replaces them, :meth:`SimMemo.bind`).
 _MEMO = SimMemo()
-#: Compute-only layer times by (model, GPU, stack, :func:`_compute_key`).
-_COMPUTE_TIMES: dict[tuple[Any, ...], LayerTimes] = {}
+#: Compute-only layer times by (model, GPU, stack), then :func:`_compute_key`.
+_COMPUTE_TIMES: dict[tuple[Any, ...], dict[tuple[Any, ...], LayerTimes]] = {}
 
 
 def _predict_one(args: tuple[ModelSpec, ClusterSpec, ParallelPlan, str]) -> Prediction:
@@ -260,8 +286,30 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
     t0 = time.perf_counter()
     check_space(space, stack)
     reasons: dict[str, int] = {}
-    plans = list(enumerate_plans(model, cluster, space, reasons, stack))
-    enumerated = len(plans) + sum(reasons.values())
+    table = _compute_table(model, cluster, stack)
+    target = float("inf") if max_step_s is None else max_step_s
+    shape_rates: dict[tuple[int, int, str, int], float] = {}
+
+    def shape_misses(tp: int, ep: int, ac: str, mb: int) -> bool:
+        """Whether every plan of this layer shape misses the target (:func:`rate_bound_tokens_per_s_per_gpu`)."""
+        key = (tp, ep, ac, mb)
+        if key not in shape_rates:
+            try:
+                shape = ParallelPlan(tp=tp, ep=ep, dp_shard=ep, seq_len=space.seq_len, micro_batch=mb,
+                                     global_batch=mb * ep, ac=ac, precision=space.precision,
+                                     ep_backend=space.ep_backend)
+            except MoesimError:
+                shape_rates[key] = float("inf")  # the plans themselves will say why
+            else:
+                shape_rates[key] = rate_bound_tokens_per_s_per_gpu(
+                    model, shape, compute_times(model, cluster, shape, stack, table))
+        tokens = space.global_batch * space.seq_len
+        return tokens / (cluster.n_gpus * shape_rates[key]) >= target * (1 + 1e-12)
+
+    unbuilt = [0]
+    plans = list(enumerate_plans(model, cluster, space, reasons, stack,
+                                 skip=shape_misses if prune and max_step_s is not None else None, skipped=unbuilt))
+    enumerated = len(plans) + sum(reasons.values()) + unbuilt[0]
     headroom = space.headroom_gib * 2**30
     scale = 1.0 + space.headroom_fraction
 
@@ -276,7 +324,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
 
     def cheap_times(p: ParallelPlan) -> LayerTimes:
         # compute alone reads only the GPU of the cluster: shared by searches of other cluster sizes
-        return compute_times(model, cluster, p, stack)
+        return compute_times(model, cluster, p, stack, table)
 
     def tight_times(p: ParallelPlan) -> LayerTimes:
         # what the layer simulation reads (sim.predict.memo), the same key the predictions' memo uses
@@ -290,8 +338,6 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
     # every plan of the same layer key; level 2: its own schedule on them, pairs at their compute) and
     # re-queued, and predicted once its fully tightened bound is still the lowest. A plan whose bound (at any
     # level) reaches the cutoff cannot enter the top ``keep``: it and every plan behind it are pruned.
-    target = float("inf") if max_step_s is None else max_step_s
-
     def cheap_bound(p: ParallelPlan) -> float:
         return max(peak_bound_s(model, cluster, p), pipeline_compute_bound_s(model, cluster, p, stack, cheap_times(p)))
 
@@ -412,7 +458,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, space: PlanSpace, stack: str 
     if max_step_s is not None:
         done = [c for c in done if c.prediction.step_time_s <= max_step_s]
     counts = {"enumerated": enumerated, "invalid": sum(reasons.values()), "valid": len(plans),
-              "over_target": len(over_target), "no_fit": len(plans) - len(over_target) - len(fitting),
+              "over_target": len(over_target) + unbuilt[0],
+              "no_fit": len(plans) - len(over_target) - len(fitting),
               "fits": len(fitting), "evaluated": evaluated,
               "pruned": len(fitting) - evaluated, "no_fit_predicted": no_fit_after, "bound_violations": violations,
               "layer_keys_simulated": len(tight)}
