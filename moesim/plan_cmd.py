@@ -58,7 +58,7 @@ def assumptions(args: argparse.Namespace) -> list[str]:
     from studies.plan import GLOBAL_BATCH_POLICY
 
     return [f"stack: {args.stack} (another stack can change the answer: --stack)",
-            f"precision: {args.precision or 'mxfp8 where the GPU runs it (B200, B300, GB200, GB300), else bf16'}",
+            f"precision: {args.precision or 'mxfp8 where the GPU (B200, B300, GB200, GB300) and the stack run it, else bf16'}",
             f"all-to-all backend: {args.ep_backend}",
             f"global batch: {f'{args.global_batch} sequences per step' if args.global_batch else GLOBAL_BATCH_POLICY}",
             f"memory headroom: peak x {1 + _headroom_fraction(args):.3f} (allocator overhead, --headroom-pct) "
