@@ -17,10 +17,13 @@ import sys
 from typing import Any
 
 from sim.errors import MoesimError
+from studies.layer_cells import layer_cell_rows
 from studies.validate import (
     check_thresholds,
+    format_logo,
     format_result,
     load_thresholds,
+    logo_validation,
     validate_runs,
 )
 
@@ -44,6 +47,8 @@ def run_validate(args: argparse.Namespace) -> int:
     """Run ``moesim validate``; returns the exit code."""
     try:
         result = validate_runs(args.dataset)
+        logo = logo_validation(args.dataset)
+        cells = layer_cell_rows() if not args.dataset else []
         limits = load_thresholds(args.threshold) if (args.threshold or not args.dataset) else None
         written = None
         if getattr(args, "write_intervals", None) is not None:
@@ -62,9 +67,13 @@ def run_validate(args: argparse.Namespace) -> int:
         out = result.as_dict()
         out["thresholds"] = None if limits is None else vars(limits)
         out["threshold_failures"] = failures
+        out["logo_mape"], out["logo_max"] = logo["logo_mape"], logo["logo_max"]
+        out["logo"] = logo
+        out["layer_cells"] = cells
         print(json.dumps(out, indent=2, allow_nan=False))
     else:
         print(format_result(result, failures))
+        print(format_logo(logo, cells))
         if written is not None:
             print(f"interval residuals written: {written}")
     return 1 if failures else 0

@@ -14,15 +14,19 @@ Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where n
 - ``chip.nvl72_rate``: the tensor rate a 1200 W Grace-Blackwell part (GB200, GB300) sustains in training, as a
   fraction of its datasheet rate (its datasheet says +11% over the HGX part; same-plan runs say ~0);
 - ``chip.sm103_clock``: Blackwell Ultra's sustained tensor clock over Blackwell's (B300 2032 MHz / B200 1965 MHz);
-- ``launch.<mode>_s``: host launch cost per kernel by launch mode (eager, compiled, CUDA graphs; partial graphs
-  are half and half);
+- ``launch.<mode>_s``: time per kernel by launch mode (eager, compiled, CUDA graphs; Megatron's partial TE
+  scopes are half and half);
 - ``host.sync_s``: the GPU idle time of one blocking device-to-host sync (copy, then the CPU relaunching);
+- ``dp.straggler_cv``: how much a microbatch's time varies across data-parallel ranks (the step waits for the
+  slowest rank; :mod:`sim.predict.dp_scale`);
 - ``grouped.half_rows``: the rows per expert at which a grouped GEMM runs at half its large-shape efficiency
   (the large-shape efficiencies are sourced per precision and pass: :data:`GROUPED_LARGE`).
 
 >>> v = prior_values()
 >>> round(v["chip.sm103_clock"], 4), v["launch.graphs_s"]
 (1.0341, 1.34e-06)
+>>> launch_s("graphs", v), launch_s("eager", v)
+(1.34e-06, 4e-06)
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from sim.specs import ClusterSpec, ParallelPlan
 from sim.stacks import StackProfile
 
 __all__ = ["ParamSpec", "PARAMS", "PARAM_NAMES", "prior_values", "shipped_values", "apply_params",
-           "launch_mode", "JOINT_FIT_FILE", "NVL72_PARTS", "joint_fit_record", "grouped_curve", "GROUPED_LARGE"]
+           "launch_mode", "JOINT_FIT_FILE", "NVL72_PARTS", "joint_fit_record", "grouped_curve", "GROUPED_LARGE", "launch_s"]
 
 #: The registry of fitted numbers (values, uncertainties, correlations, constraining runs, LOGO folds).
 JOINT_FIT_FILE = "data/joint_fit.json"
@@ -72,18 +76,23 @@ PARAMS: tuple[ParamSpec, ...] = (
               "datasheet rate (2500/5000 TFLOPS at 1200 W)", "prior: the datasheet (published.md s3)"),
     ParamSpec("chip.sm103_clock", 2032 / 1965, 0.9, 1.3, "Blackwell Ultra (sm103) tensor rate over its datasheet "
               "(the same dense TFLOPS as B200): its sustained clock", "sglang PR #28460 (published.md s7): "
-              "B300 1100 W 2032 MHz, B200 1000 W 1965 MHz"),
-    ParamSpec("launch.eager_s", 4e-6, 0.0, 40e-6, "host time per kernel launch, eager PyTorch/TE (the GPU waits "
-              "when kernels are shorter)", "prior: GB200 raw cuLaunchKernel 3.0 us, Triton 4.7 us "
-              "(tritonbench PR #1017, published.md s8)"),
-    ParamSpec("launch.compiled_s", 4e-6, 0.0, 40e-6, "host time per kernel launch under torch.compile "
-              "(Inductor wrappers)", "prior: assumed 4 us (Inductor per kernel 6.8 us on GB200, tritonbench "
-              "PR #1017)"),
+              "B300 1100 W 2032 MHz, B200 1000 W 1965 MHz; not fitted: on the given runs it trades off against "
+              "chip.nvl72_rate (GB300 is both), and freed it overfits the GB300 runs (LOGO B300 +33%)",
+              fitted=False),
+    ParamSpec("launch.eager_s", 4e-6, 0.0, 40e-6, "time per kernel launched by eager PyTorch / TE on an x86 "
+              "host (the CPU's launch path; the GPU waits when kernels are short)", "prior: assumed 4 us (the "
+              "former stack profiles' gap); GB200 raw cuLaunchKernel 3.0 us, Triton 4.7 us (tritonbench PR "
+              "#1017); 13.5 us CPU per TE Linear forward on an H100 Xeon host (TE #2053; published.md s8)"),
+    ParamSpec("launch.compiled_s", 4e-6, 0.0, 40e-6, "time per kernel launched under torch.compile on an x86 host",
+              "prior: assumed 4 us (Inductor 6.8 us per kernel on GB200's Grace, tritonbench PR #1017)"),
     ParamSpec("launch.graphs_s", 1.34e-6, 0.0, 10e-6, "device time per serialized CUDA-graph node",
               "Megatron-LM PR #6064: 1.34 us per node, 0.55 us gap (published.md s8)", fitted=False),
     ParamSpec("host.sync_s", 100e-6, 0.0, 3e-3, "GPU idle per blocking device-to-host sync (the copy, then the "
               "CPU relaunching the next kernels)", "prior: assumed 100 us; TorchTitan PR #2207: one sync "
               "less per MoE layer gave +12% on GB200 (published.md s7)"),
+    ParamSpec("dp.straggler_cv", 0.0731, 0.0, 0.5, "per-microbatch time variation across data-parallel ranks: "
+              "the step waits for the slowest of N ranks, each averaging m microbatches (sim.predict.dp_scale)",
+              "prior: ASSUMED, the EP-barrier arrival cv fitted on DeepSeek's H800 trace (CommCosts.arrival_cv)"),
     ParamSpec("grouped.half_rows", 340.0, 16.0, 8192.0, "rows per expert at which a grouped GEMM reaches half its "
               "large-shape efficiency (per-expert weight loads, tile and wave quantisation: eff = e_large x "
               "r / (r + r_half))", "prior: flashinfer PR #2503 (published.md s8), block-scaled masked grouped "
@@ -132,10 +141,14 @@ def launch_mode(stack: StackProfile, plan: ParallelPlan) -> str:
     return {"cuda_graphs": "graphs"}.get(stack.launch, stack.launch)
 
 
-def _launch_s(mode: str, values: Mapping[str, float]) -> float:
-    if mode == "partial":  # attention, router and preprocess graphed (TE scopes), the rest eager
+def launch_s(mode: str, values: Mapping[str, float]) -> float:
+    """Seconds per kernel for launch ``mode`` (eager, compiled, graphs, or partial: Megatron's TE scopes graph
+    attention, router and preprocess, about half the kernels)."""
+    if mode == "graphs":
+        return values["launch.graphs_s"]
+    if mode == "partial":
         return 0.5 * (values["launch.eager_s"] + values["launch.graphs_s"])
-    return values[f"launch.{mode}_s"]
+    return values["launch.compiled_s" if mode == "compiled" else "launch.eager_s"]
 
 
 #: Grouped GEMM efficiency at the large reference shape (16,384 rows per expert), per curve key, overriding the
@@ -144,6 +157,10 @@ def _launch_s(mode: str, values: Mapping[str, float]) -> float:
 #: 0.9 x BF16). TorchAO's later README (@0b1bb117: 74.6% forward, 56.9% wgrad at 16,384 rows per expert,
 #: published.md s8) is a newer kernel than the seed runs' torchao 0.17, so it is not applied to them.
 GROUPED_LARGE: dict[str, float] = {}
+#: Transformer Engine's MXFP8 grouped GEMM (Megatron: cuBLAS grouped / multi-stream cuBLAS, weights quantised once
+#: per step) at the large shape: cuBLAS MXFP8 on B200, 2,810-2,886 of 4,500 TFLOPS (published.md s3) -> 0.633 for
+#: forward/dgrad; wgrad at TorchAO's measured wgrad/forward ratio at 16,384 rows (56.9 / 74.6, published.md s8).
+GROUPED_LARGE_TE = {"mxfp8": 2848 / 4500, "mxfp8_wgrad": 2848 / 4500 * 0.569 / 0.746}
 _REF_ROWS = 16384.0  # rows per expert of the large reference shape
 _CURVE_GROUPS = 8  # the cost model reads its grouped curves at rows per expert x 8 (sim.costs.GROUPED_REF_GROUPS)
 _ROWS_GRID = tuple(float(2 ** k) for k in range(4, 18))  # 16 .. 131072 rows per expert
@@ -166,11 +183,11 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
     (datasheet-and-microbenchmark) cost model, never to a calibration fitted from a trace.
     """
     release = f"release.{stack.name}"
-    if release in values:
-        mode = launch_mode(stack, plan)
-        stack = replace(stack, efficiency={"*": {"default": float(values[release])}},
-                        kernel_overhead_s=float(_launch_s(mode, values)), host_sync_s=float(values["host.sync_s"]))
     gpu = cluster.gpu
+    if release in values:
+        per_kernel = launch_s(launch_mode(stack, plan), values)
+        stack = replace(stack, efficiency={"*": {"default": float(values[release])}},
+                        kernel_overhead_s=float(per_kernel), host_sync_s=float(values["host.sync_s"]))
     rate = 1.0
     if gpu.name in NVL72_PARTS:
         rate *= values["chip.nvl72_rate"]
@@ -180,10 +197,13 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
         gpu = replace(gpu, bf16_flops=gpu.bf16_flops * rate, fp8_flops=gpu.fp8_flops * rate,
                       fp4_flops=gpu.fp4_flops * rate, exp_per_s=gpu.exp_per_s * rate)
         cluster = replace(cluster, gpu=gpu)
+    if costs.comm.get("straggler_cv") != values["dp.straggler_cv"]:
+        costs = replace(costs, comm={**costs.comm, "straggler_cv": float(values["dp.straggler_cv"])})
     if costs.provenance.startswith("moesim defaults"):  # a trace-fitted calibration keeps its measured curves
         half = values["grouped.half_rows"]
+        large = GROUPED_LARGE_TE if stack.quantize_weights == "per_step" else GROUPED_LARGE
         costs = replace(costs, grouped_gemm_eff={
-            k: grouped_curve(GROUPED_LARGE.get(k, c(_REF_ROWS * _CURVE_GROUPS)), half)
+            k: grouped_curve(large.get(k, c(_REF_ROWS * _CURVE_GROUPS)), half)
             for k, c in costs.grouped_gemm_eff.items()})
     return cluster, costs, stack
 

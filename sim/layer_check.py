@@ -9,10 +9,10 @@ minus ``moe.norm``, which belongs to the transformer layer, not to ``MoELayer``)
 :class:`sim.predict.timing.Context` (cost model x stack profile; all-to-alls from :mod:`sim.comm`) and run
 op by op by :func:`sim.predict.layers.simulate_layer`. Nothing here times an op itself.
 
-Host and launch costs, as the step has them: the stack's per-kernel overhead on every compute kernel and its
-blocking host syncs before a dispatch (NCCL's split-size copy, DeepEP's and Hybrid-EP's receive counts)
-stay in. The dummy GEMM only hides the host's launch of the first kernels; a sync later in the layer
-drains the queue again, which is what the stack's ``host_sync_s`` stands for. No recompute (a plain forward
+Host and launch costs: the dummy GEMM (about 1.4 ms on an H100) lets the CPU run ahead by more than a
+layer's launches take, so per-kernel launch costs are hidden (:data:`HIDDEN_LAUNCH`); the stack's blocking host
+syncs before a dispatch (NCCL's split-size copy, DeepEP's and Hybrid-EP's receive counts) stay in, since a
+sync drains the queue, which is what the joint calibration's ``host.sync_s`` stands for. No recompute (a plain forward
 and backward: ``ac = "none"``). With an FP8 recipe whose stack quantises weights once per optimizer step
 (Transformer Engine), the benchmark's every iteration is such a step (weights in BF16, quantised at the
 first microbatch): the layer's forward carries that quantisation of its local expert weights.
@@ -28,15 +28,16 @@ Shape letters: T tokens, D model dim, F expert hidden dim, E experts, e local ex
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from sim import ops
 from sim.catalog import load_cluster
 from sim.costs import CostModel, default_costs
 from sim.errors import ConfigError
-from sim.predict import validate_plan
+from sim.joint import shipped_values
+from sim.predict import simulation_context, validate_plan
 from sim.predict.layers import simulate_layer
-from sim.predict.timing import Context
 from sim.specs import ModelSpec, ParallelPlan
 from sim.stacks import load_stack
 from sim.workload import OpSpec, Workload
@@ -126,7 +127,12 @@ def _weight_quantisation(wl: Workload) -> list[OpSpec]:
     return [OpSpec(ops.MOE_QUANTIZE, "quant", elems=2 * wl.local_experts * per_expert / wl.plan.etp, module="moe")]
 
 
-def predict_moe_layer(cell: MoELayerCell, costs: CostModel | None = None) -> LayerPrediction:
+#: Launch costs of a layer benchmark whose dummy 8192^3 GEMM before each iteration lets the CPU run ahead: hidden.
+HIDDEN_LAUNCH = {"launch.eager_s": 0.0, "launch.compiled_s": 0.0, "launch.graphs_s": 0.0}
+
+
+def predict_moe_layer(cell: MoELayerCell, costs: CostModel | None = None,
+                      params: Mapping[str, float] | None = None) -> LayerPrediction:
     """Forward and backward seconds of one MoE layer of ``cell`` (see the module docstring).
 
     Raises :class:`~sim.errors.ConfigError` for an unknown cluster or stack and
@@ -140,7 +146,9 @@ def predict_moe_layer(cell: MoELayerCell, costs: CostModel | None = None) -> Lay
     model, plan = layer_model(cell), layer_plan(cell)
     validate_plan(model, cluster, plan, stack)
     costs = costs or default_costs(cluster.gpu)
-    ctx = Context(model, cluster, plan, costs, stack)
+    # The joint calibration, as every prediction (``params``: candidate values of a fit), with the launches hidden.
+    values = dict(shipped_values() if params is None else params, **HIDDEN_LAUNCH)
+    ctx = simulation_context(model, cluster, plan, costs, stack, params=values)
     # The MoE layer's ops alone, handed to the context's workload before it builds any list of its own.
     full = Workload(model, plan, stack)
     fwd = _moe_only(full.layer_ops("moe", "fwd"))

@@ -164,10 +164,24 @@ class Workload:
         """DeepEP / HybridEP reading tokens in place (no sender-side permute / unpermute)."""
         return self.plan.ep > 1 and self.plan.ep_backend != "nccl" and self.stack.deepep_in_place
 
+    @property
+    def permute_in_dispatch(self) -> bool:
+        """HybridEP's dispatch writes the received tokens expert-major and its combine reads them so
+        (``dispatch_with_permute`` / ``combine_with_unpermute``, the only HybridEP path of Megatron-Core's
+        ``fused_a2a.hybrid_ep_dispatch``; HybridEP's published bandwidths are of that API): no receiver-side
+        permute / unpermute pass over memory."""
+        return self.plan.ep > 1 and self.plan.ep_backend == "hybridep"
+
     def _act_quant(self, name: str, elems: float, *, module: str = "", load_scaled: bool = False,
                    backward: bool = False, copies: int = 1, useful: float = 1.0) -> list[OpSpec]:
         """Quantisation of an activation (or gradient) of ``elems``: a separate kernel (TorchAO), or the
         producer writing ``copies`` FP8 copies with their scales (fused, TE)."""
+        if self.stack.fused_act_quant and self.plan.precision == "fp8-current":
+            # Per-tensor current scaling: the scale needs the whole tensor's amax first, so TE runs an amax
+            # reduction (nvte_compute_amax: one read of the BF16 tensor) and then a separate cast (read it again,
+            # write the FP8 copies) -- TransformerEngine tests/cpp/operator/test_cast_current_scaling.cu.
+            return [OpSpec(name, "mem", nbytes=elems * (2 + 2 + copies), module=module, load_scaled=load_scaled,
+                           backward=backward, useful_frac=useful)]
         if self.stack.fused_act_quant:
             return [OpSpec(name, "mem", nbytes=copies * elems * (1 + 1 / 32), module=module, load_scaled=load_scaled,
                            backward=backward, useful_frac=useful)]
@@ -313,7 +327,8 @@ class Workload:
                 # the same when the caller gives no permuted-token count (StackProfile.hybridep_host_syncs).
                 out.append(OpSpec(ops.A2A_HOST_SYNC, "host_sync", module="moe"))
             out.append(OpSpec(ops.MOE_DISPATCH, "comm", coll="a2a.dispatch", nbytes=BF16 * rows_out * D, module="moe"))
-        out.append(OpSpec(ops.MOE_PERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True, module="moe"))
+        if not self.permute_in_dispatch:  # receiver-side sort of the received tokens by local expert
+            out.append(OpSpec(ops.MOE_PERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True, module="moe"))
         dtype = self.expert_dtype
         per_call = self.stack.quantize_weights == "per_call"
         for name, k_in, n_out in ((ops.MOE_EXPERT_GEMM_GATE_UP, D, F), (ops.MOE_EXPERT_GEMM_GATE_UP, D, F),
@@ -334,7 +349,8 @@ class Workload:
                                       module="moe"))
             out.append(OpSpec(name, "grouped_gemm", flops=2 * rows * k_in * n_out, rows=rows, dtype=dtype,
                               load_scaled=True, k_in=k_in, n_out=n_out, groups=e, module="moe"))
-        out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True, module="moe"))
+        if not self.permute_in_dispatch:
+            out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True, module="moe"))
         if p.ep > 1:
             out.append(OpSpec(ops.MOE_COMBINE, "comm", coll="a2a.combine", nbytes=BF16 * rows_out * D, module="moe"))
         if not in_place:  # sender-side unsort and weighted sum of the K copies of each token
@@ -394,7 +410,10 @@ class Workload:
         if op.kind == "attn":
             return [replace(op, flops=2 * op.flops, backward=True)]
         if op.kind == "mem":
-            return [replace(op, nbytes=2 * op.nbytes, backward=True)]
+            # A permutation's backward is the inverse permutation (an index gather of the same bytes); other
+            # memory-bound ops (norms, activations) read their saved input and the incoming gradient and write one.
+            factor = 1 if op.name in (ops.MOE_PERMUTE, ops.MOE_UNPERMUTE) else 2
+            return [replace(op, nbytes=factor * op.nbytes, backward=True)]
         if op.kind in ("quant", "rearrange"):
             return []  # backward quantization is emitted with the GEMM's backward passes
         if op.kind == "host_sync":

@@ -36,12 +36,14 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from sim.costs import CostModel, default_costs
-from sim.joint import JOINT_FIT_FILE, PARAM_NAMES, PARAMS, prior_values, spec
+from sim.joint import JOINT_FIT_FILE, PARAMS, prior_values, spec
+from sim.layer_check import predict_moe_layer
 from sim.measured_runs import MeasuredRun, resolve_run
 from sim.predict import predict
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 from sim.stacks import StackProfile, load_stack, profile_for
 from studies.dataset import load_runs
+from studies.layer_cells import LayerCell, load_cells
 
 __all__ = ["RunCase", "JointFit", "load_cases", "group_of", "fit_joint", "logo", "predict_cases", "main",
            "ABLATIONS", "dataset_digest"]
@@ -121,8 +123,23 @@ class JointFit:
                 "residuals": self.residuals}
 
 
+def fitted_cells() -> list[LayerCell]:
+    """The single-MoE-layer cells marked ``fitted`` (at most two; the rest are the layer-level test)."""
+    return [c for c in load_cells() if c.fitted]
+
+
+def _cell_log_errors(values: Mapping[str, float]) -> list[float]:
+    out = []
+    for cell in fitted_cells():
+        p = predict_moe_layer(cell.spec, params=values)
+        out += [math.log(p.forward_s * 1e3 / cell.forward_ms), math.log(p.backward_s * 1e3 / cell.backward_ms)]
+    return out
+
+
 def _log_errors(cases: Sequence[RunCase], values: Mapping[str, float]) -> np.ndarray:
-    return np.log(predict_cases(cases, values) / _measured(cases))
+    """Log errors of the step-level ``cases``, then of the fitted layer cells' forward and backward."""
+    steps = np.log(predict_cases(cases, values) / _measured(cases))
+    return np.concatenate([steps, np.array(_cell_log_errors(values))])
 
 
 def _jacobian(cases: Sequence[RunCase], values: Mapping[str, float], names: Sequence[str],
@@ -152,7 +169,7 @@ def fit_joint(cases: Sequence[RunCase], start: Mapping[str, float] | None = None
         if not p.fitted:
             held[p.name] = "sourced, not fitted"
     base = _log_errors(cases, values)
-    jac = _jacobian(cases, values, candidates, base)
+    jac = _jacobian(cases, values, candidates, base)  # rows: the step runs, then the fitted cells' phases
     free = []
     for i, name in enumerate(candidates):
         if np.abs(jac[:, i]).max() >= _CONSTRAINED:
@@ -184,7 +201,7 @@ def fit_joint(cases: Sequence[RunCase], start: Mapping[str, float] | None = None
     sigma = {n: float(sd * s) for n, sd, s in zip(free, sd_z, scale, strict=True)}
     denom = np.outer(sd_z, sd_z)
     corr = np.where(denom > 0, cov_z / np.where(denom > 0, denom, 1.0), 0.0)
-    ids = [c.run.id for c in cases]
+    ids = [c.run.id for c in cases] + [f"{c.id}.{ph}" for c in fitted_cells() for ph in ("forward", "backward")]
     constrained_by = {}
     for i, n in enumerate(free):
         col = np.abs(j[:, i])
@@ -204,7 +221,7 @@ def logo(cases: Sequence[RunCase], fit: JointFit) -> dict[str, dict[str, Any]]:
         groups.setdefault(c.group, []).append(k)
     out: dict[str, dict[str, Any]] = {}
     for g, members in sorted(groups.items()):
-        keep = [k for k in range(len(cases)) if k not in members]
+        keep = [k for k in range(len(ids)) if k not in members]  # the fitted layer cells stay in every fold
         values = dict(fit.values)
         if fit.free and keep:
             jk, rk = fit.jacobian[keep], r[keep]
@@ -236,7 +253,8 @@ def logo_summary(folds: Mapping[str, Mapping[str, Any]]) -> tuple[float, float]:
 ABLATIONS: dict[str, dict[str, float]] = {
     "NVL72 sustained chip rate (chip.nvl72_rate = datasheet)": {"chip.nvl72_rate": 1.0},
     "Blackwell Ultra clock (chip.sm103_clock = 1)": {"chip.sm103_clock": 1.0},
-    "launch modes (CUDA graphs cost as eager)": {"launch.graphs_s": -1.0},
+    "data-parallel scale (stragglers off)": {"dp.straggler_cv": 0.0},
+    "launch modes (partial and full CUDA graphs cost as eager)": {"launch.graphs_s": -1.0},
     "grouped GEMM roll-off fitted (held at its flashinfer prior)": {"grouped.half_rows": 340.0},
     "host syncs (host.sync_s = 0)": {"host.sync_s": 0.0},
 }
@@ -244,7 +262,7 @@ ABLATIONS: dict[str, dict[str, float]] = {
 
 def _ablation_fixed(fit: JointFit, fixed: Mapping[str, float]) -> dict[str, float]:
     out = dict(fixed)
-    if out.get("launch.graphs_s") == -1.0:
+    if out.get("launch.graphs_s") == -1.0:  # graphs launch like eager kernels: the launch mode does not matter
         out["launch.graphs_s"] = fit.values["launch.eager_s"]
     return out
 

@@ -22,7 +22,7 @@ from sim.measured_runs import MeasuredRun, load_runs
 from sim.stacks import load_stack, profile_for
 from studies.validate import ValidationRow, validate_runs
 
-__all__ = ["FittedNumber", "fitted_numbers", "transfer_markdown", "DOC"]
+__all__ = ["FittedNumber", "fitted_numbers", "transfer_markdown", "joint_markdown", "RATIO_CHECKS", "DOC"]
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "transfer.md"
 _FITTED_ON = re.compile(r"FITTED\b.*?\bon ([a-z0-9][\w.-]*)")
@@ -65,52 +65,104 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
 
+#: Ratios between runs the cost-model issue checks (issue 27): same plan on two chips, same chip at two scales.
+RATIO_CHECKS = (
+    ("mcore-26.02.01-qwen3-30b-8xgb200-sameplan", "mcore-26.02.01-qwen3-30b-8xb200-sameplan"),
+    ("mcore-26.04-qwen3-30b-8xgb200-sameplan", "mcore-26.04-qwen3-30b-8xb200-sameplan"),
+    ("mcore-26.02.01-qwen3-30b-8xgb300-sameplan", "mcore-26.02.01-qwen3-30b-8xb300-sameplan"),
+    ("mcore-26.04-qwen3-30b-8xgb300-sameplan", "mcore-26.04-qwen3-30b-8xb300-sameplan"),
+    ("mcore-26.02-dsv3-256xb300", "mcore-26.02-dsv3-256xb200"),
+    ("mlperf-v6.0-dsv3-2048xgb200", "mlperf-v6.0-dsv3-512xgb200"),
+)
+
+
+def joint_markdown() -> list[str]:
+    """The joint calibration's section: every parameter with its uncertainty and constraining runs, the
+    leave-one-group-out errors, the ablation, and the ratio checks."""
+    from sim.joint import PARAMS, joint_fit_record
+    from studies.validate import logo_validation
+
+    record = joint_fit_record()
+    params = record.get("params", {})
+    lines = ["## Joint calibration", "",
+             "One least-squares fit (`python -m studies.joint_fit --write`, stored in `sim/data/joint_fit.json`) of "
+             "the named parameters of `sim/joint.py` over every step-level run; a parameter no run moves keeps its "
+             "sourced prior; sigma from the Jacobian at the optimum and the residual variance.", "",
+             "| parameter | value | sigma | prior | fitted | constrained by (strongest first) | mechanism |",
+             "|---|---:|---:|---:|---|---|---|"]
+    for p in PARAMS:
+        rec = params.get(p.name, {})
+        value = rec.get("value", p.prior)
+        sigma = rec.get("sigma")
+        runs = ", ".join(rec.get("constrained_by", [])[:4]) or rec.get("note", "")
+        lines.append(f"| `{p.name}` | {value:.4g} | {f'{sigma:.2g}' if sigma is not None else '-'} | {p.prior:.4g} | "
+                     f"{'yes' if rec.get('fitted') else 'no'} | {runs} | {p.mechanism} ({p.source}) |")
+    corr = record.get("correlation", {})
+    names, matrix = corr.get("names", []), corr.get("matrix", [])
+    strong = [f"`{a}` ~ `{b}` {matrix[i][j]:+.2f}" for i, a in enumerate(names) for j, b in enumerate(names)
+              if j > i and abs(matrix[i][j]) >= 0.5]
+    lines += ["", "Correlations of fitted parameters with |r| >= 0.5: " + ("; ".join(strong) or "none") + ".", ""]
+    logo = logo_validation()
+    lines += ["### Leave-one-group-out (groups = system class x stack)", "",
+              f"Each run predicted by the calibration refitted without its group: **MAPE "
+              f"{logo['logo_mape'] * 100:.1f}%, max |error| {logo['logo_max'] * 100:.1f}%** "
+              f"over {sum('error' in r for r in logo['runs'])} runs (`moesim validate --json`: `logo_mape`, "
+              "`logo_max`).", "", "| group | run | LOGO error |", "|---|---|---:|"]
+    for r in sorted(logo["runs"], key=lambda r: (r["group"], r["id"])):
+        if "error" in r:
+            lines.append(f"| {r['group']} | {r['id']} | {_pct(r['error'])} |")
+    ablation = record.get("ablation", {})
+    if ablation:
+        lines += ["", "### Ablation: each mechanism switched off, the calibration refitted", "",
+                  f"With every mechanism: LOGO MAPE {record['logo_mape'] * 100:.1f}%, max {record['logo_max'] * 100:.1f}%.",
+                  "", "| mechanism off | LOGO MAPE | LOGO max |", "|---|---:|---:|"]
+        for label, row in ablation.items():
+            lines.append(f"| {label} | {row['logo_mape_without'] * 100:.1f}% | {row['logo_max_without'] * 100:.1f}% |")
+    by_id = {r["id"]: r for r in logo["runs"] if "error" in r}
+    rows = validate_runs().rows
+    pred = {r.run_id: r.predicted_tokens_per_s_per_gpu for r in rows}
+    meas = {r.run_id: r.measured_tokens_per_s_per_gpu for r in rows}
+    lines += ["", "### Ratios between runs (the shipped calibration)", "",
+              "| run | over | predicted | measured | error |", "|---|---|---:|---:|---:|"]
+    for a, b in RATIO_CHECKS:
+        if a in by_id and b in by_id and pred.get(a) and pred.get(b):
+            pr, mr = pred[a] / pred[b], meas[a] / meas[b]  # type: ignore[operator]
+            lines.append(f"| {a} | {b} | {pr:.3f}x | {mr:.3f}x | {_pct(pr / mr - 1)} |")
+    return lines + [""]
+
+
 def transfer_markdown() -> str:
-    """The document: fitted numbers with their runs, every run's error, and the held-out errors grouped."""
+    """The document: the joint calibration, every run's error, and the errors grouped."""
     runs = {r.id: r for r in load_runs()}
     result = validate_runs()
     rows = [r for r in result.rows if r.predicted_tokens_per_s_per_gpu is not None]
-    profiles = sorted({profile_for(r.stack, r.release) for r in runs.values()})
-    fitted = fitted_numbers(profiles)
-    fitted_ids = {f.run_id for f in fitted}
 
     def err(row: ValidationRow) -> float:
         assert row.predicted_tokens_per_s_per_gpu is not None
         return row.predicted_tokens_per_s_per_gpu / row.measured_tokens_per_s_per_gpu - 1
 
     lines = [
-        "# Transfer: fitted numbers and the runs they were not fitted to",
+        "# Transfer: the joint calibration and the runs it did not see",
         "",
         "Regenerated by `python -m studies.transfer --write` (`tests/studies/test_transfer.py` fails on drift).",
         "Every number below comes from `moesim validate` on the shipped dataset (`studies/data/measured_runs.toml`).",
         "",
-        "## Fitted numbers",
+        *joint_markdown(),
+        "## Every run (in the joint fit: in-sample errors; the honest ones are the leave-one-group-out errors above)",
         "",
-        "| stack profile | architecture | efficiency | fitted to | its error |",
-        "|---|---|---:|---|---:|",
-    ]
-    by_id = {r.run_id: r for r in rows}
-    for f in fitted:
-        row = by_id.get(f.run_id)
-        lines.append(f"| {f.profile} | {f.arch} | {f.value:.4f} | {f.run_id} | "
-                     f"{_pct(err(row)) if row else 'not predicted'} |")
-    lines += ["", "Architectures a profile has no fitted entry for take its `*` (or `default`) entry, "
-              "carried over from the architecture it was fitted on; the runs there are predictions.", "",
-              "## Every run", "",
-              "| run | stack | GPU | fabric | backend | role | predicted | measured | error |",
-              "|---|---|---|---|---|---|---:|---:|---:|"]
+        "| run | stack | GPU | fabric | backend | predicted | measured | error |",
+        "|---|---|---|---|---|---:|---:|---:|"]
     for row in rows:
         run = runs[row.run_id]
-        role = "fitted" if row.run_id in fitted_ids or row.fitted else "held out"
         assert row.predicted_tokens_per_s_per_gpu is not None
         lines.append(f"| {row.run_id} | {profile_for(run.stack, run.release)} | {run.gpu} | {_fabric(run)} | "
-                     f"{_backend(run)} | {role} | {row.predicted_tokens_per_s_per_gpu:.0f} | "
+                     f"{_backend(run)} | {row.predicted_tokens_per_s_per_gpu:.0f} | "
                      f"{row.measured_tokens_per_s_per_gpu:.0f} | {_pct(err(row))} |")
-    held = [r for r in rows if not r.fitted and r.run_id not in fitted_ids]
+    held = rows
     groups: list[tuple[str, Callable[[MeasuredRun], str]]] = [
         ("architecture (GPU)", lambda r: r.gpu), ("fabric", _fabric), ("all-to-all backend", _backend),
         ("stack", lambda r: r.stack)]
-    lines += ["", "## Held-out errors, grouped", ""]
+    lines += ["", "## In-sample errors, grouped", ""]
     for title, key in groups:
         lines += [f"### by {title}", "", "| group | runs | mean abs error | max abs error | mean signed |",
                   "|---|---:|---:|---:|---:|"]

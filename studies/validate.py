@@ -19,7 +19,7 @@ True
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -304,3 +304,20 @@ def logo_validation(path: str | Path | None = None) -> dict[str, Any]:
             "note": ("each run predicted by the joint calibration refitted without its group "
                      "(python -m studies.joint_fit; docs/transfer.md)" if path is None else
                      "a user's dataset: every run predicted by the shipped joint calibration, which never saw it")}
+
+
+def format_logo(logo: Mapping[str, Any], cells: Sequence[Mapping[str, Any]] = ()) -> str:
+    """Text lines for the leave-one-group-out errors and the single-MoE-layer cells."""
+    lines = []
+    if logo.get("logo_mape") is not None:
+        worst = max((r for r in logo["runs"] if "error" in r), key=lambda r: abs(r["error"]))
+        lines.append(f"leave-one-group-out (groups = system class x stack; {logo['note']}): "
+                     f"MAPE {logo['logo_mape']:.1%}, max |error| {logo['logo_max']:.1%} ({worst['id']})"
+                     + ("  [STALE joint fit: run python -m studies.joint_fit --write]" if logo.get("stale") else ""))
+    for c in cells:
+        m, p = c["measured"], c["predicted"]
+        lines.append(f"moe-layer {c['id']}: forward {p['forward_ms']:.2f} ms vs {m['forward_ms']:.2f} "
+                     f"({p['forward_ms'] / m['forward_ms'] - 1:+.1%}), backward {p['backward_ms']:.2f} vs "
+                     f"{m['backward_ms']:.2f} ({p['backward_ms'] / m['backward_ms'] - 1:+.1%})"
+                     + (" (fitted)" if c.get("fitted") else ""))
+    return "\n".join(lines)
