@@ -1,20 +1,26 @@
 """The inverse question: the smallest cluster, and its best plan, that trains a model on T tokens in D days.
 
 GPU counts are whole units of the machine: HGX nodes (8 GPUs), NVL72 racks (72 GPUs, or the ranks the stack
-places per rack: Megatron-Bridge's 64; :func:`count_unit`). The search over counts starts at a proven floor (the
-larger of the GPUs that can hold the model's FP32 master weights and Adam moments, :func:`min_gpus`, and the
-GPUs that reach the target at the datasheet peak rate, :func:`flops_floor_gpus`; smaller counts are listed as
-ruled out, with the reason), doubles the unit count until one meets the target, then bisects between the last
-count that missed and the first that met it, down to one unit. Bisection assumes a larger cluster never trains
-slower in total (each GPU count's best plan: the step's tokens grow with the batch policy and per-GPU
-throughput falls slowly), which the plan searches at the counts on both sides of the answer confirm: the
-answer's count meets the target and one unit fewer, tried, misses it. Every count tried is reported, with
-what happened there.
+places per rack: Megatron-Bridge's 64; :func:`count_unit`). The search over counts starts at a proven floor, the
+largest of: the GPUs that can hold the model's FP32 master weights and Adam moments (:func:`min_gpus`), the GPUs
+that reach the target at the datasheet peak (:func:`flops_floor_gpus`), and those that reach it at the best
+compute-only rate any plan shape of the space allows (:func:`studies.search.max_rate_per_gpu`); smaller counts
+are listed as ruled out, with the reason. It then doubles the unit count (through the powers of two) until one
+meets the target, and bisects between the last count that missed and the first that met it until they are one
+unit apart, each time at the roundest count between them (the most factors of two: the most EP, TP and PP
+degrees divide it, so the most plans run there).
+
+What bisection assumes: a larger cluster never trains slower in total. The simulator does not guarantee it
+(per-GPU throughput falls slowly with the count, and a count whose odd factor leaves few EP degrees may lose
+to a smaller, rounder one), so the answer is the smallest count found, and what the test of an answer checks
+holds by construction: its count meets the target and the count one unit smaller was searched and misses it.
+Every count tried is reported, with what happened there.
 
 At each count the plan space is searched (:func:`studies.search.search`) with the step time the target
 allows as a cap: a plan whose proven lower bound (:mod:`studies.bounds`) is slower is pruned unpredicted, so
-counts that cannot make it cost little. A plan fits only with the allocator's measured overhead on top of its
-predicted tensors (:data:`ALLOCATOR_OVERHEAD`).
+counts that cannot make it cost little; the probes stop at the first plan that meets the target, and only the
+answer's count is searched for its fastest plan and runner-ups. A plan fits only with the allocator's
+measured overhead on top of its predicted tensors (:data:`ALLOCATOR_OVERHEAD`).
 
 >>> a = smallest_cluster("deepseek-v3-16b", tokens=1e11, days=30, gpus=["b200"], space=SMALL_SPACE)
 >>> a.best.n_gpus, a.best.days <= 30
