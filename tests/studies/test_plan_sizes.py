@@ -166,3 +166,22 @@ def test_show_plan_takes_the_stack_and_agrees_with_predict_on_memory() -> None:
     titan = json.loads(_cli("show", "deepseek-v3-671b", "--plan", plan, "--json")[1])["memory"]["total_bytes"]
     mega = json.loads(_cli("show", "deepseek-v3-671b", "--plan", plan, "--stack", "megatron", "--json")[1])
     assert mega["memory"]["total_bytes"] != titan  # ZeRO-1 and TE's FP8 caches are not FSDP2's
+
+
+def test_a_target_prunes_exactly_and_a_probe_finds_a_plan_that_meets_it() -> None:
+    model, cluster = load_model(MODEL), load_cluster("hgx-b200", n_gpus=64)
+    space = PlanSpace(tp=(1, 2), pp=(1, 2), schedules=("1f1b", "interleaved-1f1b", "dualpipev"), vpp=(2,),
+                      ep=(8, 16), ac=("none", "full"), micro_batch=(1, 2), seq_len=2048, global_batch=256,
+                      precision="mxfp8", ep_backend="deepep", headroom_fraction=ALLOCATOR_OVERHEAD)
+    full = search(model, cluster, space, "torchtitan", keep=1000, prune=False)
+    steps = sorted(c.prediction.step_time_s for c in [full.best, *full.runner_ups])  # type: ignore[list-item]
+    target = steps[len(steps) // 3]
+    capped = search(model, cluster, space, "torchtitan", keep=4, max_step_s=target)
+    assert capped.best is not None and capped.best.prediction.step_time_s == steps[0]
+    assert [c.prediction.step_time_s for c in capped.runner_ups] == steps[1:4]
+    assert capped.counts["bound_violations"] == 0
+    probe = search(model, cluster, space, "torchtitan", max_step_s=target, first_fit=True)
+    assert probe.best is not None and probe.best.prediction.step_time_s <= target
+    assert probe.counts["evaluated"] <= capped.counts["evaluated"]
+    miss = search(model, cluster, space, "torchtitan", max_step_s=steps[0] * 0.999, first_fit=True)
+    assert miss.best is None and miss.counts["over_target"] > 0
