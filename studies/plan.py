@@ -250,7 +250,8 @@ def smallest_cluster(model_name: str, *, tokens: float, days: float, gpus: list[
                      global_batch: int | None = None, headroom_gib: float = 0.0,
                      headroom_fraction: float = ALLOCATOR_OVERHEAD, progress: Any = None) -> Answer:
     """See the module docstring. ``precision`` None: MXFP8 where the GPU and the stack run it, else BF16;
-    ``global_batch`` None: :data:`GLOBAL_BATCH_POLICY` (also with ``space``, whose own global batch is not used); ``gpus_range``: the least and most GPUs to consider;
+    ``global_batch`` None: :data:`GLOBAL_BATCH_POLICY` (also with ``space``, whose own global batch is not
+    used); ``gpus_range``: the least and most GPUs to consider;
     ``headroom_gib`` and ``headroom_fraction``: HBM every plan leaves free (GiB, and a fraction of its
     predicted peak); ``progress(gpu, n, done, total)`` is called before each count is searched (``total``:
     the counts known so far)."""
@@ -281,10 +282,14 @@ def smallest_cluster(model_name: str, *, tokens: float, days: float, gpus: list[
         hi_k = high_gpus // unit
         answer.unit[gpu], answer.rack[gpu] = unit, rack
         what = answer.unit_text(gpu)
-        answer.too_small[gpu] = (f"below {lo_k * unit}: counts are {what}; fewer than {memory_floor} GPUs cannot hold "
-                                 f"the model's master weights and Adam moments, fewer than {speed_floor} miss the "
-                                 f"target even at their compute alone ({prec}, studies.bounds)"
-                                 + (f", --gpus-range starts at {low_gpus}" if gpus_range else ""))
+        why = [f"counts are {what}"]
+        if memory_floor > 1:
+            why.append(f"fewer than {memory_floor} GPUs cannot hold the model's master weights and Adam moments")
+        if speed_floor > 1:
+            why.append(f"fewer than {speed_floor} miss the target even at their compute alone ({prec}, studies.bounds)")
+        if gpus_range:
+            why.append(f"--gpus-range starts at {low_gpus}")
+        answer.too_small[gpu] = f"below {lo_k * unit}: " + "; ".join(why)
         plans.append((gpu, prec, unit, rack, lo_k, hi_k))
     done = 0
     for gpu, prec, unit, rack, lo_k, hi_k in plans:
@@ -328,7 +333,9 @@ def smallest_cluster(model_name: str, *, tokens: float, days: float, gpus: list[
                 option.racks, option.idle_gpus = k, k * rack - n
             answer.per_gpu[gpu] = option
     found_all = [o for o in answer.per_gpu.values() if o is not None]
-    answer.best = min(found_all, key=lambda o: (o.n_gpus, o.cost_usd or 0.0, o.days)) if found_all else None
+    # GPUs occupied (an NVL72 rack's idle GPUs are bought too), then cost, then days
+    answer.best = (min(found_all, key=lambda o: (o.n_gpus + o.idle_gpus, o.cost_usd or 0.0, o.days))
+                   if found_all else None)
     if progress is not None:
         progress("", 0, done, done)
     answer.elapsed_s = time.perf_counter() - t0
