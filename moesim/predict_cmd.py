@@ -509,7 +509,8 @@ def run_predict(args: argparse.Namespace) -> int:
                           "calibration": getattr(args, "calibration_summary", None),
                           "interval_note": interval_note or None,
                           "flops_formula": getattr(args, "flops_formula", "torchtitan"),
-                          "predictions": [{**p.to_dict(), "interval": iv.to_dict() if iv else None}
+                          "predictions": [{**p.to_dict(), "interval": iv.to_dict() if iv else None,
+                                           "evidence": iv.evidence if iv else None}
                                           for p, iv in zip(run.predictions, intervals, strict=True)]}, indent=2, allow_nan=False))
     else:
         print(format_table(run.predictions, run.title, run.notes, wide=getattr(args, "wide", False),
@@ -523,6 +524,10 @@ def run_predict(args: argparse.Namespace) -> int:
         for p, iv in zip(run.predictions, intervals, strict=True):
             if iv is not None:
                 print(f"  {p.name}: {format_interval(iv)}")
+                if iv.evidence:
+                    from sim.uncertainty import format_evidence
+
+                    print(f"  {p.name}: {format_evidence(iv.evidence)}")
         for p in run.predictions:
             print(f"  {p.name}: {format_bound(p)}")
     return 0

@@ -1,12 +1,16 @@
-"""The residuals prediction intervals are built from, as a versioned data file with provenance.
+"""The evidence prediction intervals are built from, as a versioned data file with provenance.
 
-``moesim validate --write-intervals`` predicts every held-out run of the measured-runs dataset once and
-writes ``sim/data/intervals.json``: per run its id, stack family, signature (model, GPU, GPU count, plan,
-stack: how a later prediction of the same run is recognised, so its own residual is left out), predicted
-and measured tokens/s per GPU and ``log(measured / predicted)``; and the provenance (dataset and its
-SHA-256, moesim version, ``git describe``, a hash of the simulator's sources and tables, the runs left
-out and why). :func:`load_shipped` reads it once per process; a prediction never re-predicts the dataset.
-``tests/sim/test_interval_data.py`` fails when the stored file is stale against today's predictions.
+``moesim validate --write-intervals`` predicts every measured run of the dataset once with the shipped
+(joint) calibration and writes ``sim/data/intervals.json``: per run its id, leave-one-group-out group
+(system class x stack), GPU, cluster template (system class), stack family, GPU count, model, EP backend,
+precision, signature (model, GPU, GPU count, plan, stack: how a later prediction of the same run is
+recognised, so its own residual is left out), the in-sample prediction (shipped calibration) and the
+leave-one-group-out prediction (the calibration refitted without the run's group, computed by
+``studies.validate.logo_validation`` and passed in as data: sim never imports studies), the measured tokens/s
+per GPU and both ``log(measured / predicted)``; and the provenance (dataset and its SHA-256, moesim version,
+``git describe``, a hash of the simulator's sources and tables -- ``sim/data/joint_fit.json`` included --, the
+runs left out and why). :func:`load_shipped` reads it once per process; a prediction never re-predicts the
+dataset. ``tests/sim/test_interval_data.py`` fails when the stored file is stale against today's predictions.
 
 A missing or unreadable file means "no interval" (:func:`interval_note` says why and how to regenerate),
 never a fallback to re-predicting.
@@ -24,7 +28,7 @@ import hashlib
 import json
 import math
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -35,8 +39,8 @@ from sim.errors import ConfigError
 __all__ = ["SCHEMA_VERSION", "INTERVALS_FILE", "ResidualRow", "IntervalData", "run_signature", "build",
            "write", "load", "load_shipped", "interval_note", "dataset_sha256", "sources_sha256"]
 
-#: Version of the file's layout.
-SCHEMA_VERSION = 1
+#: Version of the file's layout (2: per-run group, class, scale, backend, precision and LOGO prediction).
+SCHEMA_VERSION = 2
 #: The shipped file (read as a file: sim imports nothing from studies).
 INTERVALS_FILE = Path(__file__).resolve().parent / "data" / "intervals.json"
 _SIM_DIR = Path(__file__).resolve().parent
@@ -45,18 +49,42 @@ REGENERATE = "moesim validate --write-intervals"
 
 @dataclass(frozen=True)
 class ResidualRow:
-    """One held-out measured run as predicted when the file was written."""
+    """One measured run as predicted when the file was written: in sample (the shipped calibration) and
+    leave-one-group-out (``logo_predicted_tokens_per_s_per_gpu``: the calibration refitted without its group;
+    None when the run had no LOGO prediction)."""
 
     id: str
     family: str
     signature: str
     predicted_tokens_per_s_per_gpu: float
     measured_tokens_per_s_per_gpu: float
+    group: str = ""
+    gpu: str = ""
+    cluster: str = ""
+    gpus: int = 0
+    model: str = ""
+    ep_backend: str = ""
+    precision: str = ""
+    logo_predicted_tokens_per_s_per_gpu: float | None = None
 
     @property
     def log_residual(self) -> float:
-        """``log(measured / predicted)``."""
+        """In-sample ``log(measured / predicted)``."""
         return math.log(self.measured_tokens_per_s_per_gpu / self.predicted_tokens_per_s_per_gpu)
+
+    @property
+    def logo_log_residual(self) -> float:
+        """Leave-one-group-out ``log(measured / predicted)`` (NaN without a LOGO prediction)."""
+        if self.logo_predicted_tokens_per_s_per_gpu is None:
+            return float("nan")
+        return math.log(self.measured_tokens_per_s_per_gpu / self.logo_predicted_tokens_per_s_per_gpu)
+
+    @property
+    def logo_error(self) -> float | None:
+        """Leave-one-group-out relative error ``predicted / measured - 1`` (None without one)."""
+        if self.logo_predicted_tokens_per_s_per_gpu is None:
+            return None
+        return self.logo_predicted_tokens_per_s_per_gpu / self.measured_tokens_per_s_per_gpu - 1
 
 
 @dataclass(frozen=True)
@@ -112,18 +140,49 @@ def _git_describe() -> str | None:
     return out.stdout.strip() or None
 
 
-def build(dataset: str | Path | None = None) -> IntervalData:
-    """Predict every held-out run of ``dataset`` (default: the shipped one) with its own stack profile."""
+def _predict_every_run(path: Path) -> tuple[list[tuple[Any, Any]], list[str]]:
+    """``[(MeasuredRun, Prediction)]`` of every run of ``path`` with the shipped calibration and its own stack
+    profile, and the runs the simulator cannot predict (with the reason)."""
+    from sim.errors import MoesimError
+    from sim.measured_runs import load_runs, resolve_run
+    from sim.predict import predict
+    from sim.stacks import profile_for
+
+    out, skipped = [], []
+    for run in load_runs(path):
+        try:
+            model, cluster, plan = resolve_run(run)
+            out.append((run, predict(model, cluster, plan, stack=profile_for(run.stack, run.release))))
+        except MoesimError as err:
+            skipped.append(f"{run.id}: {err}")
+    return out, skipped
+
+
+def build(dataset: str | Path | None = None, logo: Iterable[Mapping[str, Any]] | None = None,
+          logo_source: str = "") -> IntervalData:
+    """Predict every run of ``dataset`` (default: the shipped one) in sample, and attach ``logo``: its
+    leave-one-group-out predictions as data (``{"id", "group", "predicted"}`` rows, as
+    ``studies.validate.logo_validation()["runs"]`` gives them; rows without ``predicted`` are skipped)."""
     from sim.measured_runs import MEASURED_RUNS
-    from sim.uncertainty import held_out_predictions, stack_family
+    from sim.uncertainty import stack_family
 
     path = Path(dataset) if dataset is not None else MEASURED_RUNS
+    by_id: dict[str, Mapping[str, Any]] = {}
+    for row in logo or ():
+        if isinstance(row.get("predicted"), int | float) and row["predicted"] > 0:
+            by_id[str(row["id"])] = row
     rows = []
-    predicted, skipped = held_out_predictions(path)
+    predicted, skipped = _predict_every_run(path)
     for run, pred in predicted:
         sig = run_signature(pred.model, pred.gpu, pred.n_gpus, pred.plan, pred.stack, pred.stack_release)
-        rows.append(ResidualRow(run.id, stack_family(run.stack), sig, float(pred.tokens_per_s_per_gpu),
-                                float(run.measured_tokens_per_s_per_gpu)))
+        family = stack_family(run.stack)
+        lrow = by_id.get(run.id)
+        rows.append(ResidualRow(
+            run.id, family, sig, float(pred.tokens_per_s_per_gpu), float(run.measured_tokens_per_s_per_gpu),
+            group=str(lrow.get("group")) if lrow and lrow.get("group") else f"{run.cluster} x {family}",
+            gpu=run.gpu, cluster=run.cluster, gpus=int(run.gpus), model=run.model,
+            ep_backend=str(pred.plan.get("ep_backend", "")), precision=str(pred.plan.get("precision", "")),
+            logo_predicted_tokens_per_s_per_gpu=float(lrow["predicted"]) if lrow else None))
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -132,17 +191,24 @@ def build(dataset: str | Path | None = None) -> IntervalData:
         moesim_version = "0.0.0+unknown"
     provenance = {"dataset": path.name if path == MEASURED_RUNS else str(path), "dataset_sha256": dataset_sha256(path),
                   "moesim_version": moesim_version, "git_describe": _git_describe(),
-                  "sim_sources_sha256": sources_sha256(), "runs_left_out": skipped, "written_by": REGENERATE}
+                  "sim_sources_sha256": sources_sha256(), "runs_left_out": skipped, "written_by": REGENERATE,
+                  "logo_source": logo_source or ("none: no leave-one-group-out rows given" if not by_id else "given")}
     return IntervalData(SCHEMA_VERSION, tuple(rows), provenance, str(path))
+
+
+_ROW_KEYS = ("id", "group", "gpu", "cluster", "family", "gpus", "model", "ep_backend", "precision", "signature",
+             "predicted_tokens_per_s_per_gpu", "logo_predicted_tokens_per_s_per_gpu", "measured_tokens_per_s_per_gpu")
 
 
 def to_json(data: IntervalData) -> str:
     """The file's text."""
+    def row(r: ResidualRow) -> dict[str, Any]:
+        logo = r.logo_log_residual
+        return {**{k: getattr(r, k) for k in _ROW_KEYS}, "log_residual": r.log_residual,
+                "logo_log_residual": logo if math.isfinite(logo) else None}
+
     return json.dumps({"schema_version": data.schema_version, "provenance": data.provenance,
-                       "runs": [{"id": r.id, "family": r.family, "signature": r.signature,
-                                 "predicted_tokens_per_s_per_gpu": r.predicted_tokens_per_s_per_gpu,
-                                 "measured_tokens_per_s_per_gpu": r.measured_tokens_per_s_per_gpu,
-                                 "log_residual": r.log_residual} for r in data.runs]}, indent=1) + "\n"
+                       "runs": [row(r) for r in data.runs]}, indent=1) + "\n"
 
 
 def write(data: IntervalData, path: str | Path = INTERVALS_FILE) -> Path:
@@ -178,11 +244,21 @@ def load(path: str | Path) -> IntervalData:
     rows = []
     for i, r in enumerate(raw["runs"]):
         where = f"{path}: runs[{i}]"
-        if not isinstance(r, dict) or not all(isinstance(r.get(k), str) for k in ("id", "family", "signature")):
-            raise ConfigError(f"{where} must have string id, family and signature, got {r!r}")
-        rows.append(ResidualRow(r["id"], r["family"], r["signature"],
-                                _positive(f"{where}.predicted_tokens_per_s_per_gpu", r.get("predicted_tokens_per_s_per_gpu")),
-                                _positive(f"{where}.measured_tokens_per_s_per_gpu", r.get("measured_tokens_per_s_per_gpu"))))
+        strings = ("id", "family", "signature", "group", "gpu", "cluster", "model", "ep_backend", "precision")
+        if not isinstance(r, dict) or not all(isinstance(r.get(k), str) for k in strings):
+            raise ConfigError(f"{where} must have string {', '.join(strings)}, got {r!r}")
+        gpus = r.get("gpus")
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+            raise ConfigError(f"{where}.gpus must be a positive integer, got {gpus!r}")
+        logo = r.get("logo_predicted_tokens_per_s_per_gpu")
+        rows.append(ResidualRow(
+            r["id"], r["family"], r["signature"],
+            _positive(f"{where}.predicted_tokens_per_s_per_gpu", r.get("predicted_tokens_per_s_per_gpu")),
+            _positive(f"{where}.measured_tokens_per_s_per_gpu", r.get("measured_tokens_per_s_per_gpu")),
+            group=r["group"], gpu=r["gpu"], cluster=r["cluster"], gpus=gpus, model=r["model"],
+            ep_backend=r["ep_backend"], precision=r["precision"],
+            logo_predicted_tokens_per_s_per_gpu=(None if logo is None else
+                                                 _positive(f"{where}.logo_predicted_tokens_per_s_per_gpu", logo))))
     prov = raw.get("provenance", {})
     return IntervalData(SCHEMA_VERSION, tuple(rows), prov if isinstance(prov, dict) else {}, str(path))
 

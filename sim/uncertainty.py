@@ -1,22 +1,28 @@
-"""How far to trust a prediction: a p10-p90 interval of tokens/s per GPU, and its leave-one-out coverage.
+"""How far to trust a prediction: a p10-p90 interval of tokens/s per GPU, by how far the plan lies from the
+evidence, and the coverage of those intervals on the runs kept out.
 
-Two sources of error, combined in log space:
+The evidence is every measured run (``studies/data/measured_runs.toml``), stored with its in-sample residual
+(the shipped joint calibration) and its leave-one-group-out (LOGO) residual (the calibration refitted without
+the run's group, a group = system class x stack): :mod:`sim.interval_data`. Residuals are
+``r = log(measured / predicted)``. A plan is placed (:func:`classify`) as
 
-- the stack's **validation residuals**: ``r = log(measured / predicted)`` of the measured runs of the same
-  framework stack (``studies/data/measured_runs.toml``); their mean is the stack's systematic error and
-  their spread its scatter. With ``n`` runs the interval is a Student-t prediction interval,
-  ``mean +- t(0.90, n-1) * sd * sqrt(1 + 1/n)`` (wide when ``n`` is small, as it should be);
-- the **calibration residuals**: the spread of the calibration's fitted tables (their p10-p90 relative
-  residuals, as a normal sd), added in quadrature.
+- **measured group** (same system class and stack family as a measured run, within [0.5x, 2x] of that
+  group's GPU counts, backend and precision measured on its class): the Student-t interval of the group's
+  in-sample residuals pooled with every run's;
+- **new group** (a new GPU or rack class, a new stack): the Student-t interval of all LOGO residuals --
+  what the calibration does on a group it never saw;
+- **beyond the envelope** (past 2x the largest GPU count measured on its class, or a backend or precision
+  never measured there): the LOGO interval widened by :data:`BEYOND_FACTOR` in log space;
 
-The point is the model's prediction, never shifted. The interval is ``predicted * exp(mean +- half_width)``
-(where the stack's measured runs have fallen around its predictions), widened where needed so that it
-contains the prediction: ``p10 <= predicted <= p90`` always. Coverage is checked by leave-one-out: each
-measured run's interval is built from the other runs only, and a prediction of a measured run (same model,
-GPU, GPU count, plan and stack) never uses that run's own residual.
+so the width grows with distance. The calibration's own spread adds in quadrature. The point is the model's
+prediction, never shifted; the interval sits where the residuals put it and is widened where needed so that
+``p10 <= predicted <= p90``. Every interval of a prediction carries an ``evidence`` record: the distance, the
+nearest measured runs with their LOGO errors, and a note when the plan lies outside the validated envelope.
+:func:`logo_interval_coverage` checks honesty: each run's interval built as if its group were unseen (LOGO
+residuals of the other groups only) and whether its measured value is inside.
 
-The residuals are data (:mod:`sim.interval_data`, written by ``moesim validate --write-intervals``), so a
-prediction reads them and never re-predicts the dataset.
+The residuals are data (written by ``moesim validate --write-intervals``), so a prediction reads them once
+and never re-predicts the dataset.
 
 >>> iv = interval(1000.0, [0.0, 0.02, -0.02, 0.01], calibration_sd=0.0)
 >>> round(iv.p10), round(iv.point), round(iv.p90)
@@ -33,7 +39,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +47,9 @@ from sim.errors import ConfigError, MoesimError
 from sim.measured_runs import MEASURED_RUNS
 
 __all__ = ["Interval", "interval", "prediction_interval", "stack_family", "calibration_sd", "loo_coverage",
-           "measured_run_pairs", "residuals_by_stack", "MEASURED_RUNS", "T90"]
+           "measured_run_pairs", "residuals_by_stack", "MEASURED_RUNS", "T90", "DISTANCES", "BEYOND_FACTOR",
+           "SCALE_SPAN", "Placement", "classify", "nearest_runs", "distance_interval", "format_evidence",
+           "logo_interval_coverage"]
 
 
 #: One-sided 90% Student-t quantiles by degrees of freedom (1..30); the normal 1.2816 beyond.
@@ -67,6 +75,10 @@ class Interval:
     validation_sd: float
     mean_log_residual: float = 0.0
     left_out: str = ""
+    #: how far the plan lies from the evidence (:data:`DISTANCES`; "" for an interval of given residuals)
+    distance: str = ""
+    #: ``{"distance", "nearest": [{"id", "error"}], "note"}`` (:func:`evidence_for`), or None
+    evidence: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: an unbounded end (a spread past float's range) is ``None``, never ``Infinity``."""
@@ -76,7 +88,8 @@ class Interval:
         return {"p10_tokens_per_s_per_gpu": finite(self.p10), "prediction_tokens_per_s_per_gpu": self.point,
                 "p90_tokens_per_s_per_gpu": finite(self.p90), "validation_runs": self.n_runs, "stack": self.stack,
                 "calibration_log_sd": finite(self.calibration_sd), "validation_log_sd": finite(self.validation_sd),
-                "mean_log_residual": finite(self.mean_log_residual), "left_out_run": self.left_out or None}
+                "mean_log_residual": finite(self.mean_log_residual), "left_out_run": self.left_out or None,
+                **({"distance": self.distance} if self.distance else {})}
 
     def contains(self, value: float) -> bool:
         return self.p10 <= value <= self.p90
@@ -188,13 +201,158 @@ def stack_family(stack_name: str) -> str:
     return stack_name.split("-")[0]
 
 
-def prediction_interval(pred: Any, *, calibration_sd: float = 0.0, data: Any = None) -> Interval | None:
-    """The p10-p90 interval of a :class:`~sim.predict.Prediction` from the stored residuals of its stack's
-    framework (``data``: a :class:`sim.interval_data.IntervalData`; default: the shipped file, read once)
-    and ``calibration_sd``. A prediction of a measured run leaves that run's residual out. None when there
-    is no interval data (missing or unreadable file: :func:`sim.interval_data.interval_note` says why), and
-    when the framework has no other held-out measured run and the calibration no spread: without evidence
-    the spread is unknown, which is no interval, not an infinite one."""
+#: How far a plan lies from the evidence, nearest first; the interval widens with each step.
+DISTANCES = ("measured group", "new group", "beyond the envelope")
+#: Beyond the envelope the leave-one-group-out half-width (log space) is multiplied by this: a plan past the
+#: largest measured scale, or with a backend or precision never measured on its class, extrapolates further
+#: than a new group does, by an amount no held-out run measures (a documented assumption, not a fit).
+BEYOND_FACTOR = 1.5
+#: A GPU count within [1/SCALE_SPAN, SCALE_SPAN] x a measured run's is "measured scale"; beyond SCALE_SPAN x the
+#: largest measured count of the class it is beyond the envelope.
+SCALE_SPAN = 2.0
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a plan sits against the measured runs: its system class, stack family, the distance and why."""
+
+    cluster: str
+    family: str
+    distance: str
+    reasons: tuple[str, ...] = ()
+
+
+def classify(rows: Sequence[Any], cluster: str, family: str, n_gpus: int, ep_backend: str,
+             precision: str) -> Placement:
+    """The distance of a plan (system class ``cluster``, stack ``family``, GPU count, EP backend, precision)
+    from the measured ``rows`` (:class:`sim.interval_data.ResidualRow`):
+
+    - "beyond the envelope": more than 2x the largest GPU count measured on its class, or a backend or
+      precision never measured on its class (a class never measured is compared with every measured run);
+    - "measured group": same class and stack family as a measured run, within [0.5x, 2x] of one of that
+      group's GPU counts;
+    - "new group" otherwise (a new GPU or rack class, a new stack, a scale between the group's).
+
+    >>> from types import SimpleNamespace as R
+    >>> rows = [R(cluster="hgx-b200", family="megatron", gpus=256, ep_backend="nccl", precision="mxfp8")]
+    >>> classify(rows, "hgx-b200", "megatron", 512, "nccl", "mxfp8").distance
+    'measured group'
+    >>> classify(rows, "hgx-b200", "torchtitan", 256, "nccl", "mxfp8").distance
+    'new group'
+    >>> classify(rows, "hgx-b200", "megatron", 1024, "nccl", "mxfp8").reasons
+    ('1024 GPUs is beyond 2x the largest count measured on hgx-b200 (256)',)
+    """
+    of_class = [r for r in rows if r.cluster == cluster]
+    ref = of_class or list(rows)
+    where = cluster if of_class else "any measured class"
+    reasons = []
+    if ref:
+        largest = max(r.gpus for r in ref)
+        if n_gpus > SCALE_SPAN * largest:
+            reasons.append(f"{n_gpus} GPUs is beyond {SCALE_SPAN:g}x the largest count measured on {where} ({largest})")
+        for what, value in (("EP backend", ep_backend), ("precision", precision)):
+            seen = sorted({getattr(r, "ep_backend" if what == "EP backend" else "precision") for r in ref})
+            if value and value not in seen:
+                reasons.append(f"{what} {value} was never measured on {where} (measured: {', '.join(seen)})")
+    if reasons:
+        return Placement(cluster, family, DISTANCES[2], tuple(reasons))
+    group = [r for r in of_class if r.family == family]
+    if any(r.gpus / SCALE_SPAN <= n_gpus <= r.gpus * SCALE_SPAN for r in group):
+        return Placement(cluster, family, DISTANCES[0])
+    if not of_class:
+        why = f"no run was measured on {cluster}"
+    elif not group:
+        why = f"no {family} run was measured on {cluster}"
+    else:
+        why = (f"{n_gpus} GPUs is outside [0.5x, 2x] of the {cluster} x {family} runs' counts "
+               f"({', '.join(str(g) for g in sorted({r.gpus for r in group}))})")
+    return Placement(cluster, family, DISTANCES[1], (why,))
+
+
+def nearest_runs(rows: Sequence[Any], cluster: str, family: str, n_gpus: int, model: str,
+                 k: int = 3, own: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The up-to-``k`` measured runs nearest a plan by group (class, then stack), GPU count (log2 ratio) and
+    model (the plan's own runs, ``own`` ids, first among equals), each with its leave-one-group-out error
+    (``predicted / measured - 1``; None without one)."""
+    def score(r: Any) -> tuple[float, bool, str]:
+        return (2.0 * (r.cluster != cluster) + 1.5 * (r.family != family) + 0.5 * abs(math.log2(n_gpus / r.gpus))
+                + 1.0 * (r.model != model), r.id not in own, r.id)
+
+    out = []
+    for r in sorted(rows, key=score)[:k]:
+        err = r.logo_error
+        out.append({"id": r.id, "error": None if err is None else round(err, 4)})
+    return out
+
+
+def _pooled(group: Sequence[float], pool: Sequence[float]) -> tuple[float, float, int, int]:
+    """(mean of ``group``, pooled sd of ``group`` about its mean and ``pool`` about its own, degrees of freedom,
+    runs in the group)."""
+    def ss(xs: Sequence[float]) -> float:
+        m = statistics.fmean(xs)
+        return sum((x - m) ** 2 for x in xs)
+
+    df = max(len(group) - 1, 0) + max(len(pool) - 1, 0)
+    total = (ss(group) if group else 0.0) + (ss(pool) if pool else 0.0)
+    return statistics.fmean(group), math.sqrt(total / df) if df else float("nan"), df, len(group)
+
+
+def distance_interval(predicted: float, distance: str, group_residuals: Sequence[float],
+                      pool_residuals: Sequence[float], logo_residuals: Sequence[float], *,
+                      calibration_sd: float = 0.0, stack: str = "", left_out: str = "") -> Interval:
+    """The p10-p90 interval of ``predicted`` at ``distance`` (:data:`DISTANCES`), in log space, always
+    containing ``predicted`` (which it never moves); the calibration's spread adds in quadrature:
+
+    - "measured group": centred at the group's mean in-sample residual, half-width
+      ``t(0.90, df) * sd * sqrt(1 + 1/n_group)`` with ``sd`` the group's in-sample spread pooled with every
+      run's (``df = (n_group - 1) + (n_all - 1)``);
+    - "new group": the Student-t interval of the leave-one-group-out residuals (:func:`interval`);
+    - "beyond the envelope": that interval's half-width times :data:`BEYOND_FACTOR`.
+
+    >>> g = distance_interval(100.0, "measured group", [0.0, 0.02], [0.0, 0.02, -0.03, 0.01], [0.1, -0.1, 0.05])
+    >>> n = distance_interval(100.0, "new group", [], [], [0.1, -0.1, 0.05])
+    >>> b = distance_interval(100.0, "beyond the envelope", [], [], [0.1, -0.1, 0.05])
+    >>> g.p90 / g.p10 < n.p90 / n.p10 < b.p90 / b.p10
+    True
+    """
+    if distance == DISTANCES[0] and group_residuals:
+        mean, sd, df, n = _pooled(list(group_residuals), list(pool_residuals))
+        if df >= 1:
+            val = _t90(df) * sd * math.sqrt(1 + 1 / n)
+            half = math.sqrt(val ** 2 + (_Z90 * calibration_sd) ** 2)
+            centre = predicted * math.exp(mean)
+            return Interval(min(predicted, centre * math.exp(-half)), predicted, max(predicted, centre * math.exp(half)),
+                            len(pool_residuals), stack, calibration_sd, sd, mean, left_out, distance)
+    base = interval(predicted, logo_residuals, calibration_sd=calibration_sd, stack=stack, left_out=left_out)
+    if distance != DISTANCES[2] or not math.isfinite(base.p90) or base.p10 <= 0:
+        return Interval(base.p10, predicted, base.p90, base.n_runs, stack, calibration_sd,
+                        base.validation_sd, base.mean_log_residual, left_out, distance)
+    centre = predicted * math.exp(base.mean_log_residual)
+    half = max(math.log(base.p90 / centre), math.log(centre / base.p10)) * BEYOND_FACTOR
+    return Interval(min(predicted, centre * math.exp(-half)), predicted, max(predicted, centre * math.exp(half)),
+                    base.n_runs, stack, calibration_sd, base.validation_sd, base.mean_log_residual, left_out, distance)
+
+
+def _evidence_note(place: Placement) -> str:
+    if place.distance == DISTANCES[2]:
+        return ("outside the validated envelope: " + "; ".join(place.reasons)
+                + f" (interval: the leave-one-group-out spread x{BEYOND_FACTOR:g})")
+    if place.distance == DISTANCES[1]:
+        return "outside the validated envelope: " + "; ".join(place.reasons) + " (interval: the leave-one-group-out spread)"
+    return ""
+
+
+def prediction_interval(pred: Any, *, calibration_sd: float = 0.0, data: Any = None,
+                        cluster: str | None = None) -> Interval | None:
+    """The p10-p90 interval of a :class:`~sim.predict.Prediction` by its distance from the evidence
+    (:func:`classify`, :func:`distance_interval`), with its ``evidence`` record (the distance, the nearest
+    measured runs with their leave-one-group-out errors, and a note outside the validated envelope), from the
+    stored runs (``data``: a :class:`sim.interval_data.IntervalData`; default: the shipped file, read once).
+
+    ``cluster``: the plan's system class (default: the template its GPU comes in, as ``predict --gpu`` picks
+    it; a Prediction does not carry its template). A prediction of a measured run leaves that run's own
+    residuals out of the spread (its nearest runs include it, with its LOGO error). None when there is no interval data (:func:`sim.interval_data.interval_note` says why)."""
+    from sim.catalog import default_cluster
     from sim.interval_data import load_shipped, run_signature
 
     data = load_shipped() if data is None else data
@@ -202,9 +360,66 @@ def prediction_interval(pred: Any, *, calibration_sd: float = 0.0, data: Any = N
         return None
     family = stack_family(pred.stack)
     own = run_signature(pred.model, pred.gpu, pred.n_gpus, pred.plan, pred.stack, pred.stack_release)
-    rows = data.by_family.get(family, [])
-    left = next((r.id for r in rows if r.signature == own), "")
-    if not any(r.signature != own and math.isfinite(r.log_residual) for r in rows) and not calibration_sd > 0:
+    # runs of the very same inputs (two releases' runs of one plan can share them) are all "its own"
+    left = ", ".join(r.id for r in data.runs if r.signature == own)
+    rows = [r for r in data.runs if r.signature != own]
+    cls = cluster or default_cluster(pred.gpu)
+    # where the plan sits is judged against every measured run (its own included: it was measured); its own
+    # residuals are left out of the spread
+    place = classify(data.runs, cls, family, int(pred.n_gpus), str(pred.plan.get("ep_backend", "")),
+                     str(pred.plan.get("precision", "")))
+    group = [r.log_residual for r in rows if r.cluster == cls and r.family == family]
+    pool = [r.log_residual for r in rows]
+    logo = [x for x in (r.logo_log_residual for r in rows) if math.isfinite(x)]
+    if not logo and not group and not calibration_sd > 0:
         return None
-    return interval(pred.tokens_per_s_per_gpu, [r.log_residual for r in rows if r.signature != own],
-                    calibration_sd=calibration_sd, stack=family, left_out=left)
+    iv = distance_interval(pred.tokens_per_s_per_gpu, place.distance, group, pool, logo,
+                           calibration_sd=calibration_sd, stack=family, left_out=left)
+    evidence = {"distance": place.distance, "group": f"{cls} x {family}",
+                "nearest": nearest_runs(data.runs, cls, family, int(pred.n_gpus), pred.model, own=left.split(", ")),
+                "note": _evidence_note(place) or None}
+    return replace(iv, evidence=evidence)
+
+
+def format_evidence(evidence: Mapping[str, Any]) -> str:
+    """One line: the distance, the nearest measured runs with their leave-one-group-out errors, the note.
+
+    >>> format_evidence({"distance": "new group", "group": "hgx-h800 x deepseek", "nearest": [{"id": "r1",
+    ...                  "error": 0.05}], "note": None})
+    'evidence: new group (hgx-h800 x deepseek); nearest measured: r1 (LOGO +5.0%)'
+    """
+    near = ", ".join(f"{n['id']} (LOGO {'n/a' if n['error'] is None else format(n['error'], '+.1%')})"
+                     for n in evidence.get("nearest", []))
+    note = f"; note: {evidence['note']}" if evidence.get("note") else ""
+    return f"evidence: {evidence['distance']} ({evidence['group']}); nearest measured: {near or 'none'}{note}"
+
+
+def logo_interval_coverage(runs: Sequence[Mapping[str, Any]], *, calibration_sd: float = 0.0) -> dict[str, Any]:
+    """Leave-one-group-out interval coverage: each run's interval is built as if its group were unseen -- around
+    its LOGO prediction, from the LOGO residuals of the OTHER groups only (a "new group" interval) -- and checked
+    against its measured value. ``runs``: ``{"id", "group", "predicted", "measured"}`` rows (LOGO predictions;
+    rows without ``predicted`` are skipped; a run with fewer than 2 runs in other groups has no interval and is
+    not counted). Returns ``logo_interval_coverage`` (fraction), ``covered``,
+    ``runs``, ``median_p90_p10_ratio`` and per-run ``rows``.
+
+    >>> rs = [{"id": f"r{i}", "group": f"g{i % 3}", "predicted": 100.0, "measured": 100.0 + i} for i in range(6)]
+    >>> out = logo_interval_coverage(rs)
+    >>> out["runs"], out["logo_interval_coverage"] > 0.5
+    (6, True)
+    """
+    ok = [r for r in runs if isinstance(r.get("predicted"), int | float) and r["predicted"] > 0 and r.get("measured")]
+    res = [(r["group"], math.log(r["measured"] / r["predicted"])) for r in ok]
+    rows = []
+    for r in ok:
+        others = [x for g, x in res if g != r["group"]]
+        iv = distance_interval(float(r["predicted"]), DISTANCES[1], [], [], others, calibration_sd=calibration_sd)
+        rows.append({"id": r["id"], "group": r["group"], "predicted": r["predicted"], "measured": r["measured"],
+                     "p10": iv.p10 if math.isfinite(iv.p10) else None, "p90": iv.p90 if math.isfinite(iv.p90) else None,
+                     "covered": iv.contains(r["measured"]) if len(others) >= 2 else None,
+                     "other_groups_runs": len(others)})
+    counted = [r for r in rows if r["covered"] is not None]  # fewer than 2 other runs: no spread, no interval
+    ratios = [r["p90"] / r["p10"] for r in counted if r["p10"] and r["p90"]]
+    covered = sum(int(r["covered"]) for r in counted)
+    return {"logo_interval_coverage": covered / len(counted) if counted else None, "covered": covered,
+            "runs": len(counted),
+            "median_p90_p10_ratio": statistics.median(ratios) if ratios else None, "nominal": 0.8, "rows": rows}

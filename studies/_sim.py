@@ -51,10 +51,10 @@ def predict_run(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stac
 
 
 def interval_for(pred: Prediction, stack_name: str | None = None,
-                 log_residuals: list[float] | None = None) -> tuple[float, float] | None:
+                 log_residuals: list[float] | None = None, *, cluster: str | None = None) -> tuple[float, float] | None:
     """(p10, p90) tokens/s per GPU of ``pred``: from ``log_residuals`` when given (validate's leave-one-out),
-    else from the stored residuals of the held-out measured runs of its stack
-    (:func:`sim.uncertainty.prediction_interval`; a run's own residual left out). None without any residual
+    else by its distance from the stored evidence (:func:`sim.uncertainty.prediction_interval`; ``cluster``:
+    its system class, default its GPU's template; a run's own residual left out). None without any residual
     (or without the interval file). One residual gives its error widened as a 1-df t would."""
     from sim.uncertainty import Interval, interval, prediction_interval, stack_family
 
@@ -64,15 +64,16 @@ def interval_for(pred: Prediction, stack_name: str | None = None,
         iv: Interval | None = interval(pred.tokens_per_s_per_gpu, log_residuals,
                                        stack=stack_family(stack_name or pred.stack))
     else:
-        iv = prediction_interval(pred)
+        iv = prediction_interval(pred, cluster=cluster)
     if iv is None or iv.n_runs < 1:
         return None
     return float(iv.p10), float(iv.p90)
 
 
 #: A line for reports: where intervals come from.
-INTERVAL_NOTE = ("intervals: p10-p90 around each prediction from the stored residuals of the held-out measured "
-                 "runs of its stack (sim/data/intervals.json; sim.uncertainty); a run's own residual left out")
+INTERVAL_NOTE = ("intervals: p10-p90 around each prediction, wider the farther it lies from the measured runs "
+                 "(its group's in-sample residuals; a new group: the leave-one-group-out residuals; beyond the "
+                 "envelope: those widened; sim/data/intervals.json; sim.uncertainty); a run's own residual left out")
 
 
 def compute_seconds(op: Any, gpu: GPUSpec, costs: CostModel, stack_name: str) -> float:

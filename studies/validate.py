@@ -34,7 +34,8 @@ from studies.dataset import MeasuredRun, load_runs, resolve_run
 GIB = 2**30  # GiB, as TorchTitan logs memory
 
 __all__ = ["ValidationRow", "ValidationResult", "Thresholds", "validate_runs", "load_thresholds",
-           "check_thresholds", "format_result"]
+           "check_thresholds", "format_result", "error_threshold_failures", "logo_intervals",
+           "format_logo_intervals"]
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ class _Point:
     stack: str
 
 
-def _row(run: MeasuredRun, fitted: bool, predicted: dict[str, float]) -> ValidationRow:
+def _row(run: MeasuredRun, fitted: bool, predicted: dict[str, float], evidence: bool = False) -> ValidationRow:
     try:
         model, cluster, plan = resolve_run(run)
         pred = predict_run(model, cluster, plan, profile_for(run.stack, run.release), name=run.id)
@@ -149,21 +150,23 @@ def _row(run: MeasuredRun, fitted: bool, predicted: dict[str, float]) -> Validat
     tensors = (pred.memory["total_bytes"] - pred.memory["reserve_bytes"]) / GIB if pred.memory else None
     return ValidationRow(run.id, run.model, run.gpu, run.gpus, run.stack, fitted,
                          run.measured_tokens_per_s_per_gpu, pred.tokens_per_s_per_gpu, pred.fits_in_memory,
-                         run.baseline, None, None, None, run.source,
-                         measured_memory_gib=run.measured_memory_gib, predicted_tensor_memory_gib=tensors)
+                         run.baseline, None, None, interval_for(pred, cluster=run.cluster) if evidence else None,
+                         run.source, measured_memory_gib=run.measured_memory_gib, predicted_tensor_memory_gib=tensors)
 
 
 def validate_runs(path: str | Path | None = None) -> ValidationResult:
     """Predict every run of the dataset at ``path`` (default: the shipped one)."""
     runs = load_runs(path)
     predicted: dict[str, float] = {}
-    rows = [_row(r, r.fitted, predicted) for r in runs]
+    # A user's runs get the interval a prediction of them gets (by their distance from the shipped evidence);
+    # the shipped runs keep the leave-one-out intervals below.
+    rows = [_row(r, r.fitted, predicted, evidence=path is not None) for r in runs]
     measured = {r.id: r.measured_tokens_per_s_per_gpu for r in runs}
     held_out = {r.run_id: (r.stack, math.log(r.measured_tokens_per_s_per_gpu / r.predicted_tokens_per_s_per_gpu))
                 for r in rows if not r.fitted and r.predicted_tokens_per_s_per_gpu}
     out = []
     for row in rows:
-        if row.predicted_tokens_per_s_per_gpu is not None:
+        if row.predicted_tokens_per_s_per_gpu is not None and path is None:
             # Leave-one-out: a run's interval comes from the other held-out runs of its stack only.
             others = [res for rid, (st, res) in held_out.items() if st == row.stack and rid != row.run_id]
             iv = interval_for(_Point(row.predicted_tokens_per_s_per_gpu, row.stack), row.stack, others)  # type: ignore[arg-type]
@@ -220,6 +223,37 @@ def check_thresholds(result: ValidationResult, limits: Thresholds) -> list[str]:
         bad.append(f"{len(result.unpredicted)} runs could not be predicted (threshold "
                    f"{limits.max_unpredicted_runs})")
     return bad
+
+
+def error_threshold_failures(result: ValidationResult, pct: float) -> list[str]:
+    """Every predicted run whose |error| exceeds ``pct`` percent (``moesim validate FILE --threshold PCT``), as a
+    sentence with its interval (empty: all within)."""
+    bad = []
+    for r in result.rows:
+        if r.error is not None and abs(r.error) * 100 > pct:
+            ival = "" if r.interval is None else f"; interval {r.interval[0]:.0f}-{r.interval[1]:.0f}"
+            bad.append(f"{r.run_id}: error {r.error * 100:+.1f}% exceeds --threshold {pct:g}% (predicted "
+                       f"{r.predicted_tokens_per_s_per_gpu:.0f}, measured {r.measured_tokens_per_s_per_gpu:.0f}{ival})")
+    return bad
+
+
+def logo_intervals(logo: Mapping[str, Any]) -> dict[str, Any]:
+    """Leave-one-group-out interval coverage of :func:`logo_validation`'s runs: each run's interval built as if
+    its group were unseen, from the LOGO residuals of the other groups only
+    (:func:`sim.uncertainty.logo_interval_coverage`): ``logo_interval_coverage``, ``median_p90_p10_ratio``, rows."""
+    from sim.uncertainty import logo_interval_coverage
+
+    return logo_interval_coverage([r for r in logo.get("runs", []) if "predicted" in r])
+
+
+def format_logo_intervals(cov: Mapping[str, Any]) -> str:
+    """One line: the leave-one-group-out interval coverage and the median p90/p10 ratio."""
+    if not cov.get("runs"):
+        return "leave-one-group-out interval coverage: none (no run has 2 or more runs in other groups to build its interval)"
+    ratio = cov.get("median_p90_p10_ratio")
+    return (f"leave-one-group-out interval coverage: {cov['covered']} of {cov['runs']} runs inside the p10-p90 built "
+            f"as if their group were unseen ({cov['logo_interval_coverage']:.0%}, nominal 80%); median p90/p10 "
+            + (f"{ratio:.2f}" if ratio is not None else "n/a (no other group's residuals to build one from)"))
 
 
 def _pct(x: float | None) -> str:

@@ -4,6 +4,7 @@ interval contains its own prediction."""
 from __future__ import annotations
 
 import json
+import math
 import random
 import sys
 from pathlib import Path
@@ -22,18 +23,43 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_shipped_interval_file_is_fresh_against_todays_predictions() -> None:
-    """Fails when the code or the dataset changed the held-out runs' predictions: rerun
-    ``moesim validate --write-intervals`` and commit sim/data/intervals.json."""
+    """Fails when the code, the joint fit or the dataset changed the runs' in-sample or leave-one-group-out
+    predictions: rerun ``moesim validate --write-intervals`` and commit sim/data/intervals.json."""
+    from studies.validate import logo_validation
+
     stored = interval_data.load(interval_data.INTERVALS_FILE)
     assert stored.provenance["dataset_sha256"] == interval_data.dataset_sha256(MEASURED_RUNS), (
         "studies/data/measured_runs.toml changed: run `moesim validate --write-intervals`")
-    today = interval_data.build()
-    stale = {r.id: (s.predicted_tokens_per_s_per_gpu, r.predicted_tokens_per_s_per_gpu)
-             for r, s in zip(today.runs, stored.runs, strict=False)
-             if r.id != s.id or r.signature != s.signature
-             or abs(r.predicted_tokens_per_s_per_gpu / s.predicted_tokens_per_s_per_gpu - 1) > 1e-9}
+    logo = logo_validation()
+    today = interval_data.build(None, logo["runs"])
+    fresh = {r.id: r for r in today.runs}
+
+    def off(a: float | None, b: float | None) -> bool:
+        return (a is None) != (b is None) or (a is not None and b is not None and abs(a / b - 1) > 1e-9)
+
+    stale = {s.id: (s.predicted_tokens_per_s_per_gpu, s.logo_predicted_tokens_per_s_per_gpu)
+             for s in stored.runs if s.id not in fresh or s.signature != fresh[s.id].signature
+             or off(s.predicted_tokens_per_s_per_gpu, fresh[s.id].predicted_tokens_per_s_per_gpu)
+             or off(s.logo_predicted_tokens_per_s_per_gpu, fresh[s.id].logo_predicted_tokens_per_s_per_gpu)}
     assert [r.id for r in today.runs] == [r.id for r in stored.runs] and not stale, (
-        f"sim/data/intervals.json is stale (stored, today): {stale}; run `moesim validate --write-intervals`")
+        f"sim/data/intervals.json is stale (stored in-sample, LOGO): {stale}; run `moesim validate --write-intervals`")
+
+
+def test_every_run_is_stored_with_its_group_class_scale_backend_precision_and_logo_residual() -> None:
+    data = interval_data.load(interval_data.INTERVALS_FILE)
+    from sim.measured_runs import load_runs
+
+    runs = {r.id: r for r in load_runs()}
+    assert {r.id for r in data.runs} == set(runs)  # every measured run, fitted or not: the joint fit saw them all
+    for row in data.runs:
+        run = runs[row.id]
+        assert (row.gpu, row.cluster, row.gpus, row.model) == (run.gpu, run.cluster, run.gpus, run.model)
+        assert row.group == f"{run.cluster} x {run.stack}" and row.family == run.stack.split("-")[0]
+        assert row.ep_backend and row.precision
+        assert row.logo_predicted_tokens_per_s_per_gpu is not None, row.id
+        assert row.logo_log_residual == pytest.approx(
+            math.log(row.measured_tokens_per_s_per_gpu / row.logo_predicted_tokens_per_s_per_gpu))
+    assert data.provenance["sim_sources_sha256"] and "logo_source" in data.provenance
 
 
 def test_every_measured_run_leaves_its_own_residual_out_and_lies_inside_its_interval() -> None:
@@ -45,12 +71,15 @@ def test_every_measured_run_leaves_its_own_residual_out_and_lies_inside_its_inte
     for run in load_runs():
         model, cluster, plan = resolve_run(run)
         pred = predict(model, cluster, plan, stack=profile_for(run.stack, run.release))
-        iv = prediction_interval(pred, data=data)
+        iv = prediction_interval(pred, data=data, cluster=run.cluster)
         assert iv is not None and iv.p10 <= pred.tokens_per_s_per_gpu <= iv.p90, run.id
-        held_out = [r.id for r in data.runs]
-        assert iv.left_out == (run.id if run.id in held_out else ""), run.id
-        family = [r for r in data.runs if r.family == iv.stack]
-        assert iv.n_runs == len(family) - (1 if iv.left_out else 0), run.id
+        own = iv.left_out.split(", ")  # the run, and any run of the very same inputs
+        assert run.id in own and all(r.signature == interval_data.run_signature(
+            pred.model, pred.gpu, pred.n_gpus, pred.plan, pred.stack, pred.stack_release)
+            for r in data.runs if r.id in own), run.id
+        assert iv.evidence is not None and iv.evidence["distance"] == "measured group", run.id  # it was measured
+        assert iv.evidence["nearest"][0]["id"] in own  # nearest to itself, with its LOGO error
+        assert iv.n_runs == len(data.runs) - len(own), run.id  # the pool: every other run
 
 
 def _random_plans(n: int, seed: int = 15) -> list[tuple[ParallelPlan, str, int]]:
@@ -86,10 +115,15 @@ def test_load_rejects_files_that_are_not_interval_files(tmp_path: Path) -> None:
     bad.write_text('{"schema_version": 99, "runs": []}')
     with pytest.raises(ConfigError, match="schema_version"):
         interval_data.load(bad)
-    bad.write_text(json.dumps({"schema_version": 1, "runs": [{"id": "a", "family": "f", "signature": "s",
-                                                               "predicted_tokens_per_s_per_gpu": -1,
-                                                               "measured_tokens_per_s_per_gpu": 1}]}))
+    row = {"id": "a", "family": "f", "signature": "s", "group": "c x f", "gpu": "b200", "cluster": "c", "gpus": 8,
+           "model": "m", "ep_backend": "nccl", "precision": "bf16", "predicted_tokens_per_s_per_gpu": -1,
+           "measured_tokens_per_s_per_gpu": 1}
+    bad.write_text(json.dumps({"schema_version": interval_data.SCHEMA_VERSION, "runs": [row]}))
     with pytest.raises(ConfigError, match=r"runs\[0\]\.predicted_tokens_per_s_per_gpu"):
+        interval_data.load(bad)
+    bad.write_text(json.dumps({"schema_version": interval_data.SCHEMA_VERSION,
+                               "runs": [{**row, "predicted_tokens_per_s_per_gpu": 1, "gpus": 0}]}))
+    with pytest.raises(ConfigError, match=r"runs\[0\]\.gpus"):
         interval_data.load(bad)
     with pytest.raises(ConfigError, match="cannot read"):
         interval_data.load(tmp_path / "missing.json")
