@@ -1,0 +1,111 @@
+"""Readable terminal output: the README's ``predict --wide`` commands and ``compare`` print every cell whole at
+any console width (``$COLUMNS`` 100 and 240): each variant name and each number of the command's ``--json``,
+formatted as the table formats it, appears whole in the text, and no table line is wider than the console."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from contextlib import redirect_stdout
+from typing import Any
+
+import pytest
+
+from moesim.cli import main
+from moesim.render import NON_TTY_WIDTH, column_groups, console_width, render_table
+
+GIB = 2 ** 30
+README_PREDICTS = [
+    [],
+    ["--model", "deepseek-v3-16b", "--gpu", "h100", "--gpus", "64", "--ep", "8", "--ep-backend", "deepep"],
+    ["--model", "deepseek-v3-671b", "--gpu", "gb200", "--gpus", "256", "--pp", "4", "--vpp", "4", "--ep", "64",
+     "--seq-len", "4096", "--global-batch", "4096", "--ac", "selective", "--precision", "mxfp8",
+     "--ep-backend", "hybridep", "--stack", "megatron"],
+]
+
+
+def run_cli(argv: list[str]) -> str:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(argv)
+    assert code == 0, (argv, out.getvalue())
+    return out.getvalue()
+
+
+def table_lines(text: str, n_rows: int) -> list[str]:
+    """The lines of the tables: each header rule (a line of ``─``), the header above it and the ``n_rows`` rows
+    below it (one line each: a cell never wraps where the table has room for it)."""
+    lines = text.splitlines()
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        if line and set(line) == {"─"}:
+            out += lines[i - 1:i + 1 + n_rows]
+    return out
+
+
+def assert_whole(text: str, cells: list[str], width: int, n_rows: int) -> None:
+    lines = table_lines(text, n_rows)
+    assert lines, text
+    rows = "\n".join(lines)
+    for cell in cells:
+        assert re.search(r"(?<![\w.])" + re.escape(cell) + r"(?![\w.])", rows), \
+            f"{cell!r} is not printed whole at width {width}:\n{text}"
+    assert max(len(line) for line in lines) <= width, text
+
+
+def predict_cells(pred: dict[str, Any]) -> list[str]:
+    """What the predict table prints for ``pred`` (one variant of ``--json``)."""
+    cells = [pred["name"], f"{pred['tokens_per_s_per_gpu']:.1f}", f"{pred['step_time_s']:.1f}",
+             f"{pred['tflops_per_gpu']:.1f}", f"{pred['mfu'] * 100:.1f}%",
+             f"{pred['peak_memory_bytes'] / GIB:.1f} / {pred['memory_capacity_bytes'] / GIB:.0f}"]
+    if pred.get("measured_tokens_per_s_per_gpu"):
+        cells.append(f"{pred['measured_tokens_per_s_per_gpu']:g}")
+    for kind, seconds in pred["breakdown"].items():
+        if kind.startswith("comm.") or kind == "host_sync":
+            cells.append(f"{seconds:.2f}")
+    for entry in pred["comm"].values():
+        cells.append(f"{entry['achieved_gbps']:.1f}")
+    return cells
+
+
+@pytest.mark.parametrize("argv", README_PREDICTS, ids=["seed", "dsv3-16b-h100", "dsv3-671b-gb200"])
+def test_predict_wide_prints_every_cell_whole(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    data = json.loads(run_cli(["predict", *argv, "--json"]))
+    cells = [c for p in data["predictions"] for c in predict_cells(p)]
+    assert len(data["predictions"]) >= 1 and len(cells) >= 8
+    for width in (100, 240):
+        monkeypatch.setenv("COLUMNS", str(width))
+        assert_whole(run_cli(["predict", *argv, "--wide"]), cells, width, len(data["predictions"]))
+
+
+def test_compare_prints_every_cell_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = ["compare", "examples/b200-vs-gb200-qwen3.toml"]
+    data = json.loads(run_cli([*argv, "--json"]))
+    cells = [c for v in data["variants"] for c in (v["name"], f"{v['tokens_per_s_per_gpu']:.1f}",
+                                                   f"{v['step_time_s']:.2f}", f"{v['mfu'] * 100:.1f}%")]
+    cells += [f"{r['ratio']:.3f}x" for r in data["ratios"]]
+    monkeypatch.setenv("COLUMNS", "100")
+    assert_whole(run_cli(argv), cells, 100, len(data["variants"]))
+
+
+def test_render_table_splits_instead_of_cutting() -> None:
+    headers = ["variant", *(f"column number {i} s" for i in range(12))]
+    rows = [[f"variant {v} with a long name", *(f"{v * 1000 + i + 0.123456:.4f}" for i in range(12))] for v in range(3)]
+    for width in (60, 80, 100, 240):
+        text = render_table(headers, rows, title="t", notes=["a note longer than any console " * 12], width=width)
+        assert_whole(text, [c for r in rows for c in r] + headers, width, len(rows))
+        groups = column_groups([len(h) for h in headers], width)
+        assert sorted({c for g in groups for c in g}) == list(range(len(headers))) and all(g[0] == 0 for g in groups)
+    assert ("a note longer than any console " * 12).rstrip() in text  # notes are never wrapped or cut either
+    narrow = render_table(headers, rows, width=40)  # the key column and one more do not fit: names wrap at spaces
+    assert all(re.search(r"(?<![\w.])" + re.escape(c) + r"(?![\w.])", narrow) for r in rows for c in r[1:]), narrow
+    assert max(len(line) for line in narrow.splitlines()) <= 40, narrow
+
+
+def test_console_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "123")
+    assert console_width() == 123
+    monkeypatch.setenv("COLUMNS", "not a number")
+    monkeypatch.setattr("sys.stdout", io.StringIO())  # not a terminal
+    assert console_width() == NON_TTY_WIDTH
