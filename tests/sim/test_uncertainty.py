@@ -162,3 +162,16 @@ def test_loo_coverage_counts_per_stack_and_overall() -> None:
     rows = {r["id"]: r for r in out["rows"]}
     assert rows["d"]["covered"] is False and rows["a"]["others"] == 3
     assert loo_coverage([])["coverage"] == 0.0
+
+
+def test_a_distance_interval_names_its_distance_and_evidence_formats_in_one_line() -> None:
+    from sim.uncertainty import distance_interval, format_evidence
+
+    iv = distance_interval(100.0, "new group", [], [], [0.1, -0.1, 0.05])
+    assert iv.to_dict()["distance"] == "new group" and iv.evidence is None
+    # a measured group without a residual of its own falls back to the leave-one-group-out spread
+    same = distance_interval(100.0, "measured group", [], [0.0, 0.01], [0.1, -0.1, 0.05])
+    assert (same.p10, same.p90) == (iv.p10, iv.p90)
+    line = format_evidence({"distance": "beyond the envelope", "group": "g x s", "nearest": [{"id": "a", "error": None}],
+                            "note": "outside the validated envelope: x"})
+    assert line == "evidence: beyond the envelope (g x s); nearest measured: a (LOGO n/a); note: outside the validated envelope: x"

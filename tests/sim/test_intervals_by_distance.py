@@ -1,0 +1,181 @@
+"""Intervals by distance from the evidence (issue 28): a measured group, a new group and beyond the envelope
+get wider intervals in that order; every prediction carries its evidence; validate reports leave-one-group-out
+coverage and checks a user's own runs against ``--threshold PCT``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim import interval_data
+from sim.catalog import load_cluster, load_model
+from sim.loaders import derive_plan_fields, plan_from_mapping
+from sim.predict import predict
+from sim.specs import ParallelPlan
+from sim.uncertainty import (
+    BEYOND_FACTOR,
+    DISTANCES,
+    classify,
+    distance_interval,
+    logo_interval_coverage,
+    prediction_interval,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+DEEPSEEK = ["predict", "--model", "deepseek-v3-671b", "--gpu", "h800", "--gpus", "2048", "--stack", "deepseek",
+            "--pp", "16", "--pp-schedule", "dualpipe", "--ep", "64", "--tp", "1", "--seq-len", "4096",
+            "--global-batch", "15360", "--precision", "fp8-blockwise", "--ep-backend", "deepep", "--ac", "selective"]
+#: The README's Megatron DeepSeek-V3 plan (256 GPUs, PP4 x VPP4, EP64, MXFP8, HybridEP)
+MEGATRON_PLAN = plan_from_mapping(derive_plan_fields(
+    {"pp": 4, "vpp": 4, "ep": 64, "seq_len": 4096, "global_batch": 4096, "ac": "selective", "precision": "mxfp8",
+     "ep_backend": "hybridep"}, 256), "test plan")
+
+
+def _data() -> interval_data.IntervalData:
+    data = interval_data.load_shipped()
+    assert data is not None, interval_data.interval_note()
+    return data
+
+
+def _ratio(iv: object) -> float:
+    return iv.p90 / iv.p10  # type: ignore[attr-defined]
+
+
+def test_widths_grow_with_distance_on_the_shipped_evidence() -> None:
+    data = _data()
+    group = [r.log_residual for r in data.runs if r.cluster == "hgx-b200" and r.family == "megatron"]
+    pool = [r.log_residual for r in data.runs]
+    logo = [r.logo_log_residual for r in data.runs if math.isfinite(r.logo_log_residual)]
+    ivs = [distance_interval(1000.0, d, group, pool, logo) for d in DISTANCES]
+    assert _ratio(ivs[0]) < _ratio(ivs[1]) < _ratio(ivs[2])
+    assert [iv.distance for iv in ivs] == list(DISTANCES)
+    centre = 1000.0 * math.exp(ivs[2].mean_log_residual)  # beyond: the LOGO half-width x BEYOND_FACTOR
+    half_new = max(math.log(ivs[1].p90 / centre), math.log(centre / ivs[1].p10))
+    assert max(math.log(ivs[2].p90 / centre), math.log(centre / ivs[2].p10)) == pytest.approx(half_new * BEYOND_FACTOR)
+    for iv in ivs:
+        assert iv.point == 1000.0 and iv.p10 <= 1000.0 <= iv.p90
+
+
+def test_a_plan_is_placed_by_class_stack_scale_backend_and_precision() -> None:
+    runs = _data().runs
+    assert classify(runs, "hgx-b200", "megatron", 256, "hybridep", "mxfp8").distance == "measured group"
+    assert classify(runs, "hgx-b200", "megatron", 16, "hybridep", "mxfp8").distance == "measured group"  # 2x of 8
+    between = classify(runs, "hgx-b200", "megatron", 64, "hybridep", "mxfp8")  # outside [0.5x, 2x] of 8 and 256
+    assert between.distance == "new group" and "outside [0.5x, 2x]" in between.reasons[0]
+    assert classify(runs, "hgx-b300", "torchtitan", 256, "hybridep", "mxfp8").distance == "new group"  # a new stack
+    largest = max(r.gpus for r in runs if r.cluster == "gb200-nvl72")
+    far = classify(runs, "gb200-nvl72", "megatron", 2 * largest + 72, "hybridep", "mxfp8")
+    assert far.distance == "beyond the envelope" and "beyond 2x the largest" in far.reasons[0]
+    odd = classify(runs, "gb200-nvl72", "megatron", 256, "deepep", "mxfp8")
+    assert odd.distance == "beyond the envelope" and "EP backend deepep was never measured" in odd.reasons[0]
+
+
+def test_hgx_b200_megatron_is_narrower_than_nvl72_gb300() -> None:
+    model = load_model("deepseek-v3-671b")
+    ivs = {}
+    for gpu, template in (("b200", "hgx-b200"), ("gb300", "gb300-nvl72")):
+        pred = predict(model, load_cluster(template, n_gpus=256), MEGATRON_PLAN, stack="megatron")
+        iv = prediction_interval(pred, data=_data())
+        assert iv is not None and iv.evidence is not None
+        ivs[gpu] = iv
+    assert ivs["b200"].evidence["distance"] == "measured group"  # type: ignore[index]
+    assert _ratio(ivs["b200"]) < _ratio(ivs["gb300"])
+
+
+def _cli(*args: str) -> tuple[int, str, str]:
+    p = subprocess.run([sys.executable, "-m", "moesim", *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_deepseek_2048_h800_interval_contains_the_report_and_carries_its_evidence() -> None:
+    rc, out, err = _cli(*DEEPSEEK, "--json")
+    assert rc == 0, err
+    pred = json.loads(out)["predictions"][0]
+    iv, ev = pred["interval"], pred["evidence"]
+    assert iv["p10_tokens_per_s_per_gpu"] <= 1543 <= iv["p90_tokens_per_s_per_gpu"]  # DeepSeek-V3 report
+    assert ev["distance"] in DISTANCES[1:] and ev["note"] and "outside the validated envelope" in ev["note"]
+    assert 1 <= len(ev["nearest"]) <= 3 and all(set(n) == {"id", "error"} for n in ev["nearest"])
+
+
+def test_every_text_prediction_prints_its_evidence_line() -> None:
+    rc, out, err = _cli("predict")
+    assert rc == 0, err
+    names = [line.split(": p10-p90")[0] for line in out.splitlines() if ": p10-p90" in line]
+    evidence = [line for line in out.splitlines() if ": evidence: " in line]
+    assert names and len(evidence) == len(names)
+    assert all("nearest measured:" in line for line in evidence)
+
+
+def test_logo_interval_coverage_on_the_shipped_runs_meets_the_target() -> None:
+    from studies.validate import logo_intervals, logo_validation
+
+    cov = logo_intervals(logo_validation())
+    assert cov["runs"] >= 20
+    assert cov["logo_interval_coverage"] >= 0.75 and cov["median_p90_p10_ratio"] <= 1.6, cov
+    for row in cov["rows"]:  # each built from the other groups only
+        assert row["other_groups_runs"] < cov["runs"]
+
+
+def test_logo_interval_coverage_uses_only_the_other_groups() -> None:
+    rows = [{"id": "a1", "group": "a", "predicted": 100.0, "measured": 200.0},
+            {"id": "a2", "group": "a", "predicted": 100.0, "measured": 200.0},
+            {"id": "b1", "group": "b", "predicted": 100.0, "measured": 101.0},
+            {"id": "b2", "group": "b", "predicted": 100.0, "measured": 99.0},
+            {"id": "c1", "group": "c", "predicted": 100.0, "measured": 100.5}]
+    out = logo_interval_coverage(rows)
+    by = {r["id"]: r for r in out["rows"]}
+    assert by["a1"]["other_groups_runs"] == 3 and by["a1"]["covered"] is False  # its own group's +100% unseen
+    assert by["b1"]["other_groups_runs"] == 3
+    assert out["runs"] == 5 and out["logo_interval_coverage"] == pytest.approx(out["covered"] / 5)
+
+
+RUN = """
+[[run]]
+id = "{rid}"
+model = "debug"
+gpu = "b200"
+gpus = 8
+cluster = "hgx-b200"
+stack = "torchtitan"
+release = "x"
+measured_tokens_per_s_per_gpu = {measured}
+source = "a test"
+[run.plan]
+ep = 4
+seq_len = 512
+global_batch = 16
+"""
+
+
+def _validate(dataset: Path, threshold: str | None, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
+    from moesim.validate_cmd import run_validate
+
+    ns = argparse.Namespace(dataset=str(dataset), threshold=threshold, json=True, write_intervals=None)
+    rc = run_validate(ns)
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_a_users_runs_get_intervals_and_a_percentage_threshold(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    pred = predict(load_model("debug"), load_cluster("hgx-b200", n_gpus=8),
+                   ParallelPlan(ep=4, dp_shard=8, global_batch=16, seq_len=512), stack="torchtitan")
+    f = tmp_path / "mine.toml"
+    f.write_text(RUN.format(rid="slow", measured=pred.tokens_per_s_per_gpu / 1.18))  # predicted +18%
+    rc, out = _validate(f, "10", capsys)
+    assert rc == 1 and len(out["threshold_failures"]) == 1 and "slow: error +18.0%" in out["threshold_failures"][0]
+    row = out["rows"][0]
+    assert row["interval"] is not None and row["interval"][0] <= row["predicted_tokens_per_s_per_gpu"] <= row["interval"][1]
+    assert "logo_interval_coverage" in out and "median_p90_p10_ratio" in out
+    rc, out = _validate(f, "25%", capsys)
+    assert rc == 0 and out["threshold_failures"] == []
+    from moesim.validate_cmd import run_validate
+
+    rc = run_validate(argparse.Namespace(dataset=str(f), threshold="-5", json=True, write_intervals=None))
+    err = capsys.readouterr().err
+    assert rc == 2 and "--threshold" in err and err.count("\n") == 1
