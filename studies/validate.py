@@ -320,7 +320,7 @@ def logo_validation(path: str | Path | None = None) -> dict[str, Any]:
     folds = record.get("logo", {}) if path is None else {}
     stale = path is None and record.get("dataset_sha256") != dataset_digest()
     shipped = shipped_values()
-    runs = []
+    runs: list[dict[str, Any]] = []
     for case in load_cases(path):
         fold = folds.get(case.group)
         values = dict(shipped, **fold["params"]) if fold else shipped
