@@ -6,6 +6,10 @@ parallel degree grows and each pipeline rank runs fewer microbatches: the pipeli
 the per-step ZeRO-1 gather and gradient reduce-scatter run over more ranks and more switch layers, and
 nothing is refitted. Each system keeps the parallel plan of its Megatron-Bridge 26.04 recipe (GB200: PP4
 VP4 EP64 HybridEP over the rack; B200: PP16 EP8 HybridEP in the node) with the ``megatron-26.04`` stack.
+The data-parallel work at scale is :mod:`sim.predict.dp_scale`'s (exposed ZeRO-1 buckets, once-per-step
+reductions, stragglers) under the shipped joint calibration (:mod:`sim.joint`). The doc ends with the two
+measured scale points, MLPerf Training v6.0 DeepSeek-V3 on 512 and 2,048 GB200s (:data:`MLPERF_RUNS`),
+predicted as the validation predicts them and split into those mechanisms.
 
     python -m studies.scaling            # print the table
     python -m studies.scaling --write    # rewrite docs/scaling.md (tests/studies/test_scaling.py fails on drift)
@@ -21,11 +25,15 @@ from pathlib import Path
 from sim.catalog import load_cluster, load_model
 from sim.predict import predict
 from sim.specs import ParallelPlan
+from sim.stacks import profile_for
+from studies._sim import predict_run
+from studies.dataset import load_runs, resolve_run
 
-__all__ = ["GLOBAL_BATCH", "GPU_COUNTS", "SYSTEMS", "ScalePoint", "scaling_points", "scaling_markdown", "DOC"]
+__all__ = ["GLOBAL_BATCH", "GPU_COUNTS", "SYSTEMS", "ScalePoint", "scaling_points", "MLPERF_RUNS", "MeasuredPoint",
+           "mlperf_points", "scaling_markdown", "DOC", "DP_COMM_KEYS", "AFTER_PIPELINE_KEYS"]
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "scaling.md"
-#: Sequences per step at every size (16,384 x 4,096 = 67M tokens; 2 microbatches per rank at 8,192 GB200s).
+#: Sequences per step at every size (16,384 x 4,096 = 67M tokens; 8 microbatches per rank at 8,192 GB200s).
 GLOBAL_BATCH = 16384
 GPU_COUNTS = (256, 512, 1024, 2048, 4096, 8192)
 STACK = "megatron-26.04"
@@ -38,16 +46,69 @@ SYSTEMS: dict[str, tuple[str, dict[str, object]]] = {
 }
 
 
+#: Breakdown keys counted as data-parallel communication: the ZeRO-1 buckets left exposed and the once-per-step
+#: reductions (:mod:`sim.predict.dp_scale`), and the per-layer FSDP / DDP collectives of other stacks.
+DP_COMM_KEYS = ("comm.dp_exposed", "comm.dp_once", "comm.dp", "comm.fsdp")
+#: Breakdown keys that run after the pipeline (the step ends once the pipeline is done and these are).
+AFTER_PIPELINE_KEYS = ("comm.dp_exposed", "comm.dp_once", "straggler", "optimizer")
+#: The measured scale points of studies/data/measured_runs.toml: the same MLPerf recipe at two sizes.
+MLPERF_RUNS = ("mlperf-v6.0-dsv3-512xgb200", "mlperf-v6.0-dsv3-2048xgb200")
+
+
 @dataclass(frozen=True)
 class ScalePoint:
-    """One predicted size of one system."""
+    """One predicted size of one system; ``*_s`` are seconds per step of the predicted breakdown."""
 
     system: str
     gpus: int
     microbatches: int
     tokens_per_s_per_gpu: float
-    bubble_share: float
-    dp_comm_share: float
+    step_s: float
+    bubble_s: float
+    dp_comm_s: float
+    straggler_s: float
+    after_pipeline_s: float
+
+    @property
+    def bubble_share(self) -> float:
+        """Pipeline bubble over the whole step."""
+        return self.bubble_s / self.step_s
+
+    @property
+    def dp_comm_share(self) -> float:
+        """Exposed data-parallel communication (:data:`DP_COMM_KEYS`) over the whole step."""
+        return self.dp_comm_s / self.step_s
+
+    @property
+    def straggler_share(self) -> float:
+        """Waiting for the slowest data-parallel rank, over the whole step."""
+        return self.straggler_s / self.step_s
+
+    @property
+    def pipeline_bubble_share(self) -> float:
+        """Pipeline bubble over the pipeline phase alone (the step less :data:`AFTER_PIPELINE_KEYS`)."""
+        return self.bubble_s / (self.step_s - self.after_pipeline_s)
+
+
+@dataclass(frozen=True)
+class MeasuredPoint:
+    """One measured run predicted as the validation predicts it, with its mechanisms' seconds per step."""
+
+    run_id: str
+    gpus: int
+    microbatches: int
+    predicted_tokens_per_s_per_gpu: float
+    measured_tokens_per_s_per_gpu: float
+    step_s: float
+    bubble_s: float
+    dp_exposed_s: float
+    dp_once_s: float
+    straggler_s: float
+
+    @property
+    def error(self) -> float:
+        """Signed relative error of the prediction, (predicted - measured) / measured."""
+        return self.predicted_tokens_per_s_per_gpu / self.measured_tokens_per_s_per_gpu - 1.0
 
 
 def scaling_points() -> list[ScalePoint]:
@@ -63,15 +124,74 @@ def scaling_points() -> list[ScalePoint]:
             pred = predict(model, cluster, plan, stack=STACK)
             parts = pred.breakdown
             step = pred.step_time_s
-            dp_comm = sum(v for k, v in parts.items() if k in ("comm.fsdp", "comm.dp"))
-            out.append(ScalePoint(system, n, GLOBAL_BATCH // (n // pp), pred.tokens_per_s_per_gpu,
-                                  parts.get("pipeline_bubble", 0.0) / step, dp_comm / step))
+            out.append(ScalePoint(system, n, plan.n_microbatches, pred.tokens_per_s_per_gpu, step,
+                                  parts.get("pipeline_bubble", 0.0), sum(parts.get(k, 0.0) for k in DP_COMM_KEYS),
+                                  parts.get("straggler", 0.0), sum(parts.get(k, 0.0) for k in AFTER_PIPELINE_KEYS)))
     return out
 
 
-def scaling_markdown(points: Sequence[ScalePoint] | None = None) -> str:
-    """docs/scaling.md from today's code."""
+def mlperf_points(run_ids: Sequence[str] = MLPERF_RUNS) -> list[MeasuredPoint]:
+    """The measured runs ``run_ids`` of the shipped dataset, predicted under their release's stack profile."""
+    runs = {r.id: r for r in load_runs()}
+    missing = [i for i in run_ids if i not in runs]
+    if missing:
+        raise KeyError(f"studies/data/measured_runs.toml has no run(s) {', '.join(missing)}")
+    out: list[MeasuredPoint] = []
+    for run_id in run_ids:
+        run = runs[run_id]
+        model, cluster, plan = resolve_run(run)
+        pred = predict_run(model, cluster, plan, profile_for(run.stack, run.release), name=run.id)
+        parts = pred.breakdown
+        out.append(MeasuredPoint(run.id, run.gpus, plan.n_microbatches, pred.tokens_per_s_per_gpu,
+                                 run.measured_tokens_per_s_per_gpu, pred.step_time_s,
+                                 parts.get("pipeline_bubble", 0.0), parts.get("comm.dp_exposed", 0.0),
+                                 parts.get("comm.dp_once", 0.0), parts.get("straggler", 0.0)))
+    return out
+
+
+def _mlperf_markdown(points: Sequence[MeasuredPoint]) -> list[str]:
+    """The measured-scale-points section: per run, then the large/small per-GPU ratio and each mechanism."""
+    lines = ["## Measured scale points: MLPerf Training v6.0 (GB200 NVL72)", "",
+             "NVIDIA's MLPerf Training v6.0 DeepSeek-V3 submissions run one recipe (TP2 PP4 VP4 EP32, MXFP8, "
+             "HybridEP, full-iteration CUDA graphs, 15,360 sequences of 4,096 tokens per step) at two sizes "
+             "(`studies/data/measured_runs.toml`). Each is predicted as `moesim validate` predicts it: the "
+             "run's plan under its release's stack profile and the shipped joint calibration.", "",
+             "| run | GPUs | microbatches per rank | predicted step s | predicted tok/s/GPU | "
+             "measured tok/s/GPU | error |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for p in points:
+        lines.append(f"| `{p.run_id}` | {p.gpus:,} | {p.microbatches} | {p.step_s:.2f} | "
+                     f"{p.predicted_tokens_per_s_per_gpu:.0f} | {p.measured_tokens_per_s_per_gpu:.0f} | "
+                     f"{p.error * 100:+.1f}% |")
+    lines.append("")
+    if len(points) < 2:
+        return lines
+    small, large = points[0], points[-1]
+    pred_ratio = large.predicted_tokens_per_s_per_gpu / small.predicted_tokens_per_s_per_gpu
+    meas_ratio = large.measured_tokens_per_s_per_gpu / small.measured_tokens_per_s_per_gpu
+    lines += [f"Per GPU, {large.gpus:,} GPUs keep {meas_ratio:.3f} of the {small.gpus:,}-GPU throughput measured "
+              f"and {pred_ratio:.3f} predicted: the simulator accounts for "
+              f"{(1 - pred_ratio) / (1 - meas_ratio) * 100:.0f}% of the measured per-GPU loss.", "",
+              f"| mechanism (seconds per step) | {small.gpus:,} GPUs | {large.gpus:,} GPUs |",
+              "|---|---:|---:|"]
+    for label, attr in (("pipeline bubble (`pipeline_bubble`)", "bubble_s"),
+                        ("DP exposed: ZeRO-1 reduce-scatter and first-bucket all-gather (`comm.dp_exposed`)",
+                         "dp_exposed_s"),
+                        ("DP once-per-step reductions (`comm.dp_once`)", "dp_once_s"),
+                        ("stragglers (`straggler`)", "straggler_s")):
+        a, b = getattr(small, attr), getattr(large, attr)
+        lines.append(f"| {label} | {a:.4f} | {b:.4f} |")
+    totals = [sum((p.bubble_s, p.dp_exposed_s, p.dp_once_s, p.straggler_s)) for p in (small, large)]
+    lines += [f"| all four, share of the step | {totals[0] / small.step_s * 100:.1f}% | "
+              f"{totals[1] / large.step_s * 100:.1f}% |", ""]
+    return lines
+
+
+def scaling_markdown(points: Sequence[ScalePoint] | None = None,
+                     measured: Sequence[MeasuredPoint] | None = None) -> str:
+    """docs/scaling.md from today's code (``points``, ``measured``: precomputed, else predicted now)."""
     points = list(points) if points is not None else scaling_points()
+    measured = list(measured) if measured is not None else mlperf_points()
     lines = [
         "# Scaling DeepSeek-V3 at a fixed global batch",
         "",
@@ -80,22 +200,25 @@ def scaling_markdown(points: Sequence[ScalePoint] | None = None) -> str:
         f"DeepSeek-V3 671B, MXFP8, {GLOBAL_BATCH:,} sequences of 4,096 tokens per step at every size, the "
         f"`{STACK}` stack, each system on its Megatron-Bridge 26.04 recipe plan (GB200 NVL72: PP4 VP4 EP64, "
         "64 ranks per rack; HGX B200: PP16 EP8), HybridEP. Adding GPUs grows data parallelism only, so each "
-        "pipeline rank runs fewer microbatches: the bubble's share grows, and the step's data-parallel "
-        "gathers and reductions span more ranks and switch layers. Nothing is refitted along the curve; "
+        "pipeline rank runs fewer microbatches: the bubble's share grows, the step's data-parallel "
+        "gathers and reductions span more ranks and switch layers, and the slowest of more ranks sets the "
+        "step (stragglers; `sim/predict/dp_scale.py`). Nothing is refitted along the curve; "
         "the 256-GPU points sit near the measured recipe runs (docs/stack-protocol.md), the rest is "
         "prediction.",
         "",
-        "| system | GPUs | microbatches per rank | tok/s/GPU | vs 256 | bubble share | DP comm share |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| system | GPUs | microbatches per rank | tok/s/GPU | vs 256 | bubble share | DP comm share | "
+        "straggler share |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     base: dict[str, float] = {}
     for p in points:
         base.setdefault(p.system, p.tokens_per_s_per_gpu)
         lines.append(f"| {p.system} | {p.gpus:,} | {p.microbatches} | {p.tokens_per_s_per_gpu:.0f} | "
                      f"{p.tokens_per_s_per_gpu / base[p.system]:.2f}x | {p.bubble_share * 100:.1f}% | "
-                     f"{p.dp_comm_share * 100:.1f}% |")
+                     f"{p.dp_comm_share * 100:.1f}% | {p.straggler_share * 100:.1f}% |")
     lines += ["", "Shares are of the predicted step (exposed time on the critical rank, `moesim predict` "
-              "breakdown keys `pipeline_bubble` and `comm.fsdp`).", ""]
+              "breakdown keys: bubble `pipeline_bubble`; DP comm " + " + ".join(f"`{k}`" for k in DP_COMM_KEYS)
+              + "; straggler `straggler`).", ""]
     last = {p.system: p for p in points}
     if {"GB200 NVL72", "HGX B200"} <= set(last):
         rack, hgx = last["GB200 NVL72"], last["HGX B200"]
@@ -105,6 +228,7 @@ def scaling_markdown(points: Sequence[ScalePoint] | None = None) -> str:
                   f"physical stages without interleaving keep {hgx.tokens_per_s_per_gpu / base[hgx.system] * 100:.0f}%"
                   f", the bubble taking {hgx.bubble_share * 100:.0f}% of its step. At that scale a planner would "
                   "raise the global batch, interleave or shorten the pipeline (`moesim plan` searches those).", ""]
+    lines += _mlperf_markdown(measured)
     return "\n".join(lines)
 
 
