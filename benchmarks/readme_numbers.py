@@ -86,19 +86,6 @@ def _coverage(fmt: str) -> str:
     return fmt.format(covered=covered, n=n, pct=covered / n * 100, stacks=stacks)
 
 
-def _error_range(select: Callable[[Any], bool]) -> str:
-    errs = sorted(abs(r.error) * 100 for r in validation().rows if not r.fitted and r.error is not None and select(r))
-    lo, hi = round(errs[0]), round(errs[-1])
-    return f"{lo}" if lo == hi else f"{lo}-{hi}"
-
-
-def _run_error(run_id: str) -> float:
-    """Percent error of one measured run's prediction (``moesim validate``)."""
-    row = next(r for r in validation().rows if r.run_id == run_id)
-    assert row.predicted_tokens_per_s_per_gpu is not None, run_id
-    return (row.predicted_tokens_per_s_per_gpu / row.measured_tokens_per_s_per_gpu - 1) * 100
-
-
 def _memory_pair() -> str:
     """Predicted tensor memory against the logged peak of the two TorchTitan 512-H100 runs (``moesim validate``)."""
     rows = {r.run_id: r for r in validation().rows}
@@ -155,34 +142,40 @@ def _deepseek_pair_ms() -> str:
     return f"{simulate_pair(ctx, ['moe'] * 4, ['moe'] * 4).time_s * 1e3:.0f}"
 
 
-def _eff(profile: str, arch: str) -> str:
-    from sim.stacks import load_stack
+def _release_scalar(name: str) -> str:
+    from sim.joint import shipped_values
 
-    return f"{load_stack(profile).eff(arch, 'default'):.4f}"
+    return f"{shipped_values()[f'release.{name}']:.4f}"
 
 
 @cache
-def megatron_rows() -> list[Any]:
-    from calibrate.stack_fit_megatron import megatron_table
+def logo() -> dict[str, Any]:
+    from studies.validate import logo_validation
 
-    return megatron_table()
-
-
-def _megatron_row(run_id: str) -> str:
-    r = next(r for r in megatron_rows() if r.id == run_id)
-    return (f" {r.profile} | {r.arch} | {r.role} | {r.predicted_tokens_per_s_per_gpu:.0f} | "
-            f"{r.measured_tokens_per_s_per_gpu:.0f} | {r.error * 100:+.1f}% |")
+    return logo_validation()
 
 
-def _megatron_summary() -> str:
-    held = [abs(r.error) for r in megatron_rows() if r.role == "held out"]
-    return f"{len(held)}, mean |error| {sum(held) / len(held) * 100:.1f}%, max {max(held) * 100:.1f}%"
+def _validate_summary() -> str:
+    rows = [r for r in validation().rows if r.error is not None]
+    errs = [abs(r.error) for r in rows]
+    lg = logo()
+    return (f"{len(rows)} runs, in-sample MAPE {sum(errs) / len(errs) * 100:.1f}%, max |error| {max(errs) * 100:.1f}%; "
+            f"leave-one-group-out MAPE {lg['logo_mape'] * 100:.1f}%, max |error| {lg['logo_max'] * 100:.1f}%")
 
 
-def _release_gain() -> str:
-    rows = {r.id: r for r in megatron_rows()}
-    a, b = rows["mcore-26.02-dsv3-256xb200"], rows["mcore-26.04-dsv3-256xb200"]
-    return f"{(b.measured_tokens_per_s_per_gpu / a.measured_tokens_per_s_per_gpu - 1) * 100:.1f}"
+def _logo_by_group() -> str:
+    groups: dict[str, list[float]] = {}
+    for r in logo()["runs"]:
+        if "error" in r:
+            groups.setdefault(r["group"], []).append(r["error"] * 100)
+    return "; ".join(f"{g} {min(e):+.0f}..{max(e):+.0f}%" for g, e in sorted(groups.items()))
+
+
+def _layer_cell_range() -> str:
+    from studies.layer_cells import layer_cell_rows
+
+    errs = [c["predicted"][k] / c["measured"][k] * 100 - 100 for c in layer_cell_rows() for k in c["measured"]]
+    return f"{min(errs):+.0f}% to {max(errs):+.0f}%"
 
 
 # --- the figures ------------------------------------------------------------------------------------
@@ -193,31 +186,15 @@ _SEED_LABELS = ("BF16, standard EP (fitted)", "BF16 + DeepEP", "MXFP8 grouped GE
 FIGURES: list[Figure] = [
     *(Figure(f"README seed row {i}", "README.md", r"^\| " + re.escape(label).replace("\\ ", " ") + r" \|(.*)$",
              lambda i=i: _seed_row(i)) for i, label in enumerate(_SEED_LABELS)),
-    Figure("torchtitan sm100 efficiency (README)", "README.md", r"efficiency is fitted to \((\d\.\d+) on sm100",
-           lambda: _eff("torchtitan", "sm100")),
+    Figure("torchtitan release scalar (README)", "README.md", r"one scalar\s+\((\d\.\d+), fitted jointly",
+           lambda: _release_scalar("torchtitan")),
     Figure("seed speedup gaps", "README.md", r"the speedups come out ([\d.]+ and [\d.]+) points above",
            _speedup_gaps),
-    Figure("validate held-out runs", "README.md", r"Today: \*\*(\d+) held-out runs",
-           lambda: f"{len(validation().holdout_errors)}"),
-    Figure("validate MAPE", "README.md", r"held-out runs, MAPE ([\d.]+)%", lambda: f"{validation().mape * 100:.1f}"),
-    Figure("validate max error", "README.md", r"max\s+\|error\| ([\d.]+)%\*\*",
-           lambda: f"{validation().max_abs_error * 100:.1f}"),
-    Figure("validate fitted runs", "README.md", r"\((\d+) runs are marked `fitted`",
-           lambda: f"{sum(r.fitted for r in validation().rows)}"),
-    Figure("Blackwell Ultra error range", "README.md", r"Blackwell Ultra \(B300/GB300\) ([\d-]+)% slow",
-           lambda: _error_range(lambda r: r.gpu in ("b300", "gb300"))),
-    Figure("GB200 NVL72 error range", "README.md", r"GB200 NVL72 racks ([\d-]+)% slow",
-           lambda: _error_range(lambda r: r.gpu == "gb200")),
-    Figure("H100 error", "README.md", r"the H100 Megatron runs ([\d-]+)% fast",
-           lambda: _error_range(lambda r: r.gpu == "h100" and r.stack == "megatron")),
-    Figure("TorchTitan H100 NCCL error", "README.md", r"TorchTitan's 512-H100 pair: standard EP ([+-][\d.]+)%",
-           lambda: f"{_run_error('titan-dsv3-h100-bf16'):+.1f}"),
-    Figure("TorchTitan H100 DeepEP error", "README.md", r"TorchTitan's 512-H100 pair: standard EP [+-][\d.]+%, "
-           r"DeepEP ([+-][\d.]+)%", lambda: f"{_run_error('titan-dsv3-h100-bf16-deepep'):+.1f}"),
+    Figure("validate summary", "README.md", r"Today: \*\*(.*?)\*\* \(`moesim validate --json`", _validate_summary),
+    Figure("LOGO by group", "README.md", r"Leave-one-group-out by group: ([^\n]*)\n", _logo_by_group),
+    Figure("layer cells range", "README.md", r"every cell comes out ([+-]\d+% to [+-]\d+%) slow", _layer_cell_range),
     Figure("TorchTitan H100 memory", "README.md", r"TorchTitan 512-H100\npair's tensors: (.*?\)), where",
            _memory_pair),
-    Figure("HGX B200 error range", "README.md", r"HGX B200 held-out runs within ([\d-]+)%",
-           lambda: _error_range(lambda r: r.gpu == "b200" and r.stack == "megatron")),
     Figure("LOO coverage (README)", "README.md", r"Leave-one-out coverage on the held-out runs \(`moesim validate`\):\n"
            r"\*\*(.*?)\.", lambda: _coverage("{covered} of {n} inside their interval ({pct:.0f}% against a nominal "
                                               "80%)**; {stacks}")),
@@ -240,23 +217,6 @@ FIGURES: list[Figure] = [
            r"prints the leave-one-out coverage: ([^.]*)\.",
            lambda: _coverage("{covered} of {n} held-out runs inside their\np10-p90 ({pct:.0f}% against a nominal "
                              "80%; {stacks})")),
-    Figure("torchtitan sm100 efficiency (seed-protocol)", "docs/seed-protocol.md", r"x = \*\*(\d\.\d+)\*\*",
-           lambda: _eff("torchtitan", "sm100")),
-    Figure("torchtitan sm100 efficiency (stack-protocol)", "docs/stack-protocol.md",
-           r"`calibrate.stack_fit.fit_seed`; (\d\.\d+) with the overlap engine", lambda: _eff("torchtitan", "sm100")),
-    Figure("release gain", "docs/stack-protocol.md", r"the same B200 plan ([\d.]+)% faster in 26.04", _release_gain),
-    Figure("release efficiencies", "docs/stack-protocol.md", r"that in the efficiency: (\d\.\d+ -> \d\.\d+)\)",
-           lambda: f"{_eff('megatron-26.02', 'sm100')} -> {_eff('megatron-26.04', 'sm100')}"),
-    *(Figure(f"stack-protocol row {rid}", "docs/stack-protocol.md", r"^\| " + re.escape(rid).replace("\\ ", " ") + r" \|(.*)$",
-             lambda rid=rid: _megatron_row(rid))
-      for rid in ("mcore-26.02-dsv3-256xb200", "mcore-26.02-dsv3-256xb300", "mcore-26.02-dsv3-256xgb200",
-                  "mcore-26.02-dsv3-256xgb300", "mcore-26.02-qwen3-235b-256xb200", "mcore-26.04-dsv3-256xb200",
-                  "mcore-26.04.01-dsv3-256xb300", "mcore-26.04.01-dsv3-256xgb200",
-                  "mcore-26.04.01-qwen3-235b-256xh100", "mcore-26.04.01-qwen3-235b-256xb200",
-                  "mcore-26.04.01-qwen3-235b-256xgb200", "mcore-26.04.01-qwen3-30b-8xb200",
-                  "mcore-26.04.01-qwen3-30b-16xh100")),
-    Figure("stack-protocol held-out summary", "docs/stack-protocol.md", r"Held-out runs: (\d+, mean \|error\| [\d.]+%, "
-           r"max [\d.]+%)", _megatron_summary),
 ]
 
 

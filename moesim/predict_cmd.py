@@ -468,7 +468,7 @@ def format_table(preds: list[Any], title: str = "", notes: list[str] | None = No
                      "yes" if p.fits_in_memory else "NO: does not fit in memory"])
     all_notes = list(notes or [])
     if any(p.name.endswith("[fitted]") for p in preds):
-        all_notes.append("[fitted]: the stack profile's efficiency was fitted to this run (calibrate.stack_fit); "
+        all_notes.append("[fitted]: the scenario marks this run as the one a number was fitted to; "
                          "its error is 0 by construction, not a prediction")
     for p in preds:
         total = sum(p.breakdown.values())

@@ -72,8 +72,12 @@ PARAMS: tuple[ParamSpec, ...] = (
               "calibration's rates", "prior: the former one-run fit on mcore-26.02-dsv3-256xb200"),
     ParamSpec("release.megatron-26.04", 0.736, 0.1, 1.5, "Megatron-Bridge 26.04 kernel speed relative to the "
               "calibration's rates", "prior: the former one-run fit on mcore-26.04-dsv3-256xb200"),
-    ParamSpec("chip.nvl72_rate", 1.0, 0.7, 1.15, "tensor rate a GB200/GB300 sustains in training over its "
-              "datasheet rate (2500/5000 TFLOPS at 1200 W)", "prior: the datasheet (published.md s3)"),
+    ParamSpec("chip.nvl72_rate", 2250 / 2500, 0.7, 1.15, "tensor rate a GB200/GB300 sustains in training over its "
+              "datasheet rate (2500/5000 TFLOPS at 1200 W)", "the HGX part's datasheet rate (2250/4500): the same "
+              "Blackwell die at the clock training sustains (B200 1965 MHz, sglang PR #28460); at the same plan a "
+              "GB200 runs 0.97-0.99x a B200 and a GB300 1.03x a B300 (measured-runs.md s5). Not fitted: freed, the "
+              "same-plan pairs and the 256-GPU NVL72 runs pull it opposite ways and the leave-one-group-out error "
+              "rises (ablation in docs/transfer.md)", fitted=False),
     ParamSpec("chip.sm103_clock", 2032 / 1965, 0.9, 1.3, "Blackwell Ultra (sm103) tensor rate over its datasheet "
               "(the same dense TFLOPS as B200): its sustained clock", "sglang PR #28460 (published.md s7): "
               "B300 1100 W 2032 MHz, B200 1000 W 1965 MHz; not fitted: on the given runs it trades off against "
@@ -92,7 +96,9 @@ PARAMS: tuple[ParamSpec, ...] = (
               "less per MoE layer gave +12% on GB200 (published.md s7)"),
     ParamSpec("dp.straggler_cv", 0.0731, 0.0, 0.5, "per-microbatch time variation across data-parallel ranks: "
               "the step waits for the slowest of N ranks, each averaging m microbatches (sim.predict.dp_scale)",
-              "prior: ASSUMED, the EP-barrier arrival cv fitted on DeepSeek's H800 trace (CommCosts.arrival_cv)"),
+              "ASSUMED: the EP-barrier arrival cv fitted on DeepSeek's H800 trace (CommCosts.arrival_cv); not fitted: "
+              "freed, the 8-GPU runs (few ranks, few microbatches) take it to 0.3 as a stand-in for what they lack, and "
+              "the leave-one-group-out error rises", fitted=False),
     ParamSpec("grouped.half_rows", 340.0, 16.0, 8192.0, "rows per expert at which a grouped GEMM reaches half its "
               "large-shape efficiency (per-expert weight loads, tile and wave quantisation: eff = e_large x "
               "r / (r + r_half))", "prior: flashinfer PR #2503 (published.md s8), block-scaled masked grouped "

@@ -36,6 +36,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from sim.costs import CostModel, default_costs
+from sim.errors import ConfigError
 from sim.joint import JOINT_FIT_FILE, PARAMS, prior_values, spec
 from sim.layer_check import predict_moe_layer
 from sim.measured_runs import MeasuredRun, resolve_run
@@ -46,7 +47,7 @@ from studies.dataset import load_runs
 from studies.layer_cells import LayerCell, load_cells
 
 __all__ = ["RunCase", "JointFit", "load_cases", "group_of", "fit_joint", "logo", "predict_cases", "main",
-           "ABLATIONS", "dataset_digest"]
+           "ABLATIONS", "dataset_digest", "write_release_scalars"]
 
 #: A Jacobian column whose largest entry (log error per unit relative change) is below this constrains nothing.
 _CONSTRAINED = 0.02
@@ -211,9 +212,11 @@ def fit_joint(cases: Sequence[RunCase], start: Mapping[str, float] | None = None
                     {rid: float(x) for rid, x in zip(ids, r, strict=True)}, j, ids, held)
 
 
-def logo(cases: Sequence[RunCase], fit: JointFit) -> dict[str, dict[str, Any]]:
-    """Leave-one-group-out: per group, the parameters refitted without its runs (one Gauss-Newton step from the
-    joint optimum on the other runs) and its runs' log errors predicted at them by the full simulator."""
+def logo(cases: Sequence[RunCase], fit: JointFit, exact: bool = False, max_nfev: int = 4) -> dict[str, dict[str, Any]]:
+    """Leave-one-group-out: per group, the parameters refitted without its runs and its runs' errors predicted at
+    them by the full simulator. ``exact``: a least-squares refit on the other runs from the joint optimum
+    (``max_nfev`` evaluations); else one Gauss-Newton step from the joint optimum on the other runs' residuals
+    and Jacobian (fast: the ablation's refits)."""
     ids = fit.run_ids
     r = np.array([fit.residuals[i] for i in ids])
     groups: dict[str, list[int]] = {}
@@ -223,7 +226,14 @@ def logo(cases: Sequence[RunCase], fit: JointFit) -> dict[str, dict[str, Any]]:
     for g, members in sorted(groups.items()):
         keep = [k for k in range(len(ids)) if k not in members]  # the fitted layer cells stay in every fold
         values = dict(fit.values)
-        if fit.free and keep:
+        if exact:
+            others = [c for k, c in enumerate(cases) if k not in members]
+            refit = fit_joint(others, start=fit.values, max_nfev=max_nfev)
+            values = dict(refit.values)
+            for n in fit.free:  # a parameter only the held-out group constrained: its sourced prior
+                if n not in refit.free:
+                    values[n] = spec(n).prior
+        elif fit.free and keep:
             jk, rk = fit.jacobian[keep], r[keep]
             active = [i for i in range(len(fit.free)) if np.abs(jk[:, i]).max() >= _CONSTRAINED]
             if active:
@@ -251,7 +261,7 @@ def logo_summary(folds: Mapping[str, Mapping[str, Any]]) -> tuple[float, float]:
 
 #: Mechanisms switched off for the ablation: parameter values that reduce each to the simpler model.
 ABLATIONS: dict[str, dict[str, float]] = {
-    "NVL72 sustained chip rate (chip.nvl72_rate = datasheet)": {"chip.nvl72_rate": 1.0},
+    "NVL72 parts at their datasheet rate (chip.nvl72_rate = 1)": {"chip.nvl72_rate": 1.0},
     "Blackwell Ultra clock (chip.sm103_clock = 1)": {"chip.sm103_clock": 1.0},
     "data-parallel scale (stragglers off)": {"dp.straggler_cv": 0.0},
     "launch modes (partial and full CUDA graphs cost as eager)": {"launch.graphs_s": -1.0},
@@ -273,6 +283,40 @@ def dataset_digest(path: str | Path | None = None) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
+#: Where the stack profiles live (their efficiency section mirrors the joint fit's release scalars).
+_PROFILES = Path(__file__).resolve().parents[1] / "sim" / "stack_profiles"
+
+
+def write_release_scalars(values: Mapping[str, float], profiles: Path = _PROFILES) -> list[Path]:
+    """Mirror each fitted ``release.<profile>`` scalar into its profile file's ``[efficiency."*"]`` (one number per
+    release on every architecture), with its source, so ``load_stack`` shows what every prediction uses."""
+    import re
+
+    from sim.fileio import write_atomic
+
+    written = []
+    for name, value in values.items():
+        if not name.startswith("release."):
+            continue
+        path = profiles / f"{name.removeprefix('release.')}.toml"
+        text = path.read_text(encoding="utf-8")
+        start = re.search(r"^(# [^\n]*\n)*\[efficiency\.", text, re.M)
+        end = re.search(r"^\[sources\]", text, re.M)
+        if start is None or end is None or start.start() > end.start():
+            raise ConfigError(f"{path}: no [efficiency.*] table before [sources] to write the fitted scalar into")
+        start, end = start.start(), end.start()
+        block = ("# FITTED jointly (python -m studies.joint_fit --write; sim/data/joint_fit.json): this release's one "
+                 "scalar, over its\n# runs on every GPU class; sim.joint applies the stored value to every prediction.\n"
+                 f'[efficiency."*"]\ndefault = {value:.4f}\n\n')
+        text = text[:start] + block + text[end:]
+        text = re.sub(r'\n"efficiency\.[^"]*" = "[^\n]*', "", text)
+        text = text.rstrip("\n") + ('\n"efficiency.*" = "FITTED jointly by python -m studies.joint_fit over every run of '
+                                    'this release (sim/data/joint_fit.json: value, sigma, the runs that constrain it)"\n')
+        write_atomic(path, text)
+        written.append(path)
+    return written
+
+
 def _table(fit: JointFit, folds: Mapping[str, Mapping[str, Any]]) -> str:
     lines = [f"{'parameter':26s} {'value':>11s} {'sigma':>10s} {'prior':>11s}  constrained by / note"]
     for p in PARAMS:
@@ -291,24 +335,26 @@ def _table(fit: JointFit, folds: Mapping[str, Mapping[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m studies.joint_fit", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--write", action="store_true", help=f"store the fit in sim/{JOINT_FIT_FILE}")
+    ap.add_argument("--write", action="store_true", help=f"store the fit in sim/{JOINT_FIT_FILE} and the release "
+                    "scalars in their stack profiles")
     ap.add_argument("--ablation", action="store_true", help="refit with each mechanism off; LOGO error of each")
     ap.add_argument("--max-nfev", type=int, default=12, help="least-squares function evaluations (default 12)")
     args = ap.parse_args(argv)
     cases = load_cases()
     fit = fit_joint(cases, max_nfev=args.max_nfev)
-    folds = logo(cases, fit)
+    folds = logo(cases, fit, exact=True)
     print(_table(fit, folds))
     record: dict[str, Any] = {"version": 1, "dataset_sha256": dataset_digest(), **fit.as_dict(), "logo": folds}
     mape, mx = logo_summary(folds)
     record["logo_mape"], record["logo_max"] = mape, mx
-    if args.ablation:
-        rows = {}
+    if args.ablation:  # one Gauss-Newton LOGO step per fold, with and without each mechanism alike
+        m1, x1 = logo_summary(logo(cases, fit))
+        rows: dict[str, dict[str, float]] = {"(every mechanism on)": {"logo_mape": m1, "logo_max": x1}}
         for label, fixed in ABLATIONS.items():
             f2 = fit_joint(cases, start=fit.values, fixed=_ablation_fixed(fit, fixed), max_nfev=args.max_nfev)
             m2, x2 = logo_summary(logo(cases, f2))
-            rows[label] = {"logo_mape_without": m2, "logo_max_without": x2}
-            print(f"without {label}: LOGO mean {m2:.1%} (with {mape:.1%}), max {x2:.1%} (with {mx:.1%})")
+            rows[label] = {"logo_mape": m2, "logo_max": x2}
+            print(f"without {label}: LOGO mean {m2:.1%} (with {m1:.1%}), max {x2:.1%} (with {x1:.1%})")
         record["ablation"] = rows
     if args.write:
         from sim.fileio import write_atomic
@@ -316,6 +362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = Path(str(resources.files("sim").joinpath(JOINT_FIT_FILE)))
         write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
         print(f"wrote {path}")
+        for p in write_release_scalars({n: v for n, v in fit.values.items() if n in fit.free}):
+            print(f"wrote {p}")
     return 0
 
 

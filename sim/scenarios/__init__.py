@@ -10,7 +10,7 @@ A scenario file is TOML::
     [base]                     # ParallelPlan fields shared by every variant
     tp = 2
     [[variant]]                # name; optional plan = {overrides}, measured_tokens_per_s_per_gpu, source,
-    name = "bf16"              # fitted = true when the software-stack profile was fitted to this one
+    name = "bf16"              # fitted = true when a number was fitted to this run alone
     measured_tokens_per_s_per_gpu = 651
 
 Built-in scenarios are package data (``scenario_names()``); users pass a path instead.
@@ -18,8 +18,8 @@ Built-in scenarios are package data (``scenario_names()``); users pass a path in
 >>> "dsv3-671b-b200" in scenario_names()
 True
 >>> sc = load_scenario("dsv3-671b-b200")
->>> [v.fitted for v in sc.variants]
-[True, False, False, False]
+>>> [v.fitted for v in sc.variants]  # the stack's numbers come from the joint calibration over every run
+[False, False, False, False]
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
@@ -40,14 +41,18 @@ def test_random_plans_predict_or_exit_2(capsys: pytest.CaptureFixture[str], draw
         assert 0 < pred["mfu"] < 1, (argv, pred["mfu"])
 
 
-def test_the_plans_of_issue_16_predict(capsys: pytest.CaptureFixture[str]) -> None:
-    """DeepEP low-latency on 160-SM GPUs with 160 experts: its kernels hold every SM (not an internal error)."""
+def test_the_plans_of_issue_16_predict(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """DeepEP low-latency on 160-SM GPUs with 160 experts: its kernels hold every SM (not an internal error).
+    No built-in stack runs DeepEP-LL in training, so the plans run under a user stack that adds it."""
+    stack = tmp_path / "ll.toml"
+    stack.write_text('[stack]\nbase = "deepseek"\nname = "deepseek-ll"\nep_backends = ["deepep", "deepep-ll"]\n'
+                     'precisions = ["bf16", "fp8-blockwise"]\n')
     for argv in (
         "predict --model deepseek-v2-236b --cluster hgx-b300 --gpu gb300 --gpus 16 --tp 1 --pp 4 --pp-schedule "
         "dualpipev --ep 2 --cp 2 --dp-shard 2 --seq-len 2048 --micro-batch 2 --global-batch 32 --ac full "
-        "--precision fp8-blockwise --ep-backend deepep-ll --deepep-sms 32 --json",
+        f"--precision fp8-blockwise --ep-backend deepep-ll --deepep-sms 32 --stack {stack} --json",
         "predict --model deepseek-v2-236b --gpus 64 --gpu b300 --pp 8 --ep 2 --pp-schedule dualpipe "
-        "--ep-backend deepep-ll --json",
+        f"--ep-backend deepep-ll --stack {stack} --json",
     ):
         code, out, err = run_cli(argv.split(), capsys)
         assert code == 0, err

@@ -69,20 +69,6 @@ def test_breakdown_sums_to_step(seed_preds):
         assert p.stack == "torchtitan" and "stack" in p.to_dict() and "hidden_comm" in p.to_dict()
 
 
-def test_stack_fit_reproduces_the_baseline():
-    """calibrate.stack_fit: the one fitted number (torchtitan's sm100 efficiency) is the stored one and
-    reproduces 651 tok/s/GPU."""
-    from calibrate.stack_fit import fit_seed, seed_baseline
-    from sim.stacks import load_stack
-
-    model, cluster, plan, measured = seed_baseline()
-    x = fit_seed(tol=1e-4)
-    stored = load_stack("torchtitan").eff(cluster.gpu.arch, "grouped_gemm")
-    assert x == pytest.approx(stored, abs=2e-4)
-    p = predict(model, cluster, plan, stack=load_stack("torchtitan"))
-    assert p.tokens_per_s_per_gpu == pytest.approx(measured, rel=1e-3)
-
-
 def test_ep_overlap_hides_most_of_the_all_to_all():
     """Must show 3: --ep-overlap (Megatron combined 1F1B) on a B200 EP32 DeepEP interleaved plan exposes at
     most 40% of the all-to-all seconds it exposes without. The seed's plan and TorchTitan's kernel rates,

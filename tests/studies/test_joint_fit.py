@@ -1,0 +1,164 @@
+"""The joint calibration (issue 27): named parameters applied in one place, fitted jointly, validated by
+leave-one-group-out, and stored with their uncertainty and the runs that constrain them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from sim.calibration import load_calibration, to_cost_model
+from sim.catalog import load_cluster, load_model
+from sim.costs import default_costs
+from sim.joint import (
+    NVL72_PARTS,
+    PARAMS,
+    apply_params,
+    grouped_curve,
+    joint_fit_record,
+    launch_mode,
+    launch_s,
+    prior_values,
+    shipped_values,
+)
+from sim.predict import predict
+from sim.specs import ParallelPlan
+from sim.stacks import load_stack
+from studies.joint_fit import RunCase, dataset_digest, fit_joint, group_of, load_cases, logo
+
+
+def test_the_shipped_fit_is_of_the_shipped_dataset() -> None:
+    """A dataset change without a refit is caught (python -m studies.joint_fit --write)."""
+    assert joint_fit_record().get("dataset_sha256") == dataset_digest()
+
+
+def test_at_most_twelve_shared_parameters_plus_one_scalar_per_release() -> None:
+    shared = [p for p in PARAMS if not p.name.startswith("release.")]
+    assert len(shared) <= 12
+    assert len({p.name for p in PARAMS}) == len(PARAMS)
+
+
+def test_every_parameter_is_reported_with_its_mechanism_source_and_constraints() -> None:
+    params = joint_fit_record()["params"]
+    for p in PARAMS:
+        rec = params[p.name]
+        assert rec["mechanism"] and rec["source"]
+        assert p.lower <= rec["value"] <= p.upper
+        if rec["fitted"]:
+            assert rec["sigma"] is not None and rec["sigma"] >= 0 and rec["constrained_by"]
+        else:  # a parameter the fit may not move keeps its sourced prior
+            assert rec["value"] == pytest.approx(p.prior)
+
+
+def test_release_scalars_are_mirrored_in_the_stack_profiles() -> None:
+    """One number per release, the same on every architecture, and the profile file says what is used."""
+    values = shipped_values()
+    for name, value in values.items():
+        if name.startswith("release."):
+            stack = load_stack(name.removeprefix("release."))
+            for arch in ("sm90", "sm100", "sm103"):
+                assert stack.eff(arch, "grouped_gemm") == pytest.approx(value, abs=5e-5)
+
+
+def test_apply_params_touches_fitted_releases_only() -> None:
+    gpu_cluster = load_cluster("hgx-b200", n_gpus=8)
+    plan = ParallelPlan(ep=8, dp_shard=8, global_batch=8, seq_len=1024)
+    costs = default_costs(gpu_cluster.gpu)
+    values = dict(prior_values(), **{"release.torchtitan": 0.3})
+    _, _, stack = apply_params(values, gpu_cluster, costs, load_stack("torchtitan"), plan)
+    assert stack.eff("sm100", "attn.fwd") == 0.3
+    assert stack.kernel_overhead_s == launch_s(launch_mode(stack, plan), values)
+    user = dataclasses.replace(load_stack("torchtitan"), name="my-stack")
+    _, _, same = apply_params(values, gpu_cluster, costs, user, plan)
+    assert same == user
+
+
+def test_chip_rates_apply_to_the_parts_they_name() -> None:
+    values = dict(prior_values(), **{"chip.nvl72_rate": 0.9})
+    plan = ParallelPlan(ep=8, dp_shard=8, global_batch=8, seq_len=1024)
+    for cluster_name, gpu in (("gb200-nvl72", "gb200"), ("hgx-b200", "b200")):
+        cluster = load_cluster(cluster_name, n_gpus=8)
+        out, _, _ = apply_params(values, cluster, default_costs(cluster.gpu), load_stack("megatron"), plan)
+        factor = 0.9 if gpu in NVL72_PARTS else 1.0
+        assert out.gpu.bf16_flops == pytest.approx(cluster.gpu.bf16_flops * factor)
+        assert out.gpu.hbm_bw_bytes_per_s == cluster.gpu.hbm_bw_bytes_per_s  # the clock, not the memory
+
+
+def test_grouped_roll_off_follows_rows_per_expert_and_spares_trace_calibrations() -> None:
+    curve = grouped_curve(0.5, 1000.0)
+    assert curve(16384 * 8) == pytest.approx(0.5)
+    assert curve(1000 * 8) == pytest.approx(0.5 * 0.5 / (16384 / 17384), rel=1e-6)
+    assert curve(512 * 8) < curve(2048 * 8) < curve(16384 * 8)
+    cluster = load_cluster("hgx-h100", n_gpus=8)
+    h800 = to_cost_model(load_calibration("h800-deepseek-trace"), cluster.gpu)
+    _, out, _ = apply_params(shipped_values(), cluster, h800, load_stack("deepseek"), ParallelPlan(ep=8, dp_shard=8))
+    assert out.grouped_gemm_eff == h800.grouped_gemm_eff
+
+
+def test_cuda_graphs_cost_less_per_kernel_than_eager() -> None:
+    v = prior_values()
+    assert launch_s("graphs", v) < launch_s("partial", v) < launch_s("eager", v)
+    stack = load_stack("megatron")
+    assert launch_mode(stack, ParallelPlan(cuda_graphs="full")) == "graphs"
+    assert launch_mode(stack, ParallelPlan()) == stack.launch
+
+
+def test_predict_takes_explicit_parameters() -> None:
+    model, cluster = load_model("deepseek-v3-16b"), load_cluster("hgx-b200", n_gpus=16)
+    plan = ParallelPlan(ep=8, dp_shard=16, global_batch=32, seq_len=2048, ac="full")
+    slow = dict(shipped_values(), **{"release.torchtitan": 0.2})
+    a = predict(model, cluster, plan, stack="torchtitan")
+    b = predict(model, cluster, plan, stack="torchtitan", params=slow)
+    assert b.step_time_s > a.step_time_s
+    assert predict(model, cluster, plan, stack="torchtitan", params=shipped_values()).step_time_s == a.step_time_s
+
+
+@pytest.fixture(scope="module")
+def small_cases() -> list[RunCase]:
+    """Three quick Megatron 26.04 runs of the shipped dataset on 8 GPUs, in two groups."""
+    wanted = ("mcore-26.04-qwen3-30b-8xb200-sameplan", "mcore-26.04.01-qwen3-30b-8xb200",
+              "mcore-26.04-qwen3-30b-8xgb200-sameplan")
+    cases = {c.run.id: c for c in load_cases()}
+    return [cases[w] for w in wanted]
+
+
+def test_the_fit_recovers_a_planted_release_scalar(small_cases: list[RunCase]) -> None:
+    """Measured values made by the simulator at a known scalar: the joint fit finds it again."""
+    from studies.joint_fit import predict_cases
+
+    truth = dict(shipped_values(), **{"release.megatron-26.04": 0.55})
+    made = predict_cases(small_cases, truth)
+    planted = [dataclasses.replace(c, run=dataclasses.replace(c.run, measured_tokens_per_s_per_gpu=float(m)))
+               for c, m in zip(small_cases, made, strict=True)]
+    fit = fit_joint(planted, start=shipped_values(), max_nfev=20)
+    assert "release.megatron-26.04" in fit.free
+    assert fit.values["release.megatron-26.04"] == pytest.approx(0.55, rel=0.03)
+    assert max(abs(r) for r in fit.residuals.values()) < 0.01
+
+
+def test_logo_predicts_each_group_without_its_runs(small_cases: list[RunCase]) -> None:
+    fit = fit_joint(small_cases, start=shipped_values(), max_nfev=3)
+    folds = logo(small_cases, fit)
+    assert set(folds) == {group_of(c.run) for c in small_cases}
+    for g, fold in folds.items():
+        assert all(group_of(c.run) == g for c in small_cases if c.run.id in fold["runs"])
+        assert all(math.isfinite(e) for e in fold["errors"])
+
+
+def test_validate_json_reports_logo_and_the_layer_cells() -> None:
+    out = subprocess.run([sys.executable, "-m", "moesim", "validate", "--json"], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode in (0, 1), out.stderr
+    data = json.loads(out.stdout)
+    assert 0 < data["logo_mape"] <= data["logo_max"]
+    runs = data["logo"]["runs"]
+    assert len(runs) >= 28 and all(r["held_out_fold"] for r in runs)
+    cells = data["layer_cells"]
+    assert len(cells) == 12 and sum(c["fitted"] for c in cells) <= 2
+    for c in cells:
+        assert c["kind"] == "moe-layer"
+        assert set(c["measured"]) == set(c["predicted"]) == {"forward_ms", "backward_ms"}
