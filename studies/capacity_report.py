@@ -1,6 +1,9 @@
 """The capacity sweep's HTML report: throughput and scaling efficiency against GPU count, heatmaps, the
 Pareto front of time-to-train against GPUs, cost where a price per GPU-hour is given, and the step-time
 breakdown of the fastest configuration per model and GPU count (one colour per category, :mod:`studies.colours`).
+Series of a model on a GPU type take the GPU's colour and the model's marker symbol and line dash
+(:func:`studies.colours.gpu_colours`, :func:`studies.colours.model_marks`), in every chart, with the legend
+below the plot.
 
 Built from the results table alone (``read_results``), so a resumed or partial sweep reports what it has;
 the step-time breakdowns of the fastest configurations are predicted again from their rows.
@@ -11,10 +14,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sim.errors import MoesimError
-from studies.colours import breakdown_colours
+from studies.colours import breakdown_colours, gpu_colours, model_marks
 from studies.report import Section, table_html, write_report
 
 if TYPE_CHECKING:
@@ -52,6 +55,24 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, flo
                 continue
             front.append((g, d))
     return front
+
+
+def _style(colour: str, mark: tuple[str, str]) -> dict[str, dict[str, object]]:
+    """A line-and-marker series' style: the GPU's colour, the model's marker symbol and line dash."""
+    symbol, dash = mark
+    return {"line": {"color": colour, "dash": dash}, "marker": {"color": colour, "symbol": symbol, "size": 8}}
+
+
+def _legend_below(fig: Any, plot_height_px: int = 460, entries_per_row: int = 4, row_px: int = 22) -> None:
+    """A horizontal legend under the plot, shown even for one series, with the figure made tall enough
+    for its rows (so a 24-series legend never covers the plot or scrolls)."""
+    n = len(fig.data)
+    rows = -(-n // entries_per_row)
+    legend_px = rows * row_px + 60
+    fig.update_layout(
+        showlegend=True, height=plot_height_px + legend_px + 100, margin={"b": legend_px + 40},
+        legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -60 / plot_height_px, "yanchor": "top",
+                "entrywidth": 1.0 / entries_per_row, "entrywidthmode": "fraction"})
 
 
 def _plan(r: Row) -> str:
@@ -133,23 +154,32 @@ def capacity_sections(rows: Sequence[Row]) -> list[Section]:
                             + f". Plans predicted {evaluated}, pruned by a proven lower bound {pruned}. Each ok point "
                             "is the fastest plan of the search space that fits in memory, best over the sweep's other "
                             "dimensions where a chart has fewer axes than the sweep."))
+    colour = gpu_colours(sorted({r["gpu"] for r in ok}))
+    marks = model_marks(models)
     thr, eff = go.Figure(), go.Figure()
-    for model in models:
-        best = _best_by([r for r in ok if r["model"] == model], ("gpu", "n_gpus"))
-        for gpu in sorted({k[0] for k in best}):
+    best_of = {model: _best_by([r for r in ok if r["model"] == model], ("gpu", "n_gpus")) for model in models}
+    for gpu in colour:  # grouped by GPU in the legend: one colour per block
+        for model in models:
+            best = best_of[model]
             series = sorted(((int(k[1]), float(v["tokens_per_s_per_gpu"]), _plan(v)) for k, v in best.items()
                              if k[0] == gpu))
+            if not series:
+                continue
             xs, ys, plans = [s[0] for s in series], [s[1] for s in series], [s[2] for s in series]
-            name = f"{model} / {gpu}"
-            thr.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=name, text=plans,
+            style = _style(colour[gpu], marks[model])
+            name = f"{gpu} / {model}"
+            thr.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=name, text=plans, **style,
                                      hovertemplate="%{x} GPUs: %{y:.0f} tok/s/GPU<br>%{text}"))
-            eff.add_trace(go.Scatter(x=xs, y=[y / ys[0] for y in ys], mode="lines+markers", name=name))
+            eff.add_trace(go.Scatter(x=xs, y=[y / ys[0] for y in ys], mode="lines+markers", name=name, **style))
     thr.update_layout(title="Throughput (tokens/s per GPU) vs GPU count", xaxis_type="log", yaxis_type="log",
-                      xaxis_title="GPUs", yaxis_title="tokens/s per GPU", height=560)
+                      xaxis_title="GPUs", yaxis_title="tokens/s per GPU")
     eff.update_layout(title="Scaling efficiency (tokens/s per GPU relative to the series' smallest GPU count)",
-                      xaxis_type="log", xaxis_title="GPUs", yaxis_title="efficiency", height=560)
-    sections.append(Section("Throughput and scaling", "Lines: model / GPU type, best over fabric, precision, "
-                            "EP backend and stack. Hover for the plan.", [thr, eff]))
+                      xaxis_type="log", xaxis_title="GPUs", yaxis_title="efficiency")
+    _legend_below(thr)
+    _legend_below(eff)
+    sections.append(Section("Throughput and scaling", "Lines: GPU type / model (colour: GPU type; marker and "
+                            "dash: model), best over fabric, precision, EP backend and stack. Hover for the plan.",
+                            [thr, eff]))
     heat = []
     for model in models:
         best = _best_by([r for r in ok if r["model"] == model], ("gpu", "n_gpus"))
@@ -165,27 +195,42 @@ def capacity_sections(rows: Sequence[Row]) -> list[Section]:
                             "not run on that GPU).", heat))
     pareto = go.Figure()
     for model in models:
-        pts = [(int(r["n_gpus"]), float(r["time_to_train_days"])) for r in ok if r["model"] == model]
-        pareto.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers", opacity=0.35,
-                                    name=f"{model} (all points)"))
-        front = pareto_front(pts)
+        symbol, dash = marks[model]
+        for gpu in colour:
+            sel = [r for r in ok if r["model"] == model and r["gpu"] == gpu]
+            if sel:
+                pareto.add_trace(go.Scatter(x=[int(r["n_gpus"]) for r in sel],
+                                            y=[float(r["time_to_train_days"]) for r in sel], mode="markers",
+                                            opacity=0.45, name=f"{gpu} / {model}", legendgroup=model,
+                                            marker={"color": colour[gpu], "symbol": symbol, "size": 8}))
+        front = pareto_front([(int(r["n_gpus"]), float(r["time_to_train_days"])) for r in ok if r["model"] == model])
         pareto.add_trace(go.Scatter(x=[p[0] for p in front], y=[p[1] for p in front], mode="lines+markers",
-                                    name=f"{model} Pareto front"))
+                                    name=f"{model} Pareto front", legendgroup=model,
+                                    line={"color": "#444444", "dash": dash},
+                                    marker={"color": "#444444", "symbol": symbol, "size": 9}))
     pareto.update_layout(title="Time to train vs GPUs (Pareto front: no point is faster with as few GPUs)",
-                         xaxis_type="log", yaxis_type="log", xaxis_title="GPUs", yaxis_title="days", height=560)
+                         xaxis_type="log", yaxis_type="log", xaxis_title="GPUs", yaxis_title="days")
+    _legend_below(pareto)
     sections.append(Section("Time to train", "", [pareto]))
     priced = [r for r in ok if r["cost_usd"]]
     if priced:
         cost = go.Figure()
-        for model in models:
-            sel = [r for r in priced if r["model"] == model]
-            cost.add_trace(go.Scatter(x=[float(r["time_to_train_days"]) for r in sel],
-                                      y=[float(r["cost_usd"]) for r in sel], mode="markers", name=model,
-                                      text=[f"{r['n_gpus']} x {r['gpu']}" for r in sel],
-                                      hovertemplate="%{text}: %{x:.1f} days, $%{y:,.0f}"))
+        for gpu in colour:
+            for model in models:
+                sel = [r for r in priced if r["model"] == model and r["gpu"] == gpu]
+                if not sel:
+                    continue
+                cost.add_trace(go.Scatter(x=[float(r["time_to_train_days"]) for r in sel],
+                                          y=[float(r["cost_usd"]) for r in sel], mode="markers",
+                                          name=f"{gpu} / {model}",
+                                          marker={"color": colour[gpu], "symbol": marks[model][0], "size": 8},
+                                          text=[f"{r['n_gpus']} x {r['gpu']}" for r in sel],
+                                          hovertemplate="%{text}: %{x:.1f} days, $%{y:,.0f}"))
         cost.update_layout(title="Cost (USD) vs time to train", xaxis_type="log", yaxis_type="log",
-                           xaxis_title="days", yaxis_title="USD", height=560)
-        sections.append(Section("Cost", "From the price per GPU-hour given in the spec.", [cost]))
+                           xaxis_title="days", yaxis_title="USD")
+        _legend_below(cost)
+        sections.append(Section("Cost", "From the price per GPU-hour given in the spec. Colour: GPU type; "
+                                "marker: model.", [cost]))
     else:
         sections.append(Section("Cost", "No price per GPU-hour in the spec ([capacity] price_per_gpu_hour): no cost chart."))
     table_rows = []

@@ -1,4 +1,5 @@
-"""One colour per step-time breakdown key, the same in every chart of every report.
+"""One colour per step-time breakdown key, the same in every chart of every report; one colour per GPU type
+and one marker symbol and line dash per model for the charts whose series are model x GPU pairs.
 
 The keys are the categories of :func:`sim.predict.breakdown.breakdown` (``compute.<op class>``, the
 exposed communication kinds ``comm.*``, ``host_sync``, ``pipeline_bubble``, ``optimizer``). Each known
@@ -25,7 +26,8 @@ import zlib
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-__all__ = ["PALETTE", "BREAKDOWN_KEYS", "BREAKDOWN_COLOURS", "breakdown_colours"]
+__all__ = ["BREAKDOWN_COLOURS", "BREAKDOWN_KEYS", "GPU_COLOURS", "MODEL_DASHES", "MODEL_SYMBOLS", "PALETTE",
+           "breakdown_colours", "gpu_colours", "model_marks"]
 
 #: plotly's qualitative Dark24, then Light24 with its most saturated colours first (the pale ones last).
 PALETTE: tuple[str, ...] = (
@@ -48,7 +50,7 @@ BREAKDOWN_KEYS: tuple[str, ...] = (
     "compute.attn.q_proj", "compute.embed", "compute.loss", "compute.mlp.dense", "compute.moe.expert_gemm",
     "compute.moe.norm", "compute.moe.permute", "compute.moe.quantize", "compute.moe.router",
     "compute.moe.shared_expert", "compute.moe.unpermute", "compute.mtp.proj", "compute.wgrad",
-    "host_sync", "optimizer", "pipeline_bubble",
+    "host_sync", "optimizer", "pipeline_bubble", "comm.dp_once",
 )
 
 #: The fixed colour of each known breakdown key (read-only).
@@ -97,3 +99,57 @@ def breakdown_colours(keys: Iterable[str]) -> dict[str, str]:
         out[key] = colour
         used.add(colour)
     return {k: out[k] for k in ordered}
+
+
+#: The fixed colour of each catalog GPU type in the capacity charts, far apart from each other (the GPU is
+#: what a chart's reader compares; the model is told apart by :func:`model_marks`). Append new GPUs at the end.
+GPU_COLOURS: Mapping[str, str] = MappingProxyType({
+    "h100": "#2E91E5", "h200": "#1CA71C", "h800": "#750D86", "b200": "#FB0D0D", "gb200": "#FF9616",
+    "b300": "#222A2A", "gb300": "#DA16FF",
+})
+
+#: Marker symbols (plotly names) and line dashes the models of a chart take, in the order of their names.
+MODEL_SYMBOLS: tuple[str, ...] = ("circle", "square", "diamond", "triangle-up", "x", "cross", "star",
+                                  "triangle-down", "pentagon", "hexagon", "star-triangle-up", "hourglass")
+MODEL_DASHES: tuple[str, ...] = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+
+
+def gpu_colours(gpus: Iterable[str]) -> dict[str, str]:
+    """The colour of each GPU type of a chart, each distinct: a catalog GPU keeps its :data:`GPU_COLOURS`
+    colour in every chart; others take palette colours no GPU of the chart holds (as unknown breakdown keys).
+
+    >>> gpu_colours(["gb200", "b200"]) == {"gb200": GPU_COLOURS["gb200"], "b200": GPU_COLOURS["b200"]}
+    True
+    >>> len(set(gpu_colours(["b200", "tpu-x", "tpu-y"]).values()))
+    3
+    """
+    ordered = list(dict.fromkeys(gpus))
+    out = {g: GPU_COLOURS[g] for g in ordered if g in GPU_COLOURS}
+    used = {c.upper() for c in GPU_COLOURS.values()}
+    spare = [c for c in PALETTE if c.upper() not in used]
+    generated = 0
+    for gpu in sorted(g for g in ordered if g not in out):
+        start = zlib.crc32(gpu.encode("utf-8")) % len(spare)
+        colour = next((c for i in range(len(spare)) if (c := spare[(start + i) % len(spare)]) not in used), None)
+        while colour is None:
+            candidate = _generated(generated)
+            generated += 1
+            if candidate not in used and candidate not in PALETTE:
+                colour = candidate
+        out[gpu] = colour
+        used.add(colour.upper())
+    return {g: out[g] for g in ordered}
+
+
+def model_marks(models: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """``{model: (marker symbol, line dash)}`` for the models of a chart, in sorted order of their names,
+    each pair distinct up to 72 models (past :data:`MODEL_SYMBOLS`, a symbol comes back with another dash).
+
+    >>> model_marks(["b", "a"])
+    {'b': ('square', 'dash'), 'a': ('circle', 'solid')}
+    """
+    ordered = list(dict.fromkeys(models))
+    rank = {m: i for i, m in enumerate(sorted(ordered))}
+    n = len(MODEL_SYMBOLS)
+    return {m: (MODEL_SYMBOLS[rank[m] % n], MODEL_DASHES[(rank[m] % n + rank[m] // n) % len(MODEL_DASHES)])
+            for m in ordered}
