@@ -13,4 +13,8 @@ Modules: :mod:`~reference.norm`, :mod:`~reference.attention`, :mod:`~reference.r
 
 from __future__ import annotations
 
+from reference.quiet import quiet_torchao
+
 __all__: list[str] = []
+
+quiet_torchao()  # before any TorchAO import: its warnings never reach the reference's output

@@ -203,6 +203,16 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, encoding: str 
     if st is not None and hasattr(os, "geteuid") and st.st_uid != os.geteuid():
         raise ConfigError(f"{os.fspath(path)}: owned by another user (uid {st.st_uid}); refusing to replace it")
     folder = target.parent if str(target.parent) else Path(".")
+    try:
+        _write_replace(folder, target, payload)
+    except OSError as err:  # name the user's path, never the temporary file's
+        if err.errno is None:
+            raise
+        raise type(err)(err.errno, err.strerror or os.strerror(err.errno), os.fspath(path)) from err
+
+
+def _write_replace(folder: Path, target: Path, payload: bytes) -> None:
+    """Write ``payload`` to a temporary file in ``folder``, fsync it and rename it over ``target``."""
     with _fatal_signals_held():  # the temporary file never outlives a SIGTERM (SIGINT: the except below)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
         try:

@@ -1,19 +1,27 @@
-"""Readable terminal output: the README's ``predict --wide`` commands and ``compare`` print every cell whole at
-any console width (``$COLUMNS`` 100 and 240): each variant name and each number of the command's ``--json``,
-formatted as the table formats it, appears whole in the text, and no table line is wider than the console."""
+"""Readable outputs: the README's ``predict --wide`` commands and ``compare`` print every cell whole at any
+console width (``$COLUMNS`` 100 and 240: each variant name and each number of the command's ``--json``,
+formatted as the table formats it, appears whole in the text, and no table line is wider than the console);
+a failed write names the user's path, not the temporary file; ``moesim reference`` keeps TorchAO's warnings
+out of its stderr."""
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import os
 import re
+import subprocess
+import sys
 from contextlib import redirect_stdout
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from moesim.cli import main
 from moesim.render import NON_TTY_WIDTH, column_groups, console_width, render_table
+from sim.fileio import write_atomic
 
 GIB = 2 ** 30
 README_PREDICTS = [
@@ -109,3 +117,52 @@ def test_console_width(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "not a number")
     monkeypatch.setattr("sys.stdout", io.StringIO())  # not a terminal
     assert console_width() == NON_TTY_WIDTH
+
+
+def test_write_atomic_errors_name_the_users_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed write names the destination the user gave, never the temporary file beside it."""
+    missing = tmp_path / "no" / "such" / "report.json"
+    with pytest.raises(FileNotFoundError) as err:
+        write_atomic(missing, "{}")
+    assert err.value.filename == str(missing) and ".tmp" not in str(err.value), err.value
+    target = tmp_path / "out.json"
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def cross(src: str, dst: str) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link", src, dst)
+
+    for name, fake in (("fsync", full), ("replace", cross)):
+        with monkeypatch.context() as m:
+            m.setattr(f"sim.fileio.os.{name}", fake)
+            with pytest.raises(OSError) as err:
+                write_atomic(target, "{}")
+        assert err.value.filename == str(target) and ".tmp" not in str(err.value), err.value
+        assert err.value.errno in (errno.ENOSPC, errno.EXDEV)
+    assert not target.exists() and not list(tmp_path.glob(".*tmp"))  # nothing half written, nothing left
+
+
+def test_cli_error_names_the_users_trace_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "missing-folder" / "step.json"
+    assert main(["predict", "--model", "deepseek-v3-16b", "--gpu", "h100", "--gpus", "64", "--ep", "8",
+                 "--trace", str(trace)]) == 2
+    err = capsys.readouterr().err
+    assert str(trace) in err and ".tmp" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_reference_stderr_has_no_torchao_warnings() -> None:
+    """``moesim reference`` (MXFP8 through TorchAO, emulated on the CPU) prints no TorchAO warning, no
+    ``UserWarning`` and none of torch's ``_pytree`` notices for TorchAO's enums; its result line still prints."""
+    pytest.importorskip("torchao")
+    env = {**os.environ, "TORCHAO_FORCE_SKIP_LOADING_SO_FILES": "1"}
+    env.pop("PYTHONWARNINGS", None)
+    done = subprocess.run([sys.executable, "-m", "moesim", "reference", "--model", "debug", "--ep", "1",
+                           "--dispatch", "local", "--precision", "mxfp8", "--tokens", "64", "--steps", "1",
+                           "--warmup", "0", "--device", "cpu"], check=False, capture_output=True, text=True, timeout=120,
+                          env=env, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert "precision=mxfp8" in done.stdout and "tokens/s" in done.stdout, done.stdout
+    noisy = [line for line in done.stderr.splitlines()
+             if re.search(r"torchao|UserWarning|Warning:|_pytree|register_constant", line, re.IGNORECASE)]
+    assert not noisy, done.stderr
