@@ -180,7 +180,7 @@ def _layer_cell_range() -> str:
 
 # --- the figures ------------------------------------------------------------------------------------
 
-_SEED_LABELS = ("BF16, standard EP (fitted)", "BF16 + DeepEP", "MXFP8 grouped GEMMs + DeepEP",
+_SEED_LABELS = ("BF16, standard EP", "BF16 + DeepEP", "MXFP8 grouped GEMMs + DeepEP",
                 "MXFP8 grouped GEMMs, standard EP (not published)")
 
 FIGURES: list[Figure] = [

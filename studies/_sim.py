@@ -128,8 +128,8 @@ def layer_sim_seconds(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan
     The pipeline level runs each plain forward or backward chunk for exactly the sum of its layers' times,
     so these give a pipeline lower bound far tighter than compute alone, at a fraction of a prediction;
     with ``memo`` (a search's) the predictions of the plans reuse these simulations."""
-    from sim.predict.layers import simulate_layer
     from sim.predict import simulation_context
+    from sim.predict.layers import simulate_layer
 
     stack = stack_profile(stack_name)
     placed = stack.place(cluster)
@@ -151,8 +151,8 @@ def step_bound_seconds(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
     """Seconds the predicted step of ``plan`` takes at least: its schedule run on simulated layers with each
     overlapped pair at its compute alone (:func:`sim.predict.pipeline.step_lower_bound_s`), a fraction of a
     prediction with ``memo`` holding the layers."""
-    from sim.predict.pipeline import step_lower_bound_s
     from sim.predict import simulation_context
+    from sim.predict.pipeline import step_lower_bound_s
 
     stack = stack_profile(stack_name)
     placed = stack.place(cluster)

@@ -115,9 +115,8 @@ def joint_markdown() -> list[str]:
     if ablation:
         lines += ["", "### Ablation: each mechanism switched off, the calibration refitted", "",
                   "Each row refits the joint calibration with one mechanism off (its parameter at the value that "
-                  "reduces it to the simpler model) and repeats the leave-one-group-out check; the folds here take "
-                  "one Gauss-Newton step from each fit (the headline figure above refits each fold exactly), so "
-                  "compare the rows with each other.", "",
+                  "reduces it to the simpler model, or to its alternative) and repeats the leave-one-group-out "
+                  "check, every fold refitted.", "",
                   "| mechanism off | LOGO MAPE | LOGO max |", "|---|---:|---:|"]
         for label, row in ablation.items():
             lines.append(f"| {label} | {row['logo_mape'] * 100:.1f}% | {row['logo_max'] * 100:.1f}% |")

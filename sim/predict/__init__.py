@@ -37,8 +37,8 @@ from sim.accounting import (
     torchtitan_flops_per_token,
 )
 from sim.costs import CostModel, default_costs
-from sim.joint import apply_params, shipped_values
 from sim.errors import ConfigError, PlanError
+from sim.joint import apply_params, shipped_values
 from sim.predict.breakdown import bottleneck, breakdown, comm_report
 from sim.predict.layers import SimResult
 from sim.predict.memo import SimMemo

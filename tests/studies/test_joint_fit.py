@@ -91,7 +91,7 @@ def test_chip_rates_apply_to_the_parts_they_name() -> None:
 def test_grouped_roll_off_follows_rows_per_expert_and_spares_trace_calibrations() -> None:
     curve = grouped_curve(0.5, 1000.0)
     assert curve(16384 * 8) == pytest.approx(0.5)
-    assert curve(1000 * 8) == pytest.approx(0.5 * 0.5 / (16384 / 17384), rel=1e-6)
+    assert curve(1024 * 8) == pytest.approx(0.5 * (1024 / 2024) / (16384 / 17384), rel=1e-9)  # a grid point
     assert curve(512 * 8) < curve(2048 * 8) < curve(16384 * 8)
     cluster = load_cluster("hgx-h100", n_gpus=8)
     h800 = to_cost_model(load_calibration("h800-deepseek-trace"), cluster.gpu)
