@@ -1,8 +1,9 @@
 """Text tables for the terminal, rendered by ``rich``: no fixed-width f-strings, no cell ever cut.
 
-A table wider than the console is split into column groups, each repeating the first (key) column, so
+A table wider than the console wraps its headers at their spaces where that makes it fit, else it is split
+into column groups, each repeating the first (key) column, so
 every cell is printed whole at any width; the console's width is :func:`console_width` (``$COLUMNS``,
-else the terminal's, else 200 columns when the output is not a terminal).
+else the terminal's, else 240 columns when the output is not a terminal).
 
 >>> print(render_table(["variant", "tok/s"], [["a long variant name", "651.0"]], title="demo", align="lr"))
 demo
@@ -21,12 +22,13 @@ from __future__ import annotations
 import io
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 
 __all__ = ["NON_TTY_WIDTH", "column_groups", "console_width", "render_table"]
 
 #: The console width when the output is not a terminal and ``$COLUMNS`` is unset (a file, a pipe).
-NON_TTY_WIDTH = 200
+NON_TTY_WIDTH = 240
 
 
 def console_width() -> int:
@@ -43,6 +45,11 @@ def console_width() -> int:
     return NON_TTY_WIDTH
 
 
+def _table_width(widths: Sequence[int]) -> int:
+    """The width of a table of columns ``widths`` wide: one space of padding each side, one between columns."""
+    return sum(w + 2 for w in widths) + len(widths) - 1
+
+
 def column_groups(widths: Sequence[int], width: int) -> list[list[int]]:
     """Indices of the columns (``widths``: each column's widest cell, in characters) in groups that each fit
     ``width`` characters as a table (each column padded by one space each side, one space between columns),
@@ -54,13 +61,10 @@ def column_groups(widths: Sequence[int], width: int) -> list[list[int]]:
     >>> column_groups([7, 5, 5, 5], 20)
     [[0, 1], [0, 2], [0, 3]]
     """
-    def table_width(cols: list[int]) -> int:
-        return sum(widths[c] + 2 for c in cols) + len(cols) - 1
-
     groups: list[list[int]] = []
     current = [0]
     for c in range(1, len(widths)):
-        if len(current) > 1 and table_width([*current, c]) > width:
+        if len(current) > 1 and _table_width([widths[i] for i in (*current, c)]) > width:
             groups.append(current)
             current = [0]
         current.append(c)
@@ -79,9 +83,9 @@ def render_table(
 ) -> str:
     """A plain-text table (no colour codes): ``align`` gives one letter per column, ``l`` or ``r``
     (default: the first column left, the rest right). ``width``: the console's (default
-    :func:`console_width`). Cells are never cut: a table wider than ``width`` is printed as several tables
-    of whole columns, each repeating the first column; only a cell wider than the console on its own wraps,
-    at its spaces. ``notes`` follow the tables, one per line (long ones left to the terminal to wrap)."""
+    :func:`console_width`). Cells are never cut: a table wider than ``width`` wraps its headers at their
+    spaces where that makes it fit, else is printed as several tables of whole columns (whole headers), each
+    repeating the first column; only a cell wider than the console on its own wraps, at its spaces. ``notes`` follow the tables, one per line (long ones left to the terminal to wrap)."""
     from rich import box
     from rich.cells import cell_len
     from rich.console import Console
@@ -91,7 +95,12 @@ def render_table(
     align = align or "l" + "r" * (len(headers) - 1)
     if len(align) != len(headers):
         raise ValueError(f"align {align!r} has {len(align)} letters for {len(headers)} columns")
-    widths = [max([cell_len(h), *(cell_len(str(r[i])) for r in rows)]) for i, h in enumerate(headers)]
+    cells = [max([0, *(cell_len(str(r[i])) for r in rows)]) for i in range(len(headers))]
+    widths = [max(c, cell_len(h)) for c, h in zip(cells, headers, strict=True)]
+    compact = [max([c, *(cell_len(w) for w in h.split())]) for c, h in zip(cells, headers, strict=True)]
+    if _table_width(widths) > width >= _table_width(compact):  # one table if its headers wrap at their spaces
+        widths = compact
+        headers = ["\n".join(textwrap.wrap(h, w, break_long_words=False)) or h for h, w in zip(headers, widths, strict=True)]
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, color_system=None, force_terminal=False, highlight=False,
                       emoji=False, markup=False, soft_wrap=True)
