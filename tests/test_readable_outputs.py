@@ -167,3 +167,31 @@ def test_reference_stderr_has_no_torchao_warnings() -> None:
     noisy = [line for line in done.stderr.splitlines()
              if re.search(r"torchao|UserWarning|Warning:|_pytree|register_constant", line, re.IGNORECASE)]
     assert not noisy, done.stderr
+
+
+def test_quiet_torchao_filters_only_torchao(caplog: pytest.LogCaptureFixture) -> None:
+    """In process (no torch): TorchAO's logger warnings, warnings raised from its modules and the ``_pytree``
+    enum notices are dropped; another module's warning and another ``_pytree`` record still come through."""
+    import logging
+    import warnings
+
+    from reference.quiet import quiet_torchao
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.resetwarnings()
+        warnings.simplefilter("always")
+        quiet_torchao()
+        quiet_torchao()  # idempotent
+        warnings.warn_explicit("deprecated thing", DeprecationWarning, "x.py", 1, module="torchao.prototype.mx")
+        warnings.warn("torchao: the MXFP8 kernels are emulated", UserWarning, stacklevel=1)
+        warnings.warn("something else", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in seen] == ["something else"]
+    with caplog.at_level(logging.DEBUG):
+        logging.getLogger("torchao").warning("Skipping import of cpp extensions")
+        logging.getLogger("torch.utils._pytree").warning(
+            "<enum 'KernelPreference'> is an Enum subclass ... Calling register_constant() on Enum subclasses is "
+            "deprecated and will be an error in a future release.")
+        logging.getLogger("torch.utils._pytree").warning("another notice")
+        logging.getLogger("torchao").error("a real torchao error")
+    assert [r.getMessage() for r in caplog.records] == ["another notice", "a real torchao error"]
+    assert len(logging.getLogger("torch.utils._pytree").filters) == 1
