@@ -88,11 +88,10 @@ def rendered(path: Path, tmp_path: Path) -> tuple[list[dict[str, Any]], Path]:
     exe = chromium()
     probed = tmp_path / "probed.html"
     probed.write_text(path.read_text(encoding="utf-8").replace("<head>", "<head>" + PROBE, 1), encoding="utf-8")
+    shot = tmp_path / "report.png"  # one Chromium run: the DOM after the probe, and the screenshot
     dom = subprocess.run([exe, *CHROMIUM, "--window-size=1280,1600", "--virtual-time-budget=20000", "--dump-dom",
-                          probed.as_uri()], check=False, capture_output=True, text=True, timeout=180).stdout
-    shot = tmp_path / "report.png"
-    subprocess.run([exe, *CHROMIUM, "--window-size=1280,1600", "--virtual-time-budget=20000", f"--screenshot={shot}",
-                    path.as_uri()], check=False, capture_output=True, text=True, timeout=180)
+                          f"--screenshot={shot}", probed.as_uri()], check=False, capture_output=True, text=True,
+                         timeout=180).stdout
     m = re.search(r'<pre id="charts">(.*?)</pre>', dom, re.DOTALL)
     assert m, "the probe did not run (JavaScript did not execute)"
     return json.loads(html.unescape(m.group(1))), shot
