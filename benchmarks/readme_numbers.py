@@ -171,6 +171,18 @@ def _logo_by_group() -> str:
     return "; ".join(f"{g} {min(e):+.0f}..{max(e):+.0f}%" for g, e in sorted(groups.items()))
 
 
+def _ratio(i: int) -> str:
+    from studies.transfer import RATIO_CHECKS
+
+    a, b = RATIO_CHECKS[i]
+    rows = {r.run_id: r for r in validation().rows}
+    pa, pb = rows[a], rows[b]
+    assert pa.predicted_tokens_per_s_per_gpu is not None and pb.predicted_tokens_per_s_per_gpu is not None
+    pred = pa.predicted_tokens_per_s_per_gpu / pb.predicted_tokens_per_s_per_gpu
+    meas = pa.measured_tokens_per_s_per_gpu / pb.measured_tokens_per_s_per_gpu
+    return f"{pred:.3f}x vs {meas:.3f}x"
+
+
 def _layer_cell_range() -> str:
     from studies.layer_cells import layer_cell_rows
 
@@ -191,6 +203,10 @@ FIGURES: list[Figure] = [
     Figure("seed speedup gaps", "README.md", r"the speedups come out ([\d.]+ and [\d.]+) points above",
            _speedup_gaps),
     Figure("validate summary", "README.md", r"Today: \*\*(.*?)\*\* \(`moesim validate --json`", _validate_summary),
+    *(Figure(f"ratio check {i}", "README.md", pattern, lambda i=i: _ratio(i)) for i, pattern in enumerate((
+        r"GB200 over B200\n(\S+x vs \S+x) and", r"GB200 over B200\n\S+x vs \S+x and (\S+x vs \S+x),",
+        r"GB300 over B300 (\S+x vs \S+x) and", r"GB300 over B300 \S+x vs \S+x and (\S+x vs \S+x);",
+        r"PP16 plan\n(\S+x vs \S+x);", r"512 GB200 per GPU (\S+x vs \S+x)\."))),
     Figure("LOGO by group", "README.md", r"Leave-one-group-out by group: ([^\n]*)\n", _logo_by_group),
     Figure("layer cells range", "README.md", r"every cell comes out ([+-]\d+% to [+-]\d+%) slow", _layer_cell_range),
     Figure("TorchTitan H100 memory", "README.md", r"TorchTitan 512-H100\npair's tensors: (.*?\)), where",

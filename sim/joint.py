@@ -180,17 +180,27 @@ def grouped_curve(large_eff: float, half_rows: float) -> Curve:
     return Curve(tuple(r * _CURVE_GROUPS for r in _ROWS_GRID), vals)
 
 
+def _is_shipped(stack: StackProfile) -> bool:
+    """``stack`` is a built-in release profile as shipped (not a user's file or a changed copy of one)."""
+    from sim.stacks import load_stack
+
+    try:
+        return stack == load_stack(stack.name)
+    except ConfigError:
+        return False
+
+
 def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostModel, stack: StackProfile,
                  plan: ParallelPlan) -> tuple[ClusterSpec, CostModel, StackProfile]:
     """The cluster, costs and stack a prediction runs with under joint parameters ``values``.
 
-    Release scalars, launch and host-sync costs apply to the stack releases the joint fit covers (a user's own
-    stack file keeps its numbers); chip rates to the parts they name; the grouped-GEMM roll-off to the default
+    Release scalars, launch and host-sync costs apply to the stack releases the joint fit covers, as shipped (a
+    user's own stack file, or a changed copy of a shipped one, keeps its numbers); chip rates to the parts they name; the grouped-GEMM roll-off to the default
     (datasheet-and-microbenchmark) cost model, never to a calibration fitted from a trace.
     """
     release = f"release.{stack.name}"
     gpu = cluster.gpu
-    if release in values:
+    if release in values and _is_shipped(stack):
         per_kernel = launch_s(launch_mode(stack, plan), values)
         stack = replace(stack, efficiency={"*": {"default": float(values[release])}},
                         kernel_overhead_s=float(per_kernel), host_sync_s=float(values["host.sync_s"]))
@@ -203,7 +213,7 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
         gpu = replace(gpu, bf16_flops=gpu.bf16_flops * rate, fp8_flops=gpu.fp8_flops * rate,
                       fp4_flops=gpu.fp4_flops * rate, exp_per_s=gpu.exp_per_s * rate)
         cluster = replace(cluster, gpu=gpu)
-    if costs.comm.get("straggler_cv") != values["dp.straggler_cv"]:
+    if "straggler_cv" not in costs.comm:  # a calibration that sets its own keeps it
         costs = replace(costs, comm={**costs.comm, "straggler_cv": float(values["dp.straggler_cv"])})
     if costs.provenance.startswith("moesim defaults"):  # a trace-fitted calibration keeps its measured curves
         half = values["grouped.half_rows"]

@@ -10,7 +10,7 @@ One ``[[run]]`` per measured run (format in the file's header): ``id``, ``model`
 
 >>> runs = load_runs()
 >>> len(runs), runs[0].id, runs[1].baseline
-(18, 'titan-dsv3-b200-bf16', 'titan-dsv3-b200-bf16')
+(28, 'titan-dsv3-b200-bf16', 'titan-dsv3-b200-bf16')
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ intervals of :mod:`sim.uncertainty` read it too).
 
 >>> runs = load_runs()
 >>> len(runs), runs[0].id
-(18, 'titan-dsv3-b200-bf16')
+(28, 'titan-dsv3-b200-bf16')
 """
 
 from __future__ import annotations

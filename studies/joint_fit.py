@@ -300,11 +300,11 @@ def write_release_scalars(values: Mapping[str, float], profiles: Path = _PROFILE
             continue
         path = profiles / f"{name.removeprefix('release.')}.toml"
         text = path.read_text(encoding="utf-8")
-        start = re.search(r"^(# [^\n]*\n)*\[efficiency\.", text, re.M)
-        end = re.search(r"^\[sources\]", text, re.M)
-        if start is None or end is None or start.start() > end.start():
+        first = re.search(r"^(# [^\n]*\n)*\[efficiency\.", text, re.M)
+        last = re.search(r"^\[sources\]", text, re.M)
+        if first is None or last is None or first.start() > last.start():
             raise ConfigError(f"{path}: no [efficiency.*] table before [sources] to write the fitted scalar into")
-        start, end = start.start(), end.start()
+        start, end = first.start(), last.start()
         block = ("# FITTED jointly (python -m studies.joint_fit --write; sim/data/joint_fit.json): this release's one "
                  "scalar, over its\n# runs on every GPU class; sim.joint applies the stored value to every prediction.\n"
                  f'[efficiency."*"]\ndefault = {value:.4f}\n\n')

@@ -1,8 +1,8 @@
-"""The transfer table: each fitted number, the one run it is fitted to, and how every other given run is
-predicted, grouped by architecture, fabric, all-to-all backend and stack (``docs/transfer.md``).
-
-A number fitted on one run says nothing until runs it was not fitted to are predicted with it; this table
-is that check, regenerated from today's code and data:
+"""The transfer table (``docs/transfer.md``): the joint calibration's parameters with their uncertainty and the
+runs that constrain them, every run predicted by a calibration that did not see its group (leave-one-group-out),
+the ablation of each mechanism, ratios between runs, and every run's error grouped by architecture, fabric,
+all-to-all backend and stack. A number says nothing until runs it was not fitted to are predicted with it;
+this table is that check, regenerated from today's code and data:
 
     python -m studies.transfer            # print the table
     python -m studies.transfer --write    # rewrite docs/transfer.md (tests/studies/test_transfer.py fails on drift)
@@ -11,46 +11,18 @@ is that check, regenerated from today's code and data:
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from sim.measured_runs import MeasuredRun, load_runs
-from sim.stacks import load_stack, profile_for
+from sim.stacks import profile_for
 from studies.validate import ValidationRow, validate_runs
 
-__all__ = ["FittedNumber", "fitted_numbers", "transfer_markdown", "joint_markdown", "RATIO_CHECKS", "DOC"]
+__all__ = ["transfer_markdown", "joint_markdown", "RATIO_CHECKS", "DOC"]
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "transfer.md"
-_FITTED_ON = re.compile(r"FITTED\b.*?\bon ([a-z0-9][\w.-]*)")
-
-
-@dataclass(frozen=True)
-class FittedNumber:
-    """One fitted stack efficiency: profile, architecture, value, the run it was fitted to."""
-
-    profile: str
-    arch: str
-    value: float
-    run_id: str
-
-
-def fitted_numbers(profiles: Sequence[str]) -> list[FittedNumber]:
-    """Every stack efficiency whose source says FITTED ... on <run id>, in the named profiles."""
-    out: list[FittedNumber] = []
-    for name in profiles:
-        stack = load_stack(name)
-        for key, text in sorted(stack.sources.items()):
-            m = _FITTED_ON.search(text)
-            if not key.startswith("efficiency.") or m is None:
-                continue
-            arch = key.split(".", 1)[1]
-            value = stack.eff(arch, "default")
-            out.append(FittedNumber(stack.name, arch, value, m.group(1).rstrip(".,;")))
-    return out
 
 
 def _fabric(run: MeasuredRun) -> str:

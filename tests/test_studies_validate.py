@@ -40,8 +40,9 @@ def test_shipped_dataset_is_within_the_repository_thresholds(shipped: dict) -> N
 
 def test_every_run_is_listed_with_fitted_marked_and_speedups_paired(shipped: dict) -> None:
     rows = {r["run_id"]: r for r in shipped["out"]["rows"]}
-    assert len(rows) == len(load_runs()) == 18
-    assert rows["titan-dsv3-b200-bf16"]["fitted"] and abs(rows["titan-dsv3-b200-bf16"]["error"]) < 1e-3
+    assert len(rows) == len(load_runs()) == 28
+    # no run is fitted alone: the torchtitan scalar comes from the joint calibration over its five runs
+    assert not any(r["fitted"] for r in rows.values()) and abs(rows["titan-dsv3-b200-bf16"]["error"]) < 0.05
     deepep = rows["titan-dsv3-b200-bf16-deepep"]
     assert not deepep["fitted"] and deepep["baseline"] == "titan-dsv3-b200-bf16"
     assert deepep["measured_speedup"] == pytest.approx(859 / 651)
@@ -107,7 +108,7 @@ def test_missing_file_exits_2() -> None:
 def test_python_m_studies_is_an_alias() -> None:
     result = subprocess.run([sys.executable, "-m", "studies", "validate", "--json"], capture_output=True,
                             text=True, timeout=300, cwd=ROOT)
-    assert result.returncode == 0 and len(json.loads(result.stdout)["rows"]) == 18
+    assert result.returncode == 0 and len(json.loads(result.stdout)["rows"]) == 28
 
 
 _RUN = """

@@ -51,7 +51,7 @@ def test_optimizer_step_scales_with_the_shard() -> None:
 
 
 def test_no_bubble_without_pipeline() -> None:
-    assert predict(MODEL, CLUSTER, PLAN).breakdown.get("pipeline_bubble", 0.0) == 0.0
+    assert predict(MODEL, CLUSTER, PLAN).breakdown.get("pipeline_bubble", 0.0) == pytest.approx(0.0, abs=1e-12)
 
 
 def test_breakdown_sums_to_the_step_single_stage_fsdp() -> None:

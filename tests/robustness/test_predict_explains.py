@@ -15,7 +15,9 @@ def test_the_resolved_plan_is_under_the_title_with_the_stacks_sharding(capsys: p
     assert "FSDP over 16 data-parallel ranks" in capsys.readouterr().out
 
 
-def test_wide_shows_exposed_and_hidden_seconds_per_kind(capsys: pytest.CaptureFixture[str]) -> None:
+def test_wide_shows_exposed_and_hidden_seconds_per_kind(capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # wide enough that no header wraps (moesim.render fits the console)
     assert main(["--model", "deepseek-v3-16b", "--gpu", "b200", "--gpus", "16", "--ep", "8", "--stack", "megatron",
                  "--ep-overlap", "--wide"]) == 0
     out = capsys.readouterr().out

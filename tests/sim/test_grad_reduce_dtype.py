@@ -54,7 +54,8 @@ def test_every_measured_run_fits_in_its_gpu() -> None:
 
 
 def test_the_deepseek_v3_megatron_runs_reduce_in_bf16_as_their_recipe() -> None:
-    runs = [r for r in load_runs() if r.stack == "megatron" and r.model == "deepseek-v3-671b"]
+    # the Megatron-Bridge performance-table runs (the MLPerf submission's configs do not say)
+    runs = [r for r in load_runs() if r.id.startswith("mcore-") and r.model == "deepseek-v3-671b"]
     assert len(runs) == 7
     assert all(r.plan.get("grad_reduce_dtype") == "bf16" and "grad_reduce_in_fp32 = False" in r.notes for r in runs)
     assert all("grad_reduce_dtype" not in r.plan for r in load_runs() if r.model.startswith("qwen3"))

@@ -28,7 +28,14 @@ from sim.joint import (
 from sim.predict import predict
 from sim.specs import ParallelPlan
 from sim.stacks import load_stack
-from studies.joint_fit import RunCase, dataset_digest, fit_joint, group_of, load_cases, logo
+from studies.joint_fit import (
+    RunCase,
+    dataset_digest,
+    fit_joint,
+    group_of,
+    load_cases,
+    logo,
+)
 
 
 def test_the_shipped_fit_is_of_the_shipped_dataset() -> None:
@@ -72,9 +79,10 @@ def test_apply_params_touches_fitted_releases_only() -> None:
     _, _, stack = apply_params(values, gpu_cluster, costs, load_stack("torchtitan"), plan)
     assert stack.eff("sm100", "attn.fwd") == 0.3
     assert stack.kernel_overhead_s == launch_s(launch_mode(stack, plan), values)
-    user = dataclasses.replace(load_stack("torchtitan"), name="my-stack")
-    _, _, same = apply_params(values, gpu_cluster, costs, user, plan)
-    assert same == user
+    for user in (dataclasses.replace(load_stack("torchtitan"), name="my-stack"),
+                 dataclasses.replace(load_stack("torchtitan"), kernel_overhead_s=1e-6)):  # a changed copy
+        _, _, same = apply_params(values, gpu_cluster, costs, user, plan)
+        assert same == user
 
 
 def test_chip_rates_apply_to_the_parts_they_name() -> None:

@@ -1,17 +1,9 @@
-"""docs/transfer.md is today's transfer table (fitted numbers, the run each is fitted to, every other run's
-error grouped by architecture, fabric, backend and stack); each fitted number names a run marked fitted."""
+"""docs/transfer.md is today's transfer table: the joint calibration's parameters, the leave-one-group-out
+errors, the ablation, the ratio checks, and every run's error grouped by architecture, fabric, backend, stack."""
 
 from __future__ import annotations
 
-from sim.measured_runs import load_runs
-from studies.transfer import DOC, fitted_numbers, transfer_markdown
-
-
-def test_every_fitted_number_names_a_run_marked_fitted() -> None:
-    fitted = {r.id for r in load_runs() if r.fitted}
-    numbers = fitted_numbers(["torchtitan", "megatron-26.02", "megatron-26.04"])
-    assert {n.run_id for n in numbers} == fitted
-    assert all(0 < n.value <= 1.5 for n in numbers)
+from studies.transfer import DOC, RATIO_CHECKS, transfer_markdown
 
 
 def test_the_transfer_doc_is_fresh() -> None:
@@ -19,14 +11,18 @@ def test_the_transfer_doc_is_fresh() -> None:
     assert DOC.read_text(encoding="utf-8") == transfer_markdown()
 
 
-def test_one_efficiency_per_release_and_the_others_are_tests() -> None:
-    numbers = fitted_numbers(["torchtitan", "megatron-26.02", "megatron-26.04"])
-    assert sorted((n.profile, n.arch) for n in numbers) == [
-        ("megatron-26.02", "sm100"), ("megatron-26.04", "sm100"), ("torchtitan", "sm100")]
+def test_the_joint_calibration_is_listed_with_its_leave_one_group_out_check() -> None:
+    from sim.joint import PARAMS
+
     text = transfer_markdown()
-    held = [line for line in text.splitlines() if "| held out |" in line]
-    for gpu in ("b300", "gb300", "h100", "gb200"):
-        assert any(f"| {gpu} |" in line for line in held), gpu
+    section = text.split("## Joint calibration", 1)[1].split("## Every run", 1)[0]
+    for p in PARAMS:
+        assert f"| `{p.name}` |" in section
+    assert "### Leave-one-group-out" in section and "**MAPE" in section
+    for group in ("hgx-b200 x megatron", "gb200-nvl72 x megatron", "hgx-h100 x torchtitan"):
+        assert f"| {group} |" in section
+    for a, b in RATIO_CHECKS:
+        assert f"| {a} | {b} |" in section
 
 
 def test_cross_gpu_ratios_are_measured_over_the_b200_run() -> None:
