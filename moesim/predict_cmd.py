@@ -155,14 +155,19 @@ def _costs(args: argparse.Namespace, gpu: Any, stack: Any) -> tuple[Any, Any]:
     for ``gpu``, through :func:`sim.calibration.calibrated_inputs` (the path ``calibrate compare`` takes
     too); without one, the stack's own bundled calibration when it was measured on this GPU (``deepseek``
     on h800: DeepSeek's trace), else moesim's defaults (None) and the stack as it is."""
-    from sim.calibration import STACK_CALIBRATIONS, calibrated_inputs, load_calibration
+    from sim.calibration import (
+        STACK_CALIBRATIONS,
+        calibrated_inputs,
+        default_inputs,
+        load_calibration,
+    )
 
     if not getattr(args, "calibration", None) and stack is not None and stack.name in STACK_CALIBRATIONS:
         cal = load_calibration(STACK_CALIBRATIONS[stack.name])
-        if cal.gpu == gpu.name:
+        if cal.gpu == gpu.name:  # the path sim.predict takes without costs (sim.calibration.default_inputs)
             args.calibration_summary = cal.summary()
             args.calibration_sd = _calibration_sd(cal)
-            return calibrated_inputs(cal, gpu, stack)
+            return default_inputs(gpu, stack)
     if getattr(args, "calibration", None):
         try:
             cal = load_calibration(args.calibration)

@@ -36,6 +36,7 @@ sim.errors.ConfigError: doc: version 9 is not supported (this moesim reads moesi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -47,7 +48,7 @@ from sim.errors import ConfigError
 from sim.specs import GPUSpec
 
 __all__ = ["SCHEMA", "VERSION", "Calibration", "parse_calibration", "load_calibration", "bundled_path",
-           "BUNDLED", "STACK_CALIBRATIONS", "to_cost_model", "calibration_stack", "calibrated_inputs",
+           "BUNDLED", "STACK_CALIBRATIONS", "default_inputs", "to_cost_model", "calibration_stack", "calibrated_inputs",
            "COST_TABLES", "INFORMATION_TABLES", "device_gpu_spec", "MAX_NESTING"]
 
 SCHEMA = "moesim.calibration"
@@ -417,6 +418,34 @@ def calibrated_inputs(cal: Calibration, gpu: Any, stack: Any) -> tuple[Any, Any]
             if key in t:
                 changes[fname] = float(t[key])
     return costs, (dataclasses.replace(stack, **changes) if changes else stack)
+
+
+def default_inputs(gpu: Any, stack: Any) -> tuple[Any, Any]:
+    """The kernel costs and stack a prediction takes when the user names no calibration: the stack's own
+    bundled calibration when it was measured on ``gpu`` (``deepseek`` on h800: DeepSeek's trace,
+    :data:`STACK_CALIBRATIONS`), else moesim's datasheet-and-microbenchmark defaults and the stack as it is.
+    ``sim.predict.predict`` and ``moesim predict`` both take this path, so they give the same number.
+
+    >>> from sim.catalog import load_gpu
+    >>> from sim.stacks import load_stack
+    >>> default_inputs(load_gpu("h800"), load_stack("deepseek"))[0].provenance.startswith("moesim defaults")
+    False
+    >>> default_inputs(load_gpu("b200"), load_stack("deepseek"))[0].provenance.startswith("moesim defaults")
+    True
+    """
+    name = STACK_CALIBRATIONS.get(getattr(stack, "name", ""))
+    if name is not None:
+        cal = load_calibration(name)
+        if cal.gpu == gpu.name:
+            return calibrated_inputs(cal, gpu, stack)
+    return _default_costs(gpu), stack
+
+
+@functools.cache
+def _default_costs(gpu: Any) -> Any:
+    from sim.costs import default_costs
+
+    return default_costs(gpu)
 
 
 def calibration_stack(cal: Calibration) -> Any:

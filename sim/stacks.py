@@ -129,8 +129,6 @@ class StackProfile:
     #: how work reaches the GPU: eager launches, compiled regions, or CUDA graphs. Descriptive: its cost enters
     #: through ``kernel_overhead_s`` and ``host_sync_s``, which each profile sets (and sources) for its launch mode.
     launch: str = "compiled"
-    #: SMs DeepEP's kernels take when the plan does not say (DeepEP v1 ``Buffer.num_sms`` = 20).
-    deepep_sms: int = 20
     #: ranks the framework places in one NVLink domain larger than this (Megatron-Bridge: 64 HybridEP
     #: ranks per NVL72 rack); 0: every GPU of the domain.
     nvlink_domain_ranks: int = 0
@@ -201,7 +199,7 @@ class StackProfile:
                 0 <= self.hybridep_host_syncs <= 64):
             raise ConfigError(f"stack {self.name!r}: hybridep_host_syncs must be an integer in 0..64, "
                               f"got {self.hybridep_host_syncs!r}")
-        for fname in ("deepep_sms", "grad_bytes", "master_bytes", "moment_bytes"):
+        for fname in ("grad_bytes", "master_bytes", "moment_bytes"):
             value = getattr(self, fname)
             if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 256:
                 raise ConfigError(f"stack {self.name!r}: {fname} must be an integer in 1..256, got {value!r}")
@@ -330,7 +328,7 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
                            "quantize_weights": str, "fused_act_quant": bool, "param_sharding": str,
                            "recompute_modules": list, "pp_schedules": list, "ep_backends": list, "precisions": list,
                            "ep_overlap_available": bool, "trains_mtp": bool, "shared_expert_overlap": bool,
-                           "launch": str, "deepep_sms": int, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
+                           "launch": str, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
                            "kernel_overhead_s": float, "host_sync_s": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "blocking_p2p": bool, "provenance": str}

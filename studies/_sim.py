@@ -14,6 +14,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from sim.calibration import default_inputs
 from sim.costs import CostModel, default_costs
 from sim.predict import Prediction, SimMemo, predict
 from sim.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
@@ -46,8 +47,7 @@ def costs_for(gpu: GPUSpec) -> CostModel:
 def predict_run(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str = "torchtitan",
                 costs: CostModel | None = None, *, name: str = "", memo: SimMemo | None = None) -> Prediction:
     """Predict one plan under the named framework stack (``memo``: see :func:`sim.predict.predict`)."""
-    return predict(model, cluster, plan, costs or costs_for(cluster.gpu), name=name, stack=stack_profile(stack_name),
-                   memo=memo)
+    return predict(model, cluster, plan, costs, name=name, stack=stack_profile(stack_name), memo=memo)
 
 
 def interval_for(pred: Prediction, stack_name: str | None = None,
@@ -133,7 +133,9 @@ def layer_sim_seconds(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan
 
     stack = stack_profile(stack_name)
     placed = stack.place(cluster)
-    ctx = simulation_context(model, placed, plan, costs or costs_for(placed.gpu), stack, memo)
+    if costs is None:  # as sim.predict.predict: the stack's own calibration on its GPU, else the defaults
+        costs, stack = default_inputs(placed.gpu, stack)
+    ctx = simulation_context(model, placed, plan, costs, stack, memo)
     kinds = {"embed", "head", "moe" if model.n_moe_layers else "dense"}
     if model.n_dense_layers:
         kinds.add("dense")
@@ -156,4 +158,6 @@ def step_bound_seconds(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
 
     stack = stack_profile(stack_name)
     placed = stack.place(cluster)
-    return step_lower_bound_s(simulation_context(model, placed, plan, costs or costs_for(placed.gpu), stack, memo))
+    if costs is None:
+        costs, stack = default_inputs(placed.gpu, stack)
+    return step_lower_bound_s(simulation_context(model, placed, plan, costs, stack, memo))

@@ -36,7 +36,7 @@ from sim.accounting import (
     resolve_mtp_layers,
     torchtitan_flops_per_token,
 )
-from sim.costs import CostModel, default_costs
+from sim.costs import CostModel
 from sim.errors import ConfigError, PlanError
 from sim.joint import apply_params, shipped_values
 from sim.predict.breakdown import bottleneck, breakdown, comm_report
@@ -159,7 +159,10 @@ def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: C
     stack = load_stack(stack)
     cluster = stack.place(cluster)  # e.g. Megatron's 64 ranks per NVL72 rack
     validate_plan(model, cluster, plan, stack)
-    costs = costs or default_costs(cluster.gpu)
+    if costs is None:  # the stack's own calibration where it was measured on this GPU, else the defaults
+        from sim.calibration import default_inputs
+
+        costs, stack = default_inputs(cluster.gpu, stack)
     ctx = simulation_context(model, cluster, plan, costs, stack, memo, params)
     step = assemble(ctx)
     parts, hidden = breakdown(step)

@@ -123,7 +123,7 @@ def _write(tmp_path, text: str) -> str:
     ('[stack]\nbase = "megatron"\n[extra]\n', "unknown table(s) extra"),
     ('[stack]\nname = "x"\n', "missing key(s) release"),
     ('[stack]\nbase = "megatron"\nfused_act_quant = "yes"\n', "fused_act_quant must be true or false, got 'yes'"),
-    ('[stack]\nbase = "megatron"\ndeepep_sms = true\n', "deepep_sms must be an integer, got True"),
+    ('[stack]\nbase = "megatron"\ngrad_bytes = true\n', "grad_bytes must be an integer, got True"),
     ('[stack]\nbase = "megatron"\nhost_sync_s = nan\n', "host_sync_s must be a finite number, got nan"),
     ('[stack]\nbase = "megatron"\nlaunch = "warp"\n', "launch must be one of eager, compiled, cuda_graphs; got 'warp'"),
     ('[stack]\nbase = "megatron"\nrecompute_modules = ["attn"]\n', "unknown module 'attn'"),

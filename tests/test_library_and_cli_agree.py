@@ -1,0 +1,34 @@
+"""``sim.predict.predict`` and ``moesim predict`` give the same number for the same plan (issue 27 item 5): the
+README's single-plan commands, each predicted through the CLI and then through the library with the plan the
+CLI resolved (no costs given: the stack's own calibration on its GPU, else the defaults, as the CLI takes)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from moesim.cli import main
+from sim.catalog import load_cluster, load_model
+from sim.loaders import plan_from_mapping
+from sim.predict import predict
+
+README_COMMANDS = (
+    "--model deepseek-v3-16b --gpu h100 --gpus 64 --ep 8 --ep-backend deepep",
+    "--model deepseek-v3-671b --gpu gb200 --gpus 256 --pp 4 --vpp 4 --ep 64 --seq-len 4096 --global-batch 4096 "
+    "--ac selective --precision mxfp8 --ep-backend hybridep --stack megatron",
+    "--model deepseek-v3-671b --gpu h800 --gpus 2048 --stack deepseek --pp 16 --pp-schedule dualpipe --ep 64 --tp 1 "
+    "--seq-len 4096 --global-batch 15360 --precision fp8-blockwise --ep-backend deepep --ac selective",
+)
+
+
+@pytest.mark.parametrize("argv", README_COMMANDS)
+def test_library_and_cli_agree(argv: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", *argv.split(), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (cli,) = doc["predictions"]
+    prov = doc["provenance"]
+    cluster = load_cluster(prov["cluster"], n_gpus=prov["n_gpus"], gpu=prov["gpu"])
+    plan = plan_from_mapping(cli["plan"])
+    lib = predict(load_model(cli["model"]), cluster, plan, stack=cli["stack"])
+    assert lib.tokens_per_s_per_gpu == pytest.approx(cli["tokens_per_s_per_gpu"], rel=1e-9)
