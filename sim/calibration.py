@@ -42,9 +42,14 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sim.costs import CostModel
+    from sim.specs import GPUSpec
+    from sim.stacks import StackProfile
 from sim.specs import GPUSpec
 
 __all__ = ["SCHEMA", "VERSION", "Calibration", "parse_calibration", "load_calibration", "bundled_path",
@@ -420,7 +425,7 @@ def calibrated_inputs(cal: Calibration, gpu: Any, stack: Any) -> tuple[Any, Any]
     return costs, (dataclasses.replace(stack, **changes) if changes else stack)
 
 
-def default_inputs(gpu: Any, stack: Any) -> tuple[Any, Any]:
+def default_inputs(gpu: GPUSpec, stack: StackProfile) -> tuple[CostModel, StackProfile]:
     """The kernel costs and stack a prediction takes when the user names no calibration: the stack's own
     bundled calibration when it was measured on ``gpu`` (``deepseek`` on h800: DeepSeek's trace,
     :data:`STACK_CALIBRATIONS`), else moesim's datasheet-and-microbenchmark defaults and the stack as it is.
@@ -442,7 +447,7 @@ def default_inputs(gpu: Any, stack: Any) -> tuple[Any, Any]:
 
 
 @functools.cache
-def _default_costs(gpu: Any) -> Any:
+def _default_costs(gpu: GPUSpec) -> CostModel:
     from sim.costs import default_costs
 
     return default_costs(gpu)

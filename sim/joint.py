@@ -77,7 +77,9 @@ PARAMS: tuple[ParamSpec, ...] = (
               "Blackwell die at the clock training sustains (B200 1965 MHz, sglang PR #28460); at the same plan a "
               "GB200 runs 0.97-0.99x a B200 and a GB300 1.03x a B300 (measured-runs.md s5). Not fitted: freed, the "
               "same-plan pairs and the 256-GPU NVL72 runs pull it opposite ways and the leave-one-group-out error "
-              "rises (ablation in docs/transfer.md)", fitted=False),
+              "rises. The datasheet rate (1.0) gives a lower leave-one-group-out error (ablation in "
+              "docs/transfer.md) but puts GB200 7-9% ahead of B200 at the same plan: it stands in for rack "
+              "mechanisms the model lacks, so it is not used", fitted=False),
     ParamSpec("chip.sm103_clock", 2032 / 1965, 0.9, 1.3, "Blackwell Ultra (sm103) tensor rate over its datasheet "
               "(the same dense TFLOPS as B200): its sustained clock", "sglang PR #28460 (published.md s7): "
               "B300 1100 W 2032 MHz, B200 1000 W 1965 MHz; not fitted: on the given runs it trades off against "

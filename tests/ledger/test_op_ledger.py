@@ -162,8 +162,8 @@ def test_mxfp8_curve_reproduces_the_published_fwd_bwd_speedups() -> None:
         _REF_K,
         _REF_N,
         _mxfp8_pass_overhead,
+        default_costs,
     )
-    from sim.predict import default_costs
 
     gpu = load_gpu("b200")
     costs = default_costs(gpu)

@@ -41,7 +41,8 @@ def test_only_megatron_non_interleaved_plans_block() -> None:
     assert load_stack("megatron").blocking_p2p and load_stack("megatron-26.02").blocking_p2p
     assert not load_stack("torchtitan").blocking_p2p and not load_stack("deepseek").blocking_p2p
     model, cluster = load_model("debug"), load_cluster("hgx-b200", n_gpus=16)
-    megatron = load_stack("megatron")
+    # copies of the profile (a changed copy keeps its own numbers: sim.joint applies to the profiles as shipped)
+    megatron = dataclasses.replace(load_stack("megatron"), name="megatron-copy")
     off = dataclasses.replace(megatron, blocking_p2p=False)
 
     def step(schedule: str, stack: object) -> float:

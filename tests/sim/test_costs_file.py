@@ -8,9 +8,8 @@ import json
 import pytest
 
 from sim.catalog import load_gpu
-from sim.costs import CALIBRATION_VERSION, CostModel, Curve
+from sim.costs import CALIBRATION_VERSION, CostModel, Curve, default_costs
 from sim.errors import ConfigError
-from sim.predict import default_costs
 
 
 def _changed() -> CostModel:

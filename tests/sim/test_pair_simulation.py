@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sim.catalog import load_cluster, load_model
-from sim.predict import default_costs, predict
+from sim.costs import default_costs
+from sim.predict import predict
 from sim.predict.layers import _compress, _pair_order, _run_pair, simulate_pair
 from sim.predict.timing import Context
 from sim.specs import ParallelPlan

@@ -57,7 +57,7 @@ def test_empty_stack_name_is_refused() -> None:
 
 
 def test_engine_has_the_gpus_sms() -> None:
-    from sim.predict import default_costs
+    from sim.costs import default_costs
     from sim.predict.layers import _engine
     from sim.predict.timing import Context
     from sim.stacks import load_stack

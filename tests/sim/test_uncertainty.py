@@ -126,7 +126,7 @@ def test_measured_run_pairs_use_the_given_costs(tmp_path) -> None:
     import dataclasses
 
     from sim.catalog import load_gpu
-    from sim.predict import default_costs
+    from sim.costs import default_costs
 
     f = tmp_path / "runs.toml"
     f.write_text(RUN.format(rid="held", extra=""))
