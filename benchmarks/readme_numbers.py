@@ -183,6 +183,14 @@ def _ratio(i: int) -> str:
     return f"{pred:.3f}x vs {meas:.3f}x"
 
 
+def _logo_coverage() -> str:
+    from studies.validate import logo_intervals
+
+    cov = logo_intervals(logo())
+    return (f"{cov['covered']} of {cov['runs']} inside ({cov['logo_interval_coverage'] * 100:.0f}% against a nominal "
+            f"80%), median p90/p10 {cov['median_p90_p10_ratio']:.2f}")
+
+
 def _layer_cell_range() -> str:
     from studies.layer_cells import layer_cell_rows
 
@@ -207,6 +215,8 @@ FIGURES: list[Figure] = [
         r"GB200 over B200\n(\S+x vs \S+x) and", r"GB200 over B200\n\S+x vs \S+x and (\S+x vs \S+x),",
         r"GB300 over B300 (\S+x vs \S+x) and", r"GB300 over B300 \S+x vs \S+x and (\S+x vs \S+x);",
         r"PP16 plan\n(\S+x vs \S+x);", r"512 GB200 per GPU (\S+x vs \S+x)\."))),
+    Figure("LOGO interval coverage", "README.md", r"as if each run's group were unseen: \*\*(.*?)\*\*",
+           _logo_coverage),
     Figure("LOGO by group", "README.md", r"Leave-one-group-out by group: ([^\n]*)\n", _logo_by_group),
     Figure("layer cells range", "README.md", r"every cell comes out ([+-]\d+% to [+-]\d+%) slow", _layer_cell_range),
     Figure("TorchTitan H100 memory", "README.md", r"TorchTitan 512-H100\npair's tensors: (.*?\)), where",
