@@ -26,11 +26,10 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sim.errors import ConfigError
 from sim.specs import GPUSpec
-from sim.stacks import StackProfile, default_stack
 
 __all__ = [
     "Curve",
@@ -38,9 +37,21 @@ __all__ = [
     "CostModel",
     "default_costs",
     "CALIBRATION_VERSION",
+    "KernelRates",
 ]
 
 CALIBRATION_VERSION = 1
+
+
+class KernelRates(Protocol):
+    """What a framework contributes to a kernel's time (a :class:`sim.stacks.StackProfile` is one): the
+    fraction of this cost model's rates its kernels reach per op class and architecture, and a per-kernel gap.
+    The hardware cost model reads it through this interface and never imports the stack profiles."""
+
+    @property
+    def kernel_overhead_s(self) -> float: ...
+
+    def eff(self, arch: str, op_class: str) -> float: ...
 
 
 def log_interpolate(sizes: Sequence[float], values: Sequence[float], size: float) -> float:
@@ -199,10 +210,10 @@ class CostModel:
         return CostModel.from_dict(data)
 
     # --- op times -----------------------------------------------------------------------------
-    def op_seconds(self, op: Any, gpu: GPUSpec, stack: StackProfile | None = None, load_factor: float = 1.0) -> float:
+    def op_seconds(self, op: Any, gpu: GPUSpec, stack: KernelRates, load_factor: float = 1.0) -> float:
         """Seconds of one compute op (a :class:`sim.workload.OpSpec` of kind gemm, grouped_gemm, attn, mem,
-        quant or rearrange) on ``gpu``, under ``stack`` (a :class:`sim.stacks.StackProfile`; ``None``: the
-        torchtitan profile): the kernel time at this calibration's rates divided by the stack's efficiency
+        quant or rearrange) on ``gpu``, under ``stack`` (:class:`KernelRates`, e.g. a
+        :class:`sim.stacks.StackProfile`): the kernel time at this calibration's rates divided by the stack's efficiency
         for the op's class on the GPU's architecture, plus the stack's per-kernel launch overhead.
         ``load_factor`` scales load-scaled ops (routed experts on a skewed EP rank).
 
@@ -215,8 +226,6 @@ class CostModel:
         >>> round(costs.op_seconds(op, gpu, s) * 1e6, 3) == round(1e9 / (gpu.hbm_bw_bytes_per_s * 0.7 * 0.5) * 1e6 + 1, 3)
         True
         """
-        if stack is None:
-            stack = default_stack()
         f = load_factor if op.load_scaled else 1.0
         k = op.kind
         if k == "gemm":

@@ -23,3 +23,10 @@ def test_sim_holds_no_command_line() -> None:
 
     assert importlib.util.find_spec("sim.cli") is None
     assert importlib.util.find_spec("sim.__main__") is None
+
+
+def test_the_hardware_cost_model_does_not_import_the_stack_profiles() -> None:
+    """sim.costs reads a framework's share through its KernelRates interface (issue 27 item 5)."""
+    code = "import sys, sim.costs; print('sim.stacks' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -78,9 +78,8 @@ def test_op_seconds_divides_by_the_class_efficiency_and_adds_the_launch_gap() ->
     s = StackProfile(efficiency={"sm100": {"gemm.wgrad": 0.25, "default": 1.0}}, kernel_overhead_s=3e-6)
     assert costs.op_seconds(op, gpu, s) == pytest.approx(kernel / 0.25 + 3e-6, rel=1e-12)
     assert costs.op_seconds(dataclasses.replace(op, gemm_pass="fwd"), gpu, s) == pytest.approx(kernel + 3e-6)
-    # None is the torchtitan profile.
-    tt = load_stack("torchtitan")
-    assert costs.op_seconds(op, gpu) == pytest.approx(kernel / tt.eff("sm100", "gemm.wgrad") + tt.kernel_overhead_s)
+    tt = load_stack("torchtitan")  # a shipped profile is one KernelRates
+    assert costs.op_seconds(op, gpu, tt) == pytest.approx(kernel / tt.eff("sm100", "gemm.wgrad") + tt.kernel_overhead_s)
 
 
 def test_attention_takes_the_sfu_bound_when_longer() -> None:
