@@ -13,6 +13,7 @@ import argparse
 
 from sim.calibration import load_calibration
 from sim.uncertainty import calibration_sd, loo_coverage, measured_run_pairs
+from studies.dataset import MEASURED_RUNS
 
 
 def main() -> None:
@@ -20,7 +21,7 @@ def main() -> None:
     p.add_argument("--calibration", default=None)
     args = p.parse_args()
     sd = calibration_sd(load_calibration(args.calibration).tables.get("residuals", {})) if args.calibration else 0.0
-    pairs, skipped = measured_run_pairs()
+    pairs, skipped = measured_run_pairs(MEASURED_RUNS)
     cov = loo_coverage(pairs, calibration_sd=sd)
     print(f"{'run':<40} {'stack':<11} {'predicted':>9} {'measured':>9} {'p10':>8} {'p90':>8}  in")
     for r in cov["rows"]:

@@ -62,8 +62,9 @@ def run_validate(args: argparse.Namespace) -> int:
         written = None
         if getattr(args, "write_intervals", None) is not None:
             from sim import interval_data
+            from studies.dataset import MEASURED_RUNS
 
-            written = interval_data.write(interval_data.build(args.dataset, logo["runs"], logo["note"]),
+            written = interval_data.write(interval_data.build(args.dataset or MEASURED_RUNS, logo["runs"], logo["note"]),
                                           args.write_intervals or interval_data.INTERVALS_FILE)
     except OSError as err:
         print(f"moesim validate: error: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)

@@ -158,15 +158,14 @@ def _predict_every_run(path: Path) -> tuple[list[tuple[Any, Any]], list[str]]:
     return out, skipped
 
 
-def build(dataset: str | Path | None = None, logo: Iterable[Mapping[str, Any]] | None = None,
+def build(dataset: str | Path, logo: Iterable[Mapping[str, Any]] | None = None,
           logo_source: str = "") -> IntervalData:
-    """Predict every run of ``dataset`` (default: the shipped one) in sample, and attach ``logo``: its
+    """Predict every run of ``dataset`` (the shipped one: ``studies.dataset.MEASURED_RUNS``) in sample, and attach ``logo``: its
     leave-one-group-out predictions as data (``{"id", "group", "predicted"}`` rows, as
     ``studies.validate.logo_validation()["runs"]`` gives them; rows without ``predicted`` are skipped)."""
-    from sim.measured_runs import MEASURED_RUNS
     from sim.uncertainty import stack_family
 
-    path = Path(dataset) if dataset is not None else MEASURED_RUNS
+    path = Path(dataset)
     by_id: dict[str, Mapping[str, Any]] = {}
     for row in logo or ():
         if isinstance(row.get("predicted"), int | float) and row["predicted"] > 0:
@@ -189,7 +188,7 @@ def build(dataset: str | Path | None = None, logo: Iterable[Mapping[str, Any]] |
         moesim_version = version("moesim")
     except PackageNotFoundError:
         moesim_version = "0.0.0+unknown"
-    provenance = {"dataset": path.name if path == MEASURED_RUNS else str(path), "dataset_sha256": dataset_sha256(path),
+    provenance = {"dataset": path.name, "dataset_sha256": dataset_sha256(path),
                   "moesim_version": moesim_version, "git_describe": _git_describe(),
                   "sim_sources_sha256": sources_sha256(), "runs_left_out": skipped, "written_by": REGENERATE,
                   "logo_source": logo_source or ("none: no leave-one-group-out rows given" if not by_id else "given")}

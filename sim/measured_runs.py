@@ -8,9 +8,8 @@ One ``[[run]]`` per measured run (format in the file's header): ``id``, ``model`
 ``gpus``). Unknown keys, missing keys, wrong types, duplicate ids and dangling baselines are a
 :class:`~sim.errors.ConfigError` naming the run and the field.
 
->>> runs = load_runs()
->>> len(runs), runs[0].id, runs[1].baseline
-(28, 'titan-dsv3-b200-bf16', 'titan-dsv3-b200-bf16')
+The shipped dataset is the studies' (``studies.dataset.MEASURED_RUNS``): the simulator reads a dataset only
+from the path it is given.
 """
 
 from __future__ import annotations
@@ -24,10 +23,9 @@ from sim.errors import ConfigError, MoesimError
 from sim.loaders import derive_plan_fields, plan_from_mapping, read_toml
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 
-__all__ = ["MEASURED_RUNS", "MeasuredRun", "load_runs", "default_dataset_path", "resolve_run"]
+__all__ = ["MeasuredRun", "load_runs", "resolve_run"]
 
 #: The dataset shipped with the project, read as a file (sim imports nothing from studies).
-MEASURED_RUNS = Path(__file__).resolve().parent.parent / "studies" / "data" / "measured_runs.toml"
 
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
     "id": str, "model": str, "gpu": str, "gpus": int, "cluster": str, "stack": str, "release": str,
@@ -61,11 +59,6 @@ class MeasuredRun:
     #: peak GPU memory the framework logged, GiB (TorchTitan: ``max_reserved_gib``, the caching allocator's
     #: reserved peak: every tensor plus its fragmentation, without the CUDA context or NCCL/DeepEP buffers)
     measured_memory_gib: float | None = None
-
-
-def default_dataset_path() -> Path:
-    """The shipped dataset (``studies/data/measured_runs.toml``)."""
-    return MEASURED_RUNS
 
 
 def _run(where: str, index: int, data: Any) -> MeasuredRun:
@@ -102,9 +95,9 @@ def _run(where: str, index: int, data: Any) -> MeasuredRun:
     )
 
 
-def load_runs(path: str | Path | None = None) -> list[MeasuredRun]:
-    """Every run of the dataset at ``path`` (default: the shipped one), checked as a whole."""
-    path = Path(path) if path is not None else default_dataset_path()
+def load_runs(path: str | Path) -> list[MeasuredRun]:
+    """Every run of the dataset at ``path``, checked as a whole."""
+    path = Path(path)
     data = read_toml(path)
     where = str(path)
     unknown = sorted(set(data) - {"run"})

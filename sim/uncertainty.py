@@ -44,10 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError, MoesimError
-from sim.measured_runs import MEASURED_RUNS
 
 __all__ = ["Interval", "interval", "prediction_interval", "stack_family", "calibration_sd", "loo_coverage",
-           "measured_run_pairs", "residuals_by_stack", "MEASURED_RUNS", "T90", "DISTANCES", "BEYOND_FACTOR",
+           "measured_run_pairs", "residuals_by_stack", "T90", "DISTANCES", "BEYOND_FACTOR",
            "SCALE_SPAN", "Placement", "classify", "nearest_runs", "distance_interval", "format_evidence",
            "logo_interval_coverage"]
 
@@ -162,7 +161,7 @@ def loo_coverage(pairs: Sequence[tuple[str, str, float, float]], *, calibration_
             "nominal": 0.8, "per_stack": per_stack, "rows": rows}
 
 
-def held_out_predictions(path: str | Path = MEASURED_RUNS, costs: Any = None) -> tuple[list[tuple[Any, Any]], list[str]]:
+def held_out_predictions(path: str | Path, costs: Any = None) -> tuple[list[tuple[Any, Any]], list[str]]:
     """``[(MeasuredRun, Prediction)]`` for every held-out run of ``path``, each with its own stack profile
     (``stack`` + ``release``; ``costs`` default: moesim's), and the runs left out with the reason: fitted runs
     (their residual is zero by construction) and runs the simulator cannot predict."""
@@ -183,7 +182,7 @@ def held_out_predictions(path: str | Path = MEASURED_RUNS, costs: Any = None) ->
     return out, skipped
 
 
-def measured_run_pairs(path: str | Path = MEASURED_RUNS, costs: Any = None) -> tuple[list[tuple[str, str, float, float]],
+def measured_run_pairs(path: str | Path, costs: Any = None) -> tuple[list[tuple[str, str, float, float]],
                                                                                    list[str]]:
     """Predict every held-out measured run of ``path`` (read strictly, :func:`sim.measured_runs.load_runs`)
     with its own stack profile (``stack`` + ``release``; ``costs`` default: moesim's) -> ``(id, stack,

@@ -43,7 +43,7 @@ from sim.measured_runs import MeasuredRun, resolve_run
 from sim.predict import predict
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 from sim.stacks import StackProfile, load_stack, profile_for
-from studies.dataset import load_runs
+from studies.dataset import MEASURED_RUNS, load_runs
 from studies.layer_cells import LayerCell, load_cells
 
 __all__ = ["RunCase", "JointFit", "load_cases", "group_of", "fit_joint", "logo", "predict_cases", "main",
@@ -279,7 +279,7 @@ def _ablation_fixed(fit: JointFit, fixed: Mapping[str, float]) -> dict[str, floa
 
 def dataset_digest(path: str | Path | None = None) -> str:
     """SHA-256 of the dataset file the fit read (the shipped one by default)."""
-    p = Path(path) if path else Path(str(resources.files("studies").joinpath("data/measured_runs.toml")))
+    p = Path(path) if path else MEASURED_RUNS
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 

@@ -16,8 +16,8 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sim.measured_runs import MeasuredRun, load_runs
 from sim.stacks import profile_for
+from studies.dataset import MeasuredRun, load_runs
 from studies.validate import ValidationRow, validate_runs
 
 __all__ = ["transfer_markdown", "joint_markdown", "RATIO_CHECKS", "DOC"]

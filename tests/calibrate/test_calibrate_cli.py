@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from moesim.cli import main
-from sim.measured_runs import load_runs
 from sim.uncertainty import interval, loo_coverage, measured_run_pairs
+from studies.dataset import MEASURED_RUNS, load_runs
 
 
 def test_predict_names_the_calibration_and_gives_intervals(capsys: pytest.CaptureFixture[str]) -> None:
@@ -33,7 +33,7 @@ def test_intervals_widen_with_few_runs_and_loo_covers_the_seed_runs() -> None:
     wide = interval(100.0, [0.01, -0.01], calibration_sd=0.0)
     assert (wide.p90 - wide.p10) > (narrow.p90 - narrow.p10)
     assert interval(100.0, [0.0, 0.0], calibration_sd=0.1).p90 > 110
-    pairs, skipped = measured_run_pairs()
+    pairs, skipped = measured_run_pairs(MEASURED_RUNS)
     assert len(pairs) + len(skipped) == len(load_runs())
     # a run marked fitted (a number fitted to it alone) never enters the validation residuals; the shipped runs
     # all enter the joint calibration instead, and none is marked

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sim.errors import ConfigError
-from sim.measured_runs import default_dataset_path, load_runs
+from studies.dataset import default_dataset_path, load_runs
 
 
 def _toml_value(value: Any) -> str:

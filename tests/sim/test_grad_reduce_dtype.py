@@ -11,10 +11,10 @@ import pytest
 from sim.accounting import memory_per_gpu
 from sim.catalog import load_gpu, load_model
 from sim.errors import ConfigError
-from sim.measured_runs import load_runs, resolve_run
 from sim.specs import ParallelPlan
 from sim.stacks import load_stack, profile_for
 from studies._sim import predict_run
+from studies.dataset import load_runs, resolve_run
 
 PLAN = dict(pp=4, pp_schedule="1f1b", ep=8, dp_shard=16, global_batch=256, seq_len=4096, ac="selective")
 

@@ -14,10 +14,10 @@ import pytest
 from sim import interval_data
 from sim.catalog import load_cluster, load_model
 from sim.errors import ConfigError
-from sim.measured_runs import MEASURED_RUNS
 from sim.predict import predict
 from sim.specs import ParallelPlan
 from sim.uncertainty import prediction_interval
+from studies.dataset import MEASURED_RUNS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ def test_the_shipped_interval_file_is_fresh_against_todays_predictions() -> None
     assert stored.provenance["dataset_sha256"] == interval_data.dataset_sha256(MEASURED_RUNS), (
         "studies/data/measured_runs.toml changed: run `moesim validate --write-intervals`")
     logo = logo_validation()
-    today = interval_data.build(None, logo["runs"])
+    today = interval_data.build(MEASURED_RUNS, logo["runs"])
     fresh = {r.id: r for r in today.runs}
 
     def off(a: float | None, b: float | None) -> bool:
@@ -47,7 +47,7 @@ def test_the_shipped_interval_file_is_fresh_against_todays_predictions() -> None
 
 def test_every_run_is_stored_with_its_group_class_scale_backend_precision_and_logo_residual() -> None:
     data = interval_data.load(interval_data.INTERVALS_FILE)
-    from sim.measured_runs import load_runs
+    from studies.dataset import load_runs
 
     runs = {r.id: r for r in load_runs()}
     assert {r.id for r in data.runs} == set(runs)  # every measured run, fitted or not: the joint fit saw them all
@@ -63,8 +63,8 @@ def test_every_run_is_stored_with_its_group_class_scale_backend_precision_and_lo
 
 
 def test_every_measured_run_leaves_its_own_residual_out_and_lies_inside_its_interval() -> None:
-    from sim.measured_runs import load_runs, resolve_run
     from sim.stacks import profile_for
+    from studies.dataset import load_runs, resolve_run
 
     data = interval_data.load_shipped()
     assert data is not None

@@ -5,12 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sim.errors import ConfigError
-from sim.measured_runs import (
-    MEASURED_RUNS,
-    default_dataset_path,
-    load_runs,
-    resolve_run,
-)
+from sim.measured_runs import load_runs, resolve_run
+from studies.dataset import MEASURED_RUNS, default_dataset_path
 
 RUN = """
 [[run]]
@@ -45,6 +41,20 @@ def test_a_run_keeps_its_fields_and_defaults(tmp_path) -> None:
     model, cluster, plan = resolve_run(run)
     assert (model.name, cluster.n_gpus, plan.ep, plan.dp_shard) == ("debug", 8, 4, 8)
     assert default_dataset_path() == MEASURED_RUNS and MEASURED_RUNS.exists()
+
+
+def test_sim_reads_a_dataset_only_from_the_path_it_is_given() -> None:
+    """The shipped dataset lives with the studies; sim holds no path into studies/ (issue 27 item 5)."""
+    import inspect
+
+    import sim.interval_data
+    import sim.measured_runs
+    import sim.uncertainty
+
+    for module in (sim.measured_runs, sim.uncertainty, sim.interval_data):
+        assert '"studies"' not in inspect.getsource(module)
+    with pytest.raises(TypeError):
+        load_runs()  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize(("text", "needle"), [
