@@ -149,13 +149,14 @@ def launch_mode(stack: StackProfile, plan: ParallelPlan) -> str:
     return {"cuda_graphs": "graphs"}.get(stack.launch, stack.launch)
 
 
-def launch_s(mode: str, values: Mapping[str, float]) -> float:
+def launch_s(mode: str, values: Mapping[str, float], base: str = "eager") -> float:
     """Seconds per kernel for launch ``mode`` (eager, compiled, graphs, or partial: Megatron's TE scopes graph
-    attention, router and preprocess, about half the kernels)."""
+    attention, router and preprocess, about half the kernels; the other half launch as the stack's ``base``
+    mode, eager or compiled)."""
     if mode == "graphs":
         return values["launch.graphs_s"]
     if mode == "partial":
-        return 0.5 * (values["launch.eager_s"] + values["launch.graphs_s"])
+        return 0.5 * (launch_s("compiled" if base == "compiled" else "eager", values) + values["launch.graphs_s"])
     return values["launch.compiled_s" if mode == "compiled" else "launch.eager_s"]
 
 
@@ -203,7 +204,7 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
     release = f"release.{stack.name}"
     gpu = cluster.gpu
     if release in values and _is_shipped(stack):
-        per_kernel = launch_s(launch_mode(stack, plan), values)
+        per_kernel = launch_s(launch_mode(stack, plan), values, base=stack.launch)
         stack = replace(stack, efficiency={"*": {"default": float(values[release])}},
                         kernel_overhead_s=float(per_kernel), host_sync_s=float(values["host.sync_s"]))
     rate = 1.0

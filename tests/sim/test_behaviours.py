@@ -197,8 +197,6 @@ def test_full_cuda_graphs_cost_no_more_launch_time_than_none(stack: str) -> None
     assert _compute_s(full) <= _compute_s(none) * (1 + 1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: for a compiled stack (torchtitan) 'partial' averages the EAGER "
-                   "and graph launch costs (sim.joint.launch_s), so partial graphs cost more than none (compiled)")
 def test_partial_cuda_graphs_cost_no_more_than_none_on_a_compiled_stack() -> None:
     cluster = load_cluster("hgx-b200", n_gpus=8)
     steps = {g: predict(DEBUG, cluster, _plan(8, cuda_graphs=g), stack="torchtitan").step_time_s

@@ -78,7 +78,7 @@ def test_apply_params_touches_fitted_releases_only() -> None:
     values = dict(prior_values(), **{"release.torchtitan": 0.3})
     _, _, stack = apply_params(values, gpu_cluster, costs, load_stack("torchtitan"), plan)
     assert stack.eff("sm100", "attn.fwd") == 0.3
-    assert stack.kernel_overhead_s == launch_s(launch_mode(stack, plan), values)
+    assert stack.kernel_overhead_s == launch_s(launch_mode(stack, plan), values, base=stack.launch)
     for user in (dataclasses.replace(load_stack("torchtitan"), name="my-stack"),
                  dataclasses.replace(load_stack("torchtitan"), kernel_overhead_s=1e-6)):  # a changed copy
         _, _, same = apply_params(values, gpu_cluster, costs, user, plan)
