@@ -15,7 +15,6 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from moesim import __version__
 from moesim.argtypes import gpu_count, plan_int
 from moesim.calibrate_cmd import add_calibrate_parser
 from moesim.compare_cmd import add_compare
@@ -51,6 +50,19 @@ with the failing file:line).
 environment: MOESIM_DEBUG=1 shows the full Python traceback of an internal error instead of one line;
 MOESIM_MAX_INPUT_MB, MOESIM_MAX_TRACE_MB, MOESIM_MAX_TRACE_EVENTS, MOESIM_MAX_TRACE_MICROBATCHES,
 MOESIM_MAX_CAPACITY_POINTS and MOESIM_MAX_WORKERS raise the input limits (sim/limits.py)."""
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the installed package's version, read only when asked (importlib.metadata is slow)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> typing.NoReturn:
+        import moesim
+
+        parser.exit(message=f"moesim {moesim.__version__}\n")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -190,7 +202,7 @@ def _missing_predict() -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="moesim", description=__doc__.splitlines()[0], epilog=EPILOG,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"moesim {__version__}")
+    parser.add_argument("--version", action=_VersionAction, help="show moesim's version and exit")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     catalog = subparsers.add_parser("catalog", help="list the built-in models, GPUs and cluster templates")

@@ -243,11 +243,14 @@ def comm_report(ctx: Context, step: Step) -> dict[str, dict[str, Any]]:
             out += totals(step.layers[(k, phase)].comm_ops, [(k, phase)])
         return out
 
+    repeats: dict[tuple[object, ...], int] = defaultdict(int)
+
     def add(key: tuple[object, ...], make: Callable[[], Totals]) -> None:
+        """Count one more run of ``key`` (a chunk or pair of the schedule); its totals are made once and added
+        once per distinct key, times its runs, after the loop (a step runs each a microbatch count of times)."""
         if key not in memo:
             memo[key] = make()
-        for name, count, busy_s, nbytes, cost in memo[key]:
-            kinds[name].add(count, busy_s, nbytes, cost)
+        repeats[key] += 1
 
     last = len(chunks) - 1
     p2p = None
@@ -272,6 +275,9 @@ def comm_report(ctx: Context, step: Step) -> dict[str, dict[str, Any]]:
             sends = int(stage > 0)
         if p2p is not None and sends:
             kinds[ops.PP_SEND].add(sends, sends * p2p.seconds, sends * p2p.bytes, p2p)
+    for key, n in repeats.items():
+        for name, count, busy_s, nbytes, op_cost in memo[key]:
+            kinds[name].add(count * n, busy_s * n, nbytes * n, op_cost)
     for stage in sorted({a[1] for a in pipe.actions[rank]}):
         for k in chunks[stage].layers:
             whats: tuple[str, ...] = ()
