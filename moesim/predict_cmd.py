@@ -156,18 +156,17 @@ def _costs(args: argparse.Namespace, gpu: Any, stack: Any) -> tuple[Any, Any]:
     too); without one, the stack's own bundled calibration when it was measured on this GPU (``deepseek``
     on h800: DeepSeek's trace), else moesim's defaults (None) and the stack as it is."""
     from sim.calibration import (
-        STACK_CALIBRATIONS,
         calibrated_inputs,
         default_inputs,
         load_calibration,
+        stack_calibration,
     )
 
-    if not getattr(args, "calibration", None) and stack is not None and stack.name in STACK_CALIBRATIONS:
-        cal = load_calibration(STACK_CALIBRATIONS[stack.name])
-        if cal.gpu == gpu.name:  # the path sim.predict takes without costs (sim.calibration.default_inputs)
-            args.calibration_summary = cal.summary()
-            args.calibration_sd = _calibration_sd(cal)
-            return default_inputs(gpu, stack)
+    own = stack_calibration(gpu, stack) if not getattr(args, "calibration", None) and stack is not None else None
+    if own is not None:  # the path sim.predict takes without costs (sim.calibration.default_inputs)
+        args.calibration_summary = own.summary()
+        args.calibration_sd = _calibration_sd(own)
+        return default_inputs(gpu, stack)
     if getattr(args, "calibration", None):
         try:
             cal = load_calibration(args.calibration)

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 from sim.specs import GPUSpec
 
 __all__ = ["SCHEMA", "VERSION", "Calibration", "parse_calibration", "load_calibration", "bundled_path",
-           "BUNDLED", "STACK_CALIBRATIONS", "default_inputs", "to_cost_model", "calibration_stack", "calibrated_inputs",
+           "BUNDLED", "STACK_CALIBRATIONS", "default_inputs", "stack_calibration", "to_cost_model", "calibration_stack", "calibrated_inputs",
            "COST_TABLES", "INFORMATION_TABLES", "device_gpu_spec", "MAX_NESTING"]
 
 SCHEMA = "moesim.calibration"
@@ -438,12 +438,19 @@ def default_inputs(gpu: GPUSpec, stack: StackProfile) -> tuple[CostModel, StackP
     >>> default_inputs(load_gpu("b200"), load_stack("deepseek"))[0].provenance.startswith("moesim defaults")
     True
     """
-    name = STACK_CALIBRATIONS.get(getattr(stack, "name", ""))
-    if name is not None:
-        cal = load_calibration(name)
-        if cal.gpu == gpu.name:
-            return calibrated_inputs(cal, gpu, stack)
+    cal = stack_calibration(gpu, stack)
+    if cal is not None:
+        return calibrated_inputs(cal, gpu, stack)
     return _default_costs(gpu), stack
+
+
+def stack_calibration(gpu: GPUSpec, stack: StackProfile) -> Calibration | None:
+    """The stack's own bundled calibration (:data:`STACK_CALIBRATIONS`) when it was measured on ``gpu``, else None."""
+    name = STACK_CALIBRATIONS.get(stack.name)
+    if name is None:
+        return None
+    cal = load_calibration(name)
+    return cal if cal.gpu == gpu.name else None
 
 
 @functools.cache

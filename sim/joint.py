@@ -20,7 +20,7 @@ Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where n
 - ``dp.straggler_cv``: how much a microbatch's time varies across data-parallel ranks (the step waits for the
   slowest rank; :mod:`sim.predict.dp_scale`);
 - ``grouped.half_rows``: the rows per expert at which a grouped GEMM runs at half its large-shape efficiency
-  (the large-shape efficiencies are sourced per precision and pass: :data:`GROUPED_LARGE`).
+  (the large-shape efficiencies are the cost model's, and Transformer Engine's MXFP8 one: :data:`GROUPED_LARGE_TE`).
 
 >>> v = prior_values()
 >>> round(v["chip.sm103_clock"], 4), v["launch.graphs_s"]
@@ -38,13 +38,13 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from sim.costs import CostModel, Curve
+from sim.costs import GROUPED_REF_GROUPS, CostModel, Curve
 from sim.errors import ConfigError
 from sim.specs import ClusterSpec, ParallelPlan
 from sim.stacks import StackProfile
 
 __all__ = ["ParamSpec", "PARAMS", "PARAM_NAMES", "prior_values", "shipped_values", "apply_params",
-           "launch_mode", "JOINT_FIT_FILE", "NVL72_PARTS", "joint_fit_record", "grouped_curve", "GROUPED_LARGE", "launch_s"]
+           "launch_mode", "JOINT_FIT_FILE", "NVL72_PARTS", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s"]
 
 #: The registry of fitted numbers (values, uncertainties, correlations, constraining runs, LOGO folds).
 JOINT_FIT_FILE = "data/joint_fit.json"
@@ -160,18 +160,16 @@ def launch_s(mode: str, values: Mapping[str, float], base: str = "eager") -> flo
     return values["launch.compiled_s" if mode == "compiled" else "launch.eager_s"]
 
 
-#: Grouped GEMM efficiency at the large reference shape (16,384 rows per expert), per curve key, overriding the
-#: cost model's own value there. Empty: every curve keeps its sourced large-shape value (BF16 0.50 and the
-#: MXFP8 curves derived from TorchAO's per-kernel breakdown of the seed era, published.md s4; FP8 blockwise
-#: 0.9 x BF16). TorchAO's later README (@0b1bb117: 74.6% forward, 56.9% wgrad at 16,384 rows per expert,
-#: published.md s8) is a newer kernel than the seed runs' torchao 0.17, so it is not applied to them.
-GROUPED_LARGE: dict[str, float] = {}
-#: Transformer Engine's MXFP8 grouped GEMM (Megatron: cuBLAS grouped / multi-stream cuBLAS, weights quantised once
+#: Grouped GEMM efficiency at the large reference shape (16,384 rows per expert) is the cost model's own there
+#: (BF16 0.50 and the MXFP8 curves derived from TorchAO's per-kernel breakdown of the seed era, published.md s4;
+#: FP8 blockwise 0.9 x BF16; TorchAO's later README, @0b1bb117: 74.6% forward at 16,384 rows, is a newer kernel
+#: than the seed runs' torchao 0.17), except for Transformer Engine's MXFP8 grouped GEMM
+#: (Megatron: cuBLAS grouped / multi-stream cuBLAS, weights quantised once
 #: per step) at the large shape: cuBLAS MXFP8 on B200, 2,810-2,886 of 4,500 TFLOPS (published.md s3) -> 0.633 for
 #: forward/dgrad; wgrad at TorchAO's measured wgrad/forward ratio at 16,384 rows (56.9 / 74.6, published.md s8).
 GROUPED_LARGE_TE = {"mxfp8": 2848 / 4500, "mxfp8_wgrad": 2848 / 4500 * 0.569 / 0.746}
 _REF_ROWS = 16384.0  # rows per expert of the large reference shape
-_CURVE_GROUPS = 8  # the cost model reads its grouped curves at rows per expert x 8 (sim.costs.GROUPED_REF_GROUPS)
+_CURVE_GROUPS = GROUPED_REF_GROUPS  # the cost model reads its grouped curves at rows per expert x this
 _ROWS_GRID = tuple(float(2 ** k) for k in range(4, 18))  # 16 .. 131072 rows per expert
 
 
@@ -220,7 +218,7 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
         costs = replace(costs, comm={**costs.comm, "straggler_cv": float(values["dp.straggler_cv"])})
     if costs.provenance.startswith("moesim defaults"):  # a trace-fitted calibration keeps its measured curves
         half = values["grouped.half_rows"]
-        large = GROUPED_LARGE_TE if stack.quantize_weights == "per_step" else GROUPED_LARGE
+        large: dict[str, float] = GROUPED_LARGE_TE if stack.quantize_weights == "per_step" else {}
         costs = replace(costs, grouped_gemm_eff={
             k: grouped_curve(large.get(k, c(_REF_ROWS * _CURVE_GROUPS)), half)
             for k, c in costs.grouped_gemm_eff.items()})

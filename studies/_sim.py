@@ -12,17 +12,20 @@ times and the layer simulation that the plan search's lower bounds use.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sim.calibration import default_inputs
-from sim.costs import CostModel, default_costs
+from sim.costs import CostModel
 from sim.predict import Prediction, SimMemo, predict
-from sim.specs import ClusterSpec, GPUSpec, ModelSpec, ParallelPlan
+from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 from sim.stacks import StackProfile, load_stack, stack_names
+
+if TYPE_CHECKING:
+    from sim.predict.timing import Context
 
 __all__ = ["predict_run", "stack_profile", "STACK_NOTE", "interval_for", "INTERVAL_NOTE",
            "memory_fits", "layer_compute_seconds", "layer_sim_seconds",
-           "compute_seconds", "costs_for", "KNOWN_STACKS"]
+           "step_bound_seconds", "KNOWN_STACKS"]
 
 #: Stack names studies accept: the built-in profiles and their aliases.
 KNOWN_STACKS = tuple(stack_names())
@@ -38,10 +41,19 @@ def stack_profile(name: str) -> StackProfile:
 STACK_NOTE = "stack profiles: applied per run (sim.stacks; predict(stack=...))"
 
 
-@cache
-def costs_for(gpu: GPUSpec) -> CostModel:
-    """The default cost model of ``gpu`` (cached: studies predict thousands of plans per GPU)."""
-    return default_costs(gpu)
+def _context(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str,
+             costs: CostModel | None, memo: SimMemo | None = None) -> Context:
+    """The engine context a prediction of ``plan`` runs in, as :func:`sim.predict.predict` builds it: the stack
+    placed on the cluster, the stack's own calibration on its GPU or the defaults when ``costs`` is None, and
+    the joint calibration's parameters applied (:func:`sim.predict.simulation_context`). The plan search's
+    bounds take it from here, so a bound never times an op differently from the prediction it bounds."""
+    from sim.predict import simulation_context
+
+    stack = stack_profile(stack_name)
+    placed = stack.place(cluster)
+    if costs is None:
+        costs, stack = default_inputs(placed.gpu, stack)
+    return simulation_context(model, placed, plan, costs, stack, memo)
 
 
 def predict_run(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str = "torchtitan",
@@ -76,11 +88,6 @@ INTERVAL_NOTE = ("intervals: p10-p90 around each prediction, wider the farther i
                  "envelope: those widened; sim/data/intervals.json; sim.uncertainty); a run's own residual left out")
 
 
-def compute_seconds(op: Any, gpu: GPUSpec, costs: CostModel, stack_name: str) -> float:
-    """Seconds of one compute op as the simulator times it (``CostModel.op_seconds``) under the stack."""
-    return costs.op_seconds(op, gpu, stack_profile(stack_name), 1.0)
-
-
 def memory_fits(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str,
                 headroom_bytes: float = 0.0) -> bool:
     """Whether ``plan`` fits in the GPU's memory, by the memory model predict reports (``fits_in_memory``),
@@ -98,10 +105,7 @@ def layer_compute_seconds(model: ModelSpec, cluster: ClusterSpec, plan: Parallel
 
     The simulator's compute stream runs these one after another and only ever slows them (SMs lent to
     communication, host stalls), so they are a lower bound of the time the layer takes in the engine."""
-    from sim.workload import Workload
-
-    costs = costs or costs_for(cluster.gpu)
-    wl = Workload(model, plan, stack_profile(stack_name))
+    ctx = _context(model, cluster, plan, stack_name, costs)
     out: dict[str, tuple[float, float]] = {}
     for kind in ("embed", "dense", "moe", "head"):
         if kind == "dense" and not model.n_dense_layers:
@@ -110,7 +114,7 @@ def layer_compute_seconds(model: ModelSpec, cluster: ClusterSpec, plan: Parallel
             continue
 
         def total(phase: str) -> float:
-            return sum(compute_seconds(op, cluster.gpu, costs, stack_name) for op in wl.layer_ops(kind, phase)
+            return sum(ctx.costs.op_seconds(op, ctx.gpu, ctx.stack, 1.0) for op in ctx.wl.layer_ops(kind, phase)
                        if op.kind not in ("comm", "host_sync"))
 
         bwd = total("bwd") + (total("recompute") if kind in ("dense", "moe") else 0.0)
@@ -128,14 +132,9 @@ def layer_sim_seconds(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan
     The pipeline level runs each plain forward or backward chunk for exactly the sum of its layers' times,
     so these give a pipeline lower bound far tighter than compute alone, at a fraction of a prediction;
     with ``memo`` (a search's) the predictions of the plans reuse these simulations."""
-    from sim.predict import simulation_context
     from sim.predict.layers import simulate_layer
 
-    stack = stack_profile(stack_name)
-    placed = stack.place(cluster)
-    if costs is None:  # as sim.predict.predict: the stack's own calibration on its GPU, else the defaults
-        costs, stack = default_inputs(placed.gpu, stack)
-    ctx = simulation_context(model, placed, plan, costs, stack, memo)
+    ctx = _context(model, cluster, plan, stack_name, costs, memo)
     kinds = {"embed", "head", "moe" if model.n_moe_layers else "dense"}
     if model.n_dense_layers:
         kinds.add("dense")
@@ -153,11 +152,6 @@ def step_bound_seconds(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
     """Seconds the predicted step of ``plan`` takes at least: its schedule run on simulated layers with each
     overlapped pair at its compute alone (:func:`sim.predict.pipeline.step_lower_bound_s`), a fraction of a
     prediction with ``memo`` holding the layers."""
-    from sim.predict import simulation_context
     from sim.predict.pipeline import step_lower_bound_s
 
-    stack = stack_profile(stack_name)
-    placed = stack.place(cluster)
-    if costs is None:
-        costs, stack = default_inputs(placed.gpu, stack)
-    return step_lower_bound_s(simulation_context(model, placed, plan, costs, stack, memo))
+    return step_lower_bound_s(_context(model, cluster, plan, stack_name, costs, memo))

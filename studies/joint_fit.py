@@ -9,10 +9,8 @@ Jacobian at the optimum, scaled by the residual variance) and with the runs that
 prediction it moves most).
 
 Leave-one-group-out (a group = system class x stack, e.g. ``gb200-nvl72 x megatron``): for each group the
-parameters are refitted without its runs -- one Gauss-Newton step from the joint optimum on the other runs'
-residuals and Jacobian (the full nonlinear refit per group costs minutes; the step is exact for a linear
-model, and every held-out run is then predicted by the full simulator at the refitted values) -- and the
-group's runs are predicted by that calibration, which never saw them.
+parameters are refitted without its runs (least squares from the joint optimum) and the group's runs are
+predicted by the full simulator under that calibration, which never saw them.
 
 ``python -m studies.joint_fit [--write] [--ablation]``: fit, LOGO, print; ``--write`` stores
 ``sim/data/joint_fit.json`` (read by every prediction); ``--ablation`` refits with each mechanism switched off
@@ -106,9 +104,10 @@ class JointFit:
     correlation: list[list[float]]
     constrained_by: dict[str, list[str]]
     residuals: dict[str, float]
-    jacobian: np.ndarray
     run_ids: list[str]
     held_fixed: dict[str, str] = field(default_factory=dict)
+    #: parameters the fit was told to hold (an ablation's): every refit of it (its LOGO folds) holds them too
+    fixed: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         params = {}
@@ -191,7 +190,7 @@ def fit_joint(cases: Sequence[RunCase], start: Mapping[str, float] | None = None
     for n, x in zip(free, res.x * scale, strict=True):
         values[n] = float(x)
     r = res.fun
-    j = res.jac / 1.0  # d r / d z, z = value / scale
+    j = res.jac  # d r / d z, z = value / scale
     dof = max(1, len(r) - len(free))
     s2 = float(r @ r) / dof
     try:
@@ -209,43 +208,24 @@ def fit_joint(cases: Sequence[RunCase], start: Mapping[str, float] | None = None
         top = col.max() if len(col) else 0.0
         constrained_by[n] = [ids[k] for k in np.argsort(-col) if top > 0 and col[k] >= _CONSTRAINS_SHARE * top]
     return JointFit(values, free, sigma, [[round(float(x), 3) for x in row] for row in corr], constrained_by,
-                    {rid: float(x) for rid, x in zip(ids, r, strict=True)}, j, ids, held)
+                    {rid: float(x) for rid, x in zip(ids, r, strict=True)}, ids, held, dict(fixed or {}))
 
 
-def logo(cases: Sequence[RunCase], fit: JointFit, exact: bool = False, max_nfev: int = 4) -> dict[str, dict[str, Any]]:
-    """Leave-one-group-out: per group, the parameters refitted without its runs and its runs' errors predicted at
-    them by the full simulator. ``exact``: a least-squares refit on the other runs from the joint optimum
-    (``max_nfev`` evaluations); else one Gauss-Newton step from the joint optimum on the other runs' residuals
-    and Jacobian (fast: the ablation's refits)."""
-    ids = fit.run_ids
-    r = np.array([fit.residuals[i] for i in ids])
+def logo(cases: Sequence[RunCase], fit: JointFit, max_nfev: int = 4) -> dict[str, dict[str, Any]]:
+    """Leave-one-group-out: per group, the parameters refitted without its runs (least squares from the joint
+    optimum, ``max_nfev`` evaluations, holding what ``fit`` held) and its runs' errors predicted at them by the
+    full simulator. A parameter only the held-out group constrained falls back to its sourced prior."""
     groups: dict[str, list[int]] = {}
     for k, c in enumerate(cases):
         groups.setdefault(c.group, []).append(k)
     out: dict[str, dict[str, Any]] = {}
     for g, members in sorted(groups.items()):
-        keep = [k for k in range(len(ids)) if k not in members]  # the fitted layer cells stay in every fold
-        values = dict(fit.values)
-        if exact:
-            others = [c for k, c in enumerate(cases) if k not in members]
-            refit = fit_joint(others, start=fit.values, max_nfev=max_nfev)
-            values = dict(refit.values)
-            for n in fit.free:  # a parameter only the held-out group constrained: its sourced prior
-                if n not in refit.free:
-                    values[n] = spec(n).prior
-        elif fit.free and keep:
-            jk, rk = fit.jacobian[keep], r[keep]
-            active = [i for i in range(len(fit.free)) if np.abs(jk[:, i]).max() >= _CONSTRAINED]
-            if active:
-                ja = jk[:, active]
-                dz = np.linalg.lstsq(ja, -rk, rcond=None)[0]
-                for i, d in zip(active, dz, strict=True):
-                    n = fit.free[i]
-                    scale = fit.values[n] if fit.values[n] > 0 else spec(n).upper * 0.1
-                    values[n] = float(np.clip(fit.values[n] + d * scale, spec(n).lower, spec(n).upper))
-            for i, n in enumerate(fit.free):  # a parameter only the held-out group constrains: its prior
-                if i not in active:
-                    values[n] = spec(n).prior
+        others = [c for k, c in enumerate(cases) if k not in members]  # the fitted layer cells stay in every fold
+        refit = fit_joint(others, start=fit.values, fixed=fit.fixed, max_nfev=max_nfev)
+        values = dict(refit.values)
+        for n in fit.free:
+            if n not in refit.free:
+                values[n] = spec(n).prior
         held = [cases[k] for k in members]
         errs = predict_cases(held, values) / _measured(held) - 1
         out[g] = {"runs": [c.run.id for c in held], "errors": [float(e) for e in errs],
@@ -342,17 +322,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cases = load_cases()
     fit = fit_joint(cases, max_nfev=args.max_nfev)
-    folds = logo(cases, fit, exact=True)
+    folds = logo(cases, fit)
     print(_table(fit, folds))
     record: dict[str, Any] = {"version": 1, "dataset_sha256": dataset_digest(), **fit.as_dict(), "logo": folds}
     mape, mx = logo_summary(folds)
     record["logo_mape"], record["logo_max"] = mape, mx
-    if args.ablation:  # each mechanism off: the calibration and every fold refitted exactly, as above
+    if args.ablation:  # each mechanism off: the calibration and every fold refitted, the mechanism held off in all
         m1, x1 = mape, mx
         rows: dict[str, dict[str, float]] = {"(every mechanism on)": {"logo_mape": m1, "logo_max": x1}}
         for label, fixed in ABLATIONS.items():
             f2 = fit_joint(cases, start=fit.values, fixed=_ablation_fixed(fit, fixed), max_nfev=args.max_nfev)
-            m2, x2 = logo_summary(logo(cases, f2, exact=True))
+            m2, x2 = logo_summary(logo(cases, f2))
             rows[label] = {"logo_mape": m2, "logo_max": x2}
             print(f"without {label}: LOGO mean {m2:.1%} (with {m1:.1%}), max {x2:.1%} (with {x1:.1%})")
         record["ablation"] = rows
