@@ -17,20 +17,14 @@ import argparse
 import json
 import math
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moesim import predict_cmd
 from moesim.render import render_table
 from sim.errors import ConfigError, MoesimError
-from studies.compare import (
-    CompareFile,
-    CompareVariant,
-    MeasuredPoint,
-    inputs_key,
-    load_compare,
-    measured_points,
-    pair_interval,
-)
+
+if TYPE_CHECKING:  # studies.compare is imported when the command runs: other commands start without it
+    from studies.compare import CompareFile, CompareVariant, MeasuredPoint
 
 __all__ = ["JSON_SCHEMA_VERSION", "add_compare", "compare", "format_compare", "run_compare"]
 
@@ -81,6 +75,8 @@ def _signature(variant: CompareVariant, pred: Any, provenance: dict[str, Any]) -
 def compare(spec: CompareFile, points: list[MeasuredPoint]) -> dict[str, Any]:
     """Predict every variant of ``spec`` through ``moesim predict``'s path and put each one's ratio to the
     first (tokens/s per GPU) with its p10-p90 from the ratio residuals of ``points``. Returns the JSON object."""
+    from studies import compare as studies_compare
+
     rows: list[dict[str, Any]] = []
     preds, sigs, notes = [], [], []
     for variant in spec.variants:
@@ -117,9 +113,9 @@ def compare(spec: CompareFile, points: list[MeasuredPoint]) -> dict[str, Any]:
     own = [_own_runs(v, p, row["cluster"], points) for v, p, row in zip(spec.variants, preds, rows, strict=True)]
     ratios = []
     for pred, sig, variant, runs in zip(preds, sigs, spec.variants, own, strict=True):
-        iv = pair_interval(pred.tokens_per_s_per_gpu / ref.tokens_per_s_per_gpu, points,
-                           same_model=pred.model == ref.model, same_gpu=pred.gpu == ref.gpu,
-                           identical=sig == ref_sig, exclude=sorted({*own[0], *runs}))
+        iv = studies_compare.pair_interval(pred.tokens_per_s_per_gpu / ref.tokens_per_s_per_gpu, points,
+                                           same_model=pred.model == ref.model, same_gpu=pred.gpu == ref.gpu,
+                                           identical=sig == ref_sig, exclude=sorted({*own[0], *runs}))
         ref_meas = spec.variants[0].measured_tokens_per_s_per_gpu
         meas = variant.measured_tokens_per_s_per_gpu
         ratios.append({"name": pred.name, "ratio": iv.ratio, "p10": iv.p10, "p90": iv.p90, "n_pairs": iv.n_pairs,
@@ -136,7 +132,9 @@ def _own_runs(variant: CompareVariant, pred: Any, cluster: str, points: list[Mea
     costs): their residuals are left out of its ratio's interval, as a prediction's own residual is."""
     if variant.nic_gbps is not None or variant.calibration is not None:
         return []
-    key = inputs_key(pred.model, pred.gpu, pred.n_gpus, cluster, pred.stack, pred.plan)
+    from studies import compare as studies_compare
+
+    key = studies_compare.inputs_key(pred.model, pred.gpu, pred.n_gpus, cluster, pred.stack, pred.plan)
     return [p.run_id for p in points if p.inputs == key]
 
 
@@ -187,9 +185,11 @@ def format_compare(result: dict[str, Any]) -> str:
 
 def run_compare(args: argparse.Namespace) -> int:
     """Run ``moesim compare``; returns the exit code (2 and one message on a user error)."""
+    from studies import compare as studies_compare
+
     try:
-        spec = load_compare(args.scenario)
-        points = measured_points(args.runs)
+        spec = studies_compare.load_compare(args.scenario)
+        points = studies_compare.measured_points(args.runs)
         result = compare(spec, points)
     except MoesimError as err:
         print(f"moesim compare: error: {' '.join(str(err).split())}", file=sys.stderr)

@@ -19,18 +19,6 @@ import sys
 from typing import Any
 
 from sim.errors import MoesimError
-from studies.layer_cells import layer_cell_rows
-from studies.validate import (
-    check_thresholds,
-    error_threshold_failures,
-    format_logo,
-    format_logo_intervals,
-    format_result,
-    load_thresholds,
-    logo_intervals,
-    logo_validation,
-    validate_runs,
-)
 
 __all__ = ["add_validate", "run_validate"]
 
@@ -52,6 +40,20 @@ def add_validate(subparsers: Any) -> None:
 
 def run_validate(args: argparse.Namespace) -> int:
     """Run ``moesim validate``; returns the exit code."""
+    # imported here, not at module level: every other command starts without studies
+    from studies.layer_cells import layer_cell_rows
+    from studies.validate import (
+        check_thresholds,
+        error_threshold_failures,
+        format_logo,
+        format_logo_intervals,
+        format_result,
+        load_thresholds,
+        logo_intervals,
+        logo_validation,
+        validate_runs,
+    )
+
     try:
         result = validate_runs(args.dataset)
         logo = logo_validation(args.dataset)
