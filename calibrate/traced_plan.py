@@ -36,8 +36,7 @@ def predicted_pair(cal: Any, layers: int = 4) -> Any:
     :func:`sim.predict.layers.simulate_pair`: a :class:`calibrate.compare.WindowBusy`."""
     from calibrate.compare import WindowBusy
     from sim.calibration import calibrated_inputs
-    from sim.predict.layers import simulate_pair
-    from sim.predict.timing import Context
+    from sim.predict import Context, simulate_pair
 
     model, cluster, plan, stack = traced_run()
     costs, stack = calibrated_inputs(cal, cluster.gpu, stack)

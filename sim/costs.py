@@ -105,6 +105,17 @@ class Curve:
         return Curve(tuple(float(s) for s in data["sizes"]), tuple(float(v) for v in data["values"]))
 
 
+def _comm_overrides(data: dict[str, Any]) -> dict[str, float]:
+    """A calibration file's ``comm`` overrides. A file of the former layout may carry ``nccl_sms`` (SMs its
+    FSDP and TP collectives held; 0 = none): every NCCL collective now holds ``CommCosts.nccl_channels``, so a
+    non-zero value becomes that override and the former default 0 leaves NCCL's own."""
+    comm = {k: float(v) for k, v in data.get("comm", {}).items()}
+    legacy = float(data.get("nccl_sms", 0))
+    if legacy > 0:
+        comm.setdefault("nccl_channels", legacy)
+    return comm
+
+
 @dataclass(frozen=True)
 class CostModel:
     """Peak-rate-times-efficiency costs of compute ops on one GPU type.
@@ -125,8 +136,6 @@ class CostModel:
     #: Measured scale-rearrange time per element of the tensor whose scales are rearranged (s/elem),
     #: by kind: "act" (M x K activations), "weight" (G x N x K weights), "wgrad" (dim1 layout, per elem).
     rearrange_s_per_elem: dict[str, float]
-    #: NCCL collectives occupy SMs too; 0 leaves concurrent compute at full speed.
-    nccl_sms: int = 0
     #: Overrides of the network model's CommCosts fields (name -> value); empty: its defaults.
     comm: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
@@ -152,7 +161,6 @@ class CostModel:
             "mem_bw_eff": self.mem_bw_eff,
             "quantize_bw_eff": self.quantize_bw_eff,
             "rearrange_s_per_elem": dict(self.rearrange_s_per_elem),
-            "nccl_sms": self.nccl_sms,
             "comm": dict(self.comm),
             "sources": dict(self.sources),
         }
@@ -183,13 +191,12 @@ class CostModel:
                 mem_bw_eff=float(data["mem_bw_eff"]),
                 quantize_bw_eff=float(data["quantize_bw_eff"]),
                 rearrange_s_per_elem={k: float(v) for k, v in data["rearrange_s_per_elem"].items()},
-                nccl_sms=int(data.get("nccl_sms", 0)),
-                comm={k: float(v) for k, v in data.get("comm", {}).items()},
+                comm=_comm_overrides(data),
                 sources=dict(data.get("sources", {})),
                 version=int(version),
                 provenance=str(data.get("provenance", "")),
             )
-        except (KeyError, TypeError) as err:
+        except (KeyError, TypeError, ValueError) as err:  # the file's fields, parsed above: not our bugs
             raise ConfigError(f"calibration: missing or malformed field: {err}") from None
         for table in ("gemm_eff", "grouped_gemm_eff"):
             if not getattr(model, table):  # a dtype without its own curve falls back to another one

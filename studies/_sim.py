@@ -21,7 +21,7 @@ from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 from sim.stacks import StackProfile, load_stack, stack_names
 
 if TYPE_CHECKING:
-    from sim.predict.timing import Context
+    from sim.predict import Context
 
 __all__ = ["predict_run", "stack_profile", "STACK_NOTE", "interval_for", "INTERVAL_NOTE",
            "memory_fits", "layer_compute_seconds", "layer_sim_seconds",
@@ -132,7 +132,7 @@ def layer_sim_seconds(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan
     The pipeline level runs each plain forward or backward chunk for exactly the sum of its layers' times,
     so these give a pipeline lower bound far tighter than compute alone, at a fraction of a prediction;
     with ``memo`` (a search's) the predictions of the plans reuse these simulations."""
-    from sim.predict.layers import simulate_layer
+    from sim.predict import simulate_layer
 
     ctx = _context(model, cluster, plan, stack_name, costs, memo)
     kinds = {"embed", "head", "moe" if model.n_moe_layers else "dense"}
@@ -152,6 +152,6 @@ def step_bound_seconds(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
     """Seconds the predicted step of ``plan`` takes at least: its schedule run on simulated layers with each
     overlapped pair at its compute alone (:func:`sim.predict.pipeline.step_lower_bound_s`), a fraction of a
     prediction with ``memo`` holding the layers."""
-    from sim.predict.pipeline import step_lower_bound_s
+    from sim.predict import step_lower_bound_s
 
     return step_lower_bound_s(_context(model, cluster, plan, stack_name, costs, memo))

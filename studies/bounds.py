@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sim.accounting import exact_flops_per_token
-from sim.predict.memo import SimMemo
+from sim.predict import SimMemo
 from sim.schedule import dual_work
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 from sim.workload import chunk_layers

@@ -29,8 +29,14 @@ from sim.accounting import memory_per_gpu
 from sim.errors import ConfigError, MoesimError
 from sim.layout import Layout
 from sim.placement import distinct_ep_groups
-from sim.predict import Prediction, SimMemo, validate_plan
-from sim.predict.memo import PIPELINE_FIELDS, layer_sim_key, plan_items
+from sim.predict import (
+    PIPELINE_FIELDS,
+    Prediction,
+    SimMemo,
+    layer_sim_key,
+    plan_items,
+    validate_plan,
+)
 from sim.specs import (
     AC_MODES,
     EP_BACKENDS,

@@ -59,7 +59,9 @@ class CommCosts:
     # (arrival_cv below, per ~8 ms window between barriers), taken as the per-microbatch spread, i.e. jitter
     # correlated within a microbatch; for a calibration to override.
     straggler_cv: float = 0.0731
-    # SMs NCCL's channels hold during an all-to-all. ASSUMED: NCCL's usual 16 p2p channels, 1 SM each.
+    # SMs NCCL's channels hold during any NCCL collective (all-to-all, FSDP / ZeRO all-gather and reduce-scatter,
+    # TP all-gather and reduce-scatter): compute beside it runs on the rest. ASSUMED: NCCL's usual 16
+    # channels, 1 SM each.
     nccl_channels: int = 16
     # TorchTitan standard EP (s1): all_to_all_single of int64 per-expert counts. The blocking
     # device-to-host copy of the split sizes that follows is a host stall of the stack

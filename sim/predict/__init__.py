@@ -40,14 +40,19 @@ from sim.costs import CostModel
 from sim.errors import ConfigError, PlanError
 from sim.joint import apply_params, shipped_values
 from sim.predict.breakdown import bottleneck, breakdown, comm_report
-from sim.predict.layers import SimResult
-from sim.predict.memo import SimMemo
-from sim.predict.pipeline import assemble
+from sim.predict.layers import SimResult, simulate_layer, simulate_pair
+from sim.predict.memo import PIPELINE_FIELDS, SimMemo, layer_sim_key, plan_items
+from sim.predict.pipeline import assemble, step_lower_bound_s
 from sim.predict.timing import Context
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 from sim.stacks import StackProfile, load_stack
 
-__all__ = ["Prediction", "SimResult", "SimMemo", "LayerResult", "predict", "validate_plan", "simulation_context"]
+#: The public API studies/ and calibrate/ use (tests/test_import_hygiene.py: they import nothing below it):
+#: a prediction, its plan check and engine context, one layer or one F&B pair simulated in that context, the
+#: schedule's lower bound, and the memo a plan search shares with its bounds.
+__all__ = ["Prediction", "SimResult", "SimMemo", "LayerResult", "Context", "predict", "validate_plan",
+           "simulation_context", "simulate_layer", "simulate_pair", "step_lower_bound_s", "PIPELINE_FIELDS",
+           "layer_sim_key", "plan_items"]
 
 #: the former name of a simulated layer's result
 LayerResult = SimResult

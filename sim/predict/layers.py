@@ -275,7 +275,7 @@ def _fsdp_tasks(ctx: Context, eng: Engine, rank: Hashable, kind: str, phase: str
         name = ops.FSDP_ALL_GATHER if what == "ag" else ops.FSDP_REDUCE_SCATTER
         flow = ctx.fsdp_flow(kind, what)
         t = ctx.fsdp_time(kind, what)
-        eng.add(rank, Task(name, "fsdp_" + what, 0.0 if flow else t, sms=ctx.costs.nccl_sms, phase=phase,
+        eng.add(rank, Task(name, "fsdp_" + what, 0.0 if flow else t, sms=ctx.ccosts.nccl_channels, phase=phase,
                            link=NIC if flow else None, nbytes=flow.nbytes if flow else 0.0,
                            max_rate=flow.max_rate if flow else float("inf")))
 

@@ -209,9 +209,9 @@ class Context:
             flow = Flow(nic, nic / t) if nic > 0 and t > 0 else None
             return OpTime(t, res.sms_used, flow)
         if op.coll == "tp.all_gather":
-            return OpTime(self.collective("ag", op.nbytes), self.costs.nccl_sms)
+            return OpTime(self.collective("ag", op.nbytes), self.ccosts.nccl_channels)
         if op.coll == "tp.reduce_scatter":
-            return OpTime(self.collective("rs", op.nbytes), self.costs.nccl_sms)
+            return OpTime(self.collective("rs", op.nbytes), self.ccosts.nccl_channels)
         raise AssertionError(op)
 
     # --- FSDP / ZeRO sizes ------------------------------------------------------------------------

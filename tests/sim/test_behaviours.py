@@ -157,13 +157,26 @@ def test_the_joint_grouped_curve_rises_with_rows(large: float, half_rows: float)
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_more_gpus_at_a_fixed_per_gpu_plan_leave_per_gpu_compute_unchanged(stack: str) -> None:
-    """8, 16 and 32 GPUs, each with two sequences and EP 4: each GPU computes the same seconds and FLOPs."""
-    preds = [predict(DEBUG, load_cluster("hgx-b200", n_gpus=n), _plan(n), stack=stack) for n in (8, 16, 32)]
+    """8, 16 and 32 GPUs, each with two sequences and EP 4: each GPU computes the same seconds and FLOPs. NCCL
+    holds no SMs here: with its channels on SMs, compute beside a longer collective (more ranks) is slowed
+    for longer, which test_nccl_channels_slow_the_compute_beside_a_collective checks."""
+    costs = dataclasses.replace(default_costs(load_gpu("b200")), comm={"nccl_channels": 0})
+    preds = [predict(DEBUG, load_cluster("hgx-b200", n_gpus=n), _plan(n), costs, stack=stack) for n in (8, 16, 32)]
     compute = [_compute_s(p) for p in preds]
     flops_per_gpu = [p.tflops_per_gpu * p.step_time_s for p in preds]
     assert compute[0] > 0
     assert compute == pytest.approx([compute[0]] * 3, rel=1e-12)
     assert flops_per_gpu == pytest.approx([flops_per_gpu[0]] * 3, rel=1e-9)
+
+
+def test_nccl_channels_slow_the_compute_beside_a_collective() -> None:
+    """Every NCCL collective (here the FSDP prefetch beside the forward) holds CommCosts.nccl_channels SMs: more
+    of them leave compute fewer SMs, never faster; none leaves compute at its own speed."""
+    cluster, plan = load_cluster("hgx-b200", n_gpus=32), _plan(32)
+    compute = [_compute_s(predict(DEBUG, cluster, plan, dataclasses.replace(default_costs(load_gpu("b200")),
+                                                                           comm={"nccl_channels": sms})))
+               for sms in (0, 16, 64)]
+    assert compute[0] < compute[1] < compute[2]
 
 
 # --- every mechanism off equals the simpler model ---------------------------------------------------------------

@@ -16,7 +16,7 @@ def _changed() -> CostModel:
     base = default_costs(load_gpu("h100"))
     return dataclasses.replace(
         base, gpu="h100-test", attn_fwd_eff=0.31, attn_bwd_eff=0.27, mem_bw_eff=0.66, quantize_bw_eff=0.44,
-        nccl_sms=24, rearrange_s_per_elem={"bf16": 1.5e-12}, comm={"ib_fraction": 0.8},
+        rearrange_s_per_elem={"bf16": 1.5e-12}, comm={"ib_fraction": 0.8},
         sources={"attn_fwd_eff": "a test"}, provenance="tests/sim/test_costs_file.py",
         gemm_eff={"bf16": Curve((1e9, 1e12), (0.2, 0.7))}, grouped_gemm_eff={"bf16": Curve((128.0,), (0.5,))})
 
@@ -32,9 +32,9 @@ def test_every_field_round_trips() -> None:
 def test_file_keys_are_the_documented_ones() -> None:
     data = json.loads(_changed().to_json())
     assert set(data) == {"version", "provenance", "gpu", "gemm_eff", "grouped_gemm_eff", "attn_fwd_eff",
-                         "attn_bwd_eff", "mem_bw_eff", "quantize_bw_eff", "rearrange_s_per_elem", "nccl_sms",
+                         "attn_bwd_eff", "mem_bw_eff", "quantize_bw_eff", "rearrange_s_per_elem",
                          "comm", "sources"}
-    assert data["version"] == CALIBRATION_VERSION and data["nccl_sms"] == 24
+    assert data["version"] == CALIBRATION_VERSION
     assert data["gemm_eff"]["bf16"] == {"sizes": [1e9, 1e12], "values": [0.2, 0.7]}
 
 
@@ -51,10 +51,20 @@ def test_missing_field_and_legacy_stack_are_named() -> None:
 
 def test_optional_fields_default_when_absent() -> None:
     data = json.loads(_changed().to_json())
-    for key in ("comm", "sources", "nccl_sms", "provenance"):
+    for key in ("comm", "sources", "provenance"):
         del data[key]
     costs = CostModel.from_dict(data)
-    assert (costs.comm, costs.sources, costs.nccl_sms, costs.provenance) == ({}, {}, 0, "")
+    assert (costs.comm, costs.sources, costs.provenance) == ({}, {}, "")
+
+
+def test_a_former_nccl_sms_key_becomes_the_one_nccl_sm_knob() -> None:
+    """One knob for the SMs NCCL holds (CommCosts.nccl_channels, issue 27 item 5): a file of the former layout
+    with a non-zero nccl_sms sets it; its former default 0 leaves NCCL's own; a comm override wins."""
+    data = json.loads(_changed().to_json())
+    assert CostModel.from_dict({**data, "nccl_sms": 24}).comm == {"ib_fraction": 0.8, "nccl_channels": 24.0}
+    assert CostModel.from_dict({**data, "nccl_sms": 0}).comm == {"ib_fraction": 0.8}
+    both = {**data, "nccl_sms": 24, "comm": {"nccl_channels": 8}}
+    assert CostModel.from_dict(both).comm == {"nccl_channels": 8.0}
 
 
 def test_bad_rates_name_the_field() -> None:
