@@ -216,6 +216,9 @@ def check_workers(flag: str, workers: int) -> int:
 
 def check_finite(owner: str, field: str, value: float) -> None:
     """A :class:`ConfigError` unless ``value`` is a finite number."""
+    kind = type(value)
+    if kind is int or (kind is float and math.isfinite(value)):  # the common case, without the ABC checks below
+        return
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ConfigError(f"{owner}: {field} must be a number, got {value!r}")
     if not isinstance(value, numbers.Integral) and not math.isfinite(value):  # an int is finite (and may exceed float)
@@ -232,7 +235,7 @@ def check_fields(owner: str, values: Mapping[str, Any], bounds: Mapping[str, Bou
             continue
         value = values[field]
         integer = isinstance(low, int) and isinstance(high, int)
-        if integer and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+        if integer and type(value) is not int and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
             raise ConfigError(f"{owner}: {field} must be an integer, got {value!r}")
         check_finite(owner, field, value)
         if value < low:
