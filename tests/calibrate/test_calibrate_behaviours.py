@@ -15,6 +15,7 @@ import pytest
 from sim import ops
 from sim.errors import ConfigError
 from sim.specs import GPUSpec
+from tests.job_trace import job_events
 
 DISPATCH = "void dpsk::ep::internode::dispatch<false, 8, false, 8>(int4*)"
 COMBINE = "void dpsk::ep::internode::combine<false, 8>(int4*)"
@@ -29,19 +30,8 @@ GPU = GPUSpec("synthetic", bf16_flops=1e15, fp8_flops=2e15, hbm_bytes=80e9, hbm_
 
 def _job(*kernels: tuple[str, str, float, float, Any, int]) -> list[dict[str, Any]]:
     """Profiler events of ``kernels`` (phase annotation, kernel name, start us, duration us, grid or None,
-    stream): each kernel inside its own phase annotation, linked to its launch by a unique correlation id."""
-    events: list[dict[str, Any]] = []
-    for corr, (phase, name, ts, dur, grid, stream) in enumerate(kernels, start=1):
-        events.append({"ph": "X", "cat": "user_annotation", "name": phase, "pid": 0, "tid": 0,
-                       "ts": ts - 10.0, "dur": dur + 20.0})
-        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 0, "tid": 0,
-                       "ts": ts - 5.0, "dur": 1.0, "args": {"correlation": corr}})
-        args: dict[str, Any] = {"correlation": corr, "stream": stream}
-        if grid is not None:
-            args["grid"] = grid
-        events.append({"ph": "X", "cat": "kernel", "pid": 0, "tid": stream, "ts": ts, "dur": dur, "name": name,
-                       "args": args})
-    return events
+    stream): tests/job_trace.py's events with each kernel on its own stream."""
+    return job_events(*kernels)
 
 
 def _calibration(**tables: Any) -> Any:
