@@ -25,8 +25,6 @@ from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 __all__ = ["MeasuredRun", "load_runs", "resolve_run"]
 
-#: The dataset shipped with the project, read as a file (sim imports nothing from studies).
-
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
     "id": str, "model": str, "gpu": str, "gpus": int, "cluster": str, "stack": str, "release": str,
     "measured_tokens_per_s_per_gpu": (int, float), "source": str,

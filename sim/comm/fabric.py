@@ -34,7 +34,7 @@ __all__ = [
 
 def check_ranks(cluster: ClusterSpec, ranks: Sequence[int], what: str) -> tuple[int, ...]:
     """``ranks`` as a tuple of ints, checked: non-empty, distinct, inside the cluster (``what`` names the caller)."""
-    rk = ranks if type(ranks) is tuple and all(type(r) is int for r in ranks) else tuple(map(int, ranks))
+    rk = tuple(map(int, ranks))
     if not rk:
         raise ConfigError(f"{what}: ranks must not be empty")
     if len(set(rk)) != len(rk):
