@@ -263,6 +263,8 @@ class StackProfile:
 
         >>> load_stack("deepseek").defaults_for({"pp": 16, "ep": 64})
         {'pp_schedule': 'dualpipe', 'ep_backend': 'deepep'}
+        >>> load_stack("deepseek").defaults_for({"ep": 64})  # no pipeline: no schedule to choose
+        {'ep_backend': 'deepep'}
         >>> load_stack("torchtitan").defaults_for({"ep": 8})
         {}
         """

@@ -150,3 +150,10 @@ def test_predict_with_a_bad_interval_file_exits_2_and_never_imports_the_dataset(
     rc, out, err = _cli("predict", "--model", "debug", "--gpus", "8", "--ep", "4", "--seq-len", "512",
                         "--intervals", str(tmp_path / "nope.json"))
     assert rc == 2 and out == "" and err.count("\n") == 1 and "nope.json" in err and "Traceback" not in err
+
+
+def test_the_shipped_file_is_exactly_what_the_writer_writes_for_its_own_contents() -> None:
+    """Reading the file and writing it back changes no byte: the file is the writer's, not hand-edited, and
+    the reader keeps every field the writer wrote."""
+    text = interval_data.INTERVALS_FILE.read_text(encoding="utf-8")
+    assert interval_data.to_json(interval_data.load(interval_data.INTERVALS_FILE)) == text
