@@ -161,6 +161,40 @@ def layer_outputs() -> Iterator[tuple[str, dict[str, Any]]]:
         yield name, dataclasses.asdict(predict_moe_layer(cell))
 
 
+#: prediction cases whose per-rank op lists are pinned op by op (every workload-shaping field varies among them)
+WORKLOAD_CASES = ("base-b200-fsdp", "ep1-no-ac", "selective-ac-modules", "deepep-mxfp8", "deepep-ll-grouped",
+                  "hybridep-nvl72", "fp8-current-h100", "dualpipe", "tp2-etp2", "tp2-cp2", "microbatch2-seq1024",
+                  "mtp", "gqa-qwen3", "mixtral-fp32-grads")
+
+
+def _op_row(op: Any) -> dict[str, Any]:
+    """An op's fields that differ from :class:`~sim.workload.OpSpec`'s defaults (the name and kind always)."""
+    from sim.workload import OpSpec
+
+    default = {f.name: f.default for f in dataclasses.fields(OpSpec)}
+    return {k: v for k, v in dataclasses.asdict(op).items() if k in ("name", "kind") or v != default[k]}
+
+
+def workload_outputs() -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each :data:`WORKLOAD_CASES` case's op lists: every layer kind's forward, backward and recompute ops, and
+    the once-per-step ops (:class:`sim.workload.Workload`)."""
+    from sim.catalog import load_model
+    from sim.stacks import load_stack
+    from sim.workload import Workload
+
+    cases = {c[0]: c for c in PREDICTION_CASES}
+    for name in WORKLOAD_CASES:
+        _, model_name, _template, gpus, stack, fields = cases[name]
+        model = load_model(model_name)
+        wl = Workload(model, _plan(fields, gpus), load_stack(stack))
+        kinds = ["embed", "dense" if model.n_dense_layers else None, "moe" if model.n_moe_layers else None,
+                 *wl.last_chunk_tail()]
+        out = {f"{kind}.{phase}": [_op_row(op) for op in wl.layer_ops(kind, phase)]
+               for kind in dict.fromkeys(k for k in kinds if k) for phase in ("fwd", "bwd", "recompute")}
+        out["step"] = [_op_row(op) for op in wl.step_ops()]
+        yield f"workload:{name}", out
+
+
 def bound_outputs() -> Iterator[tuple[str, dict[str, Any]]]:
     """The schedule's lower bound of each pipelined prediction case (what a plan search prunes with)."""
     from sim.calibration import default_inputs
@@ -191,7 +225,14 @@ def input_outputs() -> Iterator[tuple[str, dict[str, Any]]]:
     """What the built-in inputs parse to: every catalog model, GPU and cluster template, every stack profile,
     every bundled calibration's cost model and one prediction with it."""
     from sim.calibration import calibrated_inputs, load_calibration, to_cost_model
-    from sim.catalog import cluster_names, gpu_names, load_cluster, load_gpu, load_model, model_names
+    from sim.catalog import (
+        cluster_names,
+        gpu_names,
+        load_cluster,
+        load_gpu,
+        load_model,
+        model_names,
+    )
     from sim.predict import predict
     from sim.stacks import load_stack, stack_names
 
@@ -235,7 +276,7 @@ def synthetic_calibration_outputs() -> Iterator[tuple[str, dict[str, Any]]]:
 def trace_calibration_outputs(trace: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """DeepSeek's real H800 trace: the fitted document, and the comparison of the trace with its replay, in
     sample and with layer 1 held out."""
-    from calibrate.compare import compare_reading
+    from calibrate.compare import compare_reading, summary_lines
     from calibrate.document import fit_document
     from calibrate.rules import read_job_trace
     from calibrate.traces import load_document
@@ -244,7 +285,8 @@ def trace_calibration_outputs(trace: Path) -> Iterator[tuple[str, dict[str, Any]
     doc = fit_document([trace], name="golden")
     yield "calibrate:deepseek-trace", _fitted(doc)
     reading = read_job_trace(load_document(trace)[0])
-    yield "compare:deepseek-trace", compare_reading(reading, parse_calibration(json.dumps(doc), "golden")).to_dict()
+    comp = compare_reading(reading, parse_calibration(json.dumps(doc), "golden"))
+    yield "compare:deepseek-trace", {**comp.to_dict(), "summary": summary_lines(comp)}
     held = fit_document([trace], name="golden", exclude_layer=1)
     yield "compare:deepseek-trace-layer1-held-out", compare_reading(
         reading, parse_calibration(json.dumps(held), "golden"), layer=1).to_dict()
@@ -258,7 +300,7 @@ def _json(data: dict[str, Any]) -> dict[str, Any]:
 def sim_outputs() -> dict[str, Any]:
     """Every simulator case's output (predictions, layers, bounds), as JSON-ready data."""
     out: dict[str, Any] = {}
-    for gen in (prediction_outputs, layer_outputs, bound_outputs, input_outputs):
+    for gen in (prediction_outputs, layer_outputs, bound_outputs, input_outputs, workload_outputs):
         out.update(gen())
     return _json(out)
 

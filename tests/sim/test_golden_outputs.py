@@ -42,6 +42,13 @@ def test_the_built_in_inputs_parse_to_the_stored_values(case: str, stored: dict[
     assert not diffs, "inputs moved (if meant: `python tests/golden_outputs.py --write`):\n" + "\n".join(diffs[:20])
 
 
+@pytest.mark.parametrize("case", golden.WORKLOAD_CASES)
+def test_the_cases_op_lists_are_the_stored_ones(case: str, stored: dict[str, Any], today: dict[str, Any]) -> None:
+    name = f"workload:{case}"
+    diffs = list(golden.differences(stored[name], today[name], name))
+    assert not diffs, "op lists moved (if meant: `python tests/golden_outputs.py --write`):\n" + "\n".join(diffs[:20])
+
+
 def test_every_bound_is_stored_and_below_its_prediction(stored: dict[str, Any], today: dict[str, Any]) -> None:
     bounds = {k: v for k, v in today.items() if k.startswith("bound:")}
     assert len(bounds) >= 6
