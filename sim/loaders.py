@@ -150,9 +150,11 @@ def _coerce(owner: str, field: str, value: Any, annotation: Any, bound: Bound | 
     return value
 
 
-def build_spec(cls: type[SpecT], data: Mapping[str, Any], owner: str, *, fixed: Mapping[str, Any] | None = None) -> SpecT:
+def build_spec(cls: type[SpecT], data: Mapping[str, Any], owner: str, *, fixed: Mapping[str, Any] | None = None,
+               file_keys: Mapping[str, str] | None = None) -> SpecT:
     """Build dataclass ``cls`` from ``data``: unknown keys, missing required keys, wrong types and values
-    outside :mod:`sim.limits` fail, each naming ``owner``, the field and the value."""
+    outside :mod:`sim.limits` fail, each naming ``owner``, the field and the value. ``file_keys``: the key a
+    file writes a field under, where it differs (a human-unit key, :func:`_rename_units`)."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{owner}: expected a table, got {data!r}")
     fixed = dict(fixed or {})
@@ -170,7 +172,7 @@ def build_spec(cls: type[SpecT], data: Mapping[str, Any], owner: str, *, fixed: 
         if name in data:
             kwargs[name] = _coerce(owner, name, data[name], hints[name], bounds.get(name))
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            raise ConfigError(f"{owner}: missing required key {name!r}")
+            raise ConfigError(f"{owner}: missing required key {(file_keys or {}).get(name, name)!r}")
     try:
         return cls(**kwargs)
     except ConfigError as err:
@@ -179,8 +181,11 @@ def build_spec(cls: type[SpecT], data: Mapping[str, Any], owner: str, *, fixed: 
         raise ConfigError(text if text.startswith(owner) else f"{owner}: {text}") from None
 
 
-def _rename_units(owner: str, data: Mapping[str, Any], units: Mapping[str, tuple[str, float]]) -> dict[str, Any]:
-    """Map human-unit keys (``bf16_tflops``) to SI fields (``bf16_flops``), scaling each value once."""
+def _rename_units(owner: str, data: Mapping[str, Any], units: Mapping[str, tuple[str, float]],
+                  bounds: Mapping[str, Bound]) -> dict[str, Any]:
+    """Map human-unit keys (``bf16_tflops``) to SI fields (``bf16_flops``), scaling each value once. A value
+    outside its field's ``bounds`` is refused in the file's own key and units (``bf16_tflops must be at
+    least 0.001, got -1``), never in the SI field's."""
     out: dict[str, Any] = {}
     for key, value in data.items():
         if key in units:
@@ -191,6 +196,9 @@ def _rename_units(owner: str, data: Mapping[str, Any], units: Mapping[str, tuple
                 number = math.inf
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(number):
                 raise ConfigError(f"{owner}: {key} must be a finite number, got {value!r}")
+            if field in bounds:
+                low, high = bounds[field]
+                check_fields(owner, {key: value}, {key: (low / scale, high / scale)})
             out[field] = number * scale
         elif key in {field for field, _ in units.values()}:
             raise ConfigError(f"{owner}: unknown key {key!r}; write it in human units as one of "
@@ -198,6 +206,11 @@ def _rename_units(owner: str, data: Mapping[str, Any], units: Mapping[str, tuple
         else:
             out[key] = value
     return out
+
+
+def _file_keys(units: Mapping[str, tuple[str, float]]) -> dict[str, str]:
+    """SI field -> the human-unit key a file writes it under."""
+    return {field: key for key, (field, _scale) in units.items()}
 
 
 def model_from_mapping(data: Mapping[str, Any], name: str) -> ModelSpec:
@@ -220,7 +233,8 @@ def gpu_from_mapping(data: Mapping[str, Any], name: str) -> GPUSpec:
     owner = f"gpu {name!r}"
     if not isinstance(data, Mapping):
         raise ConfigError(f"{owner}: expected a table, got {data!r}")
-    return build_spec(GPUSpec, _rename_units(owner, data, _GPU_UNITS), owner, fixed={"name": name})
+    return build_spec(GPUSpec, _rename_units(owner, data, _GPU_UNITS, GPU_BOUNDS), owner, fixed={"name": name},
+                      file_keys=_file_keys(_GPU_UNITS))
 
 
 _FABRIC_UNITS = {"hop_latency_us": ("hop_latency_s", 1e-6), "nic_latency_us": ("nic_latency_s", 1e-6)}
@@ -241,10 +255,10 @@ def cluster_from_mapping(data: Mapping[str, Any], name: str, gpu: GPUSpec) -> Cl
     fabric_data = data.pop("fabric", {})
     if not isinstance(fabric_data, Mapping):
         raise ConfigError(f"{owner}: fabric must be a table, got {fabric_data!r}")
-    fabric = build_spec(FabricSpec, _rename_units(f"{owner} fabric", fabric_data, _FABRIC_UNITS),
-                        f"{owner} fabric")
-    return build_spec(ClusterSpec, _rename_units(owner, data, _CLUSTER_UNITS), owner,
-                      fixed={"name": name, "gpu": gpu, "fabric": fabric})
+    fabric = build_spec(FabricSpec, _rename_units(f"{owner} fabric", fabric_data, _FABRIC_UNITS, FABRIC_BOUNDS),
+                        f"{owner} fabric", file_keys=_file_keys(_FABRIC_UNITS))
+    return build_spec(ClusterSpec, _rename_units(owner, data, _CLUSTER_UNITS, CLUSTER_BOUNDS), owner,
+                      fixed={"name": name, "gpu": gpu, "fabric": fabric}, file_keys=_file_keys(_CLUSTER_UNITS))
 
 
 def plan_from_mapping(data: Mapping[str, Any], owner: str = "plan") -> ParallelPlan:

@@ -411,8 +411,11 @@ def _from_data(where: str, data: dict[str, Any], *, builtin: bool, depth: int = 
     values = {k: _check_value(where, k, v) for k, v in head.items()}
     efficiency = _efficiency(where, data.get("efficiency", {}))
     sources = data.get("sources", {})
-    if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
-        raise ConfigError(f"{where}: [sources] must map field names to strings")
+    if not isinstance(sources, dict):
+        raise ConfigError(f"{where}: [sources] must be a table of field names to strings, got {sources!r}")
+    for key, text in sources.items():
+        if not isinstance(text, str):
+            raise ConfigError(f"{where}: [sources] {key} must be a string (where the value comes from), got {text!r}")
     if base_name is not None:
         if not isinstance(base_name, str) or depth > 4:
             raise ConfigError(f"{where}: base must be the name of a built-in stack, got {base_name!r}")

@@ -250,6 +250,101 @@ def input_outputs() -> Iterator[tuple[str, dict[str, Any]]]:
                                       "prediction": pred.to_dict()}
 
 
+#: what a corrupted field becomes, by label: each kind of wrong value a hand-edited file holds
+BAD_VALUES: dict[str, Any] = {"text": "x", "negative": -1, "zero": 0, "huge": 1e300, "nan": math.nan,
+                              "bool": True, "list": [], "table": {}}
+
+
+def corruptions(data: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """Every one-field corruption of the nested table ``data``: per key, the key removed and each of
+    :data:`BAD_VALUES`; inside a list, its first item's corruptions only. Yields (label, corrupted copy)."""
+    import copy
+
+    if isinstance(data, dict):
+        for key in data:
+            gone = copy.deepcopy(data)
+            del gone[key]
+            yield f"{path}/{key}: removed", gone
+            for label, bad in BAD_VALUES.items():
+                yield f"{path}/{key}: {label}", {**copy.deepcopy(data), key: bad}
+            for label, inner in corruptions(data[key], f"{path}/{key}"):
+                yield label, {**copy.deepcopy(data), key: inner}
+    elif isinstance(data, list) and data:
+        for label, inner in corruptions(data[0], f"{path}[0]"):
+            yield label, [inner, *copy.deepcopy(data[1:])]
+
+
+def _outcome(parse: Any, data: Any) -> str:
+    """"ok" when ``parse`` accepts ``data``, else the user error's type and whole message. Anything but a
+    :class:`~sim.errors.MoesimError` propagates (a bad file is never an internal error)."""
+    from sim.errors import MoesimError
+
+    try:
+        parse(data)
+    except MoesimError as err:
+        return f"{type(err).__name__}: {err}"
+    return "ok"
+
+
+def _toml(path: Path) -> dict[str, Any]:
+    import tomllib
+
+    data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def _first_entries(doc: dict[str, Any], keys: tuple[str, ...], n: int = 3) -> dict[str, Any]:
+    """``doc`` with only the first ``n`` entries of its tables ``keys`` (hundreds of entries of one shape)."""
+    return {k: dict(list(v.items())[:n]) if k in keys else v for k, v in doc.items()}
+
+
+def error_surfaces() -> dict[str, tuple[Any, Any]]:
+    """Per input surface: (a valid table, the parser a file's table goes through)."""
+    from sim.calibration import bundled_path, parse_calibration
+    from sim.catalog import load_gpu
+    from sim.loaders import (
+        cluster_from_mapping,
+        gpu_from_mapping,
+        model_from_mapping,
+        plan_from_mapping,
+    )
+    from sim.scenarios import scenario_from_mapping
+    from sim.stacks import _from_data
+
+    sim_dir = ROOT / "sim"
+    models, gpus = _toml(sim_dir / "catalog" / "models.toml"), _toml(sim_dir / "catalog" / "gpus.toml")
+    clusters = _toml(sim_dir / "catalog" / "clusters.toml")
+    b200 = load_gpu("b200")
+    return {
+        "calibration:b200-published": (json.loads(bundled_path("b200-published").read_text(encoding="utf-8")),
+                                       lambda d: parse_calibration(json.dumps(d), "golden")),
+        "calibration:h800-deepseek-trace": (_first_entries(
+            json.loads(bundled_path("h800-deepseek-trace").read_text(encoding="utf-8")), ("residuals", "op_seconds")),
+            lambda d: parse_calibration(json.dumps(d), "golden")),
+        "stack:torchtitan": (_toml(sim_dir / "stack_profiles" / "torchtitan.toml"),
+                             lambda d: _from_data("golden", d, builtin=False)),
+        "stack:deepseek": (_toml(sim_dir / "stack_profiles" / "deepseek.toml"),
+                           lambda d: _from_data("golden", d, builtin=True)),
+        "model:deepseek-v3-671b": (models["deepseek-v3-671b"], lambda d: model_from_mapping(d, "golden")),
+        "model:qwen3-30b-a3b": (models["qwen3-30b-a3b"], lambda d: model_from_mapping(d, "golden")),
+        "gpu:b200": (gpus["b200"], lambda d: gpu_from_mapping(d, "golden")),
+        "cluster:gb200-nvl72": (clusters["gb200-nvl72"], lambda d: cluster_from_mapping(d, "golden", b200)),
+        "plan": ({"tp": 2, "pp": 2, "pp_schedule": "interleaved-1f1b", "vpp": 2, "ep": 32, "dp_shard": 64,
+                  "seq_len": 8192, "global_batch": 4096, "ac": "selective", "recompute_modules": "moe_act",
+                  "precision": "mxfp8", "ep_backend": "deepep", "routing": "zipf:1.1", "mtp_layers": 1},
+                 plan_from_mapping),
+        "scenario:dsv3-671b-b200": (_toml(sim_dir / "scenarios" / "dsv3-671b-b200.toml"),
+                                    lambda d: scenario_from_mapping(d, "golden")),
+    }
+
+
+def error_outputs() -> Iterator[tuple[str, dict[str, Any]]]:
+    """Per input surface, what each one-field corruption of a valid table gives: accepted, or the message."""
+    for surface, (valid, parse) in error_surfaces().items():
+        assert _outcome(parse, valid) == "ok", surface
+        yield f"errors:{surface}", {label: _outcome(parse, bad) for label, bad in corruptions(valid)}
+
+
 def _fitted(doc: dict[str, Any]) -> dict[str, Any]:
     """A calibration document without what names the machine and the moment it was written."""
     return {k: v for k, v in doc.items() if k != "provenance"}
@@ -300,7 +395,7 @@ def _json(data: dict[str, Any]) -> dict[str, Any]:
 def sim_outputs() -> dict[str, Any]:
     """Every simulator case's output (predictions, layers, bounds), as JSON-ready data."""
     out: dict[str, Any] = {}
-    for gen in (prediction_outputs, layer_outputs, bound_outputs, input_outputs, workload_outputs):
+    for gen in (prediction_outputs, layer_outputs, bound_outputs, input_outputs, workload_outputs, error_outputs):
         out.update(gen())
     return _json(out)
 

@@ -139,7 +139,7 @@ def test_bad_scenarios(tmp_path: Path, kwargs: dict[str, str], needles: tuple[st
     ("nvlink_latency_us = inf", ("nvlink_latency_us", "inf")),
     ("nics_per_gpu = 1000000", ("nics_per_gpu", "1000000")),
     ("nic_gbps = nan", ("nic_gbps", "nan")),
-    ("nic_gbps = 0", ("nic_bw_bytes_per_s", "0")),
+    ("nic_gbps = 0", ("nic_gbps must be at least", "got 0")),
     ('gpus_per_node = "8"', ("gpus_per_node", "'8'")),
 ])
 def test_bad_cluster_files(tmp_path: Path, line: str, needles: tuple[str, ...],

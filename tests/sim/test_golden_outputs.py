@@ -49,6 +49,27 @@ def test_the_cases_op_lists_are_the_stored_ones(case: str, stored: dict[str, Any
     assert not diffs, "op lists moved (if meant: `python tests/golden_outputs.py --write`):\n" + "\n".join(diffs[:20])
 
 
+@pytest.mark.parametrize("surface", list(golden.error_surfaces()))
+def test_every_one_field_corruption_of_an_input_gives_the_stored_answer(surface: str, stored: dict[str, Any],
+                                                                         today: dict[str, Any]) -> None:
+    """A wrong, missing or out-of-range field is accepted or refused exactly as stored, with the stored message;
+    none raises anything but a user error (``golden._outcome`` lets any other exception through)."""
+    name = f"errors:{surface}"
+    diffs = list(golden.differences(stored[name], today[name], name))
+    assert not diffs, "answers moved (if meant: `python tests/golden_outputs.py --write`):\n" + "\n".join(diffs[:20])
+
+
+def test_a_refusal_names_its_owner_and_a_numeric_field_in_the_files_own_units(today: dict[str, Any]) -> None:
+    for surface in golden.error_surfaces():
+        refused = {label: msg for label, msg in today[f"errors:{surface}"].items() if msg != "ok"}
+        assert refused, surface
+        owner = "plan" if surface == "plan" else "golden"
+        assert all(owner in msg for msg in refused.values()), surface
+    gpu = today["errors:gpu:b200"]
+    assert gpu["/bf16_tflops: negative"] == "ConfigError: gpu 'golden': bf16_tflops must be at least 0.001, got -1"
+    assert "bf16_flops" not in " ".join(gpu.values())  # the SI field is never shown for a human-unit key
+
+
 def test_every_bound_is_stored_and_below_its_prediction(stored: dict[str, Any], today: dict[str, Any]) -> None:
     bounds = {k: v for k, v in today.items() if k.startswith("bound:")}
     assert len(bounds) >= 6
