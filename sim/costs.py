@@ -36,6 +36,7 @@ __all__ = [
     "log_interpolate",
     "CostModel",
     "default_costs",
+    "torchao_mxfp8_curves",
     "CALIBRATION_VERSION",
     "KernelRates",
 ]
@@ -378,19 +379,36 @@ def _mxfp8_pass_overhead(m: float, costs_q: float, hbm_bw: float) -> float:
 _MXFP8_WGRAD_SLOWDOWN = 2103.3 / 1671.2
 
 
-def _derive_mxfp8_curve(bf16_peak: float, fp8_peak: float, hbm_bw: float) -> Curve:
+def _derive_mxfp8_curve(bf16_peak: float, fp8_peak: float, hbm_bw: float, bf16_curve: Curve = _GROUPED_BF16) -> Curve:
     """MXFP8 grouped-GEMM forward/dgrad kernel efficiency vs M such that (quantize + rearrange + forward +
     dgrad + wgrad, the wgrad :data:`_MXFP8_WGRAD_SLOWDOWN` times slower) reproduces the published fwd+bwd
-    speedup over BF16 at each M (DeepSeek-V3 expert shapes, B200), and below the published range the
-    smallest published speedup over the BF16 curve's (assumed) roll-off (:data:`_MXFP8_SPEEDUP_BELOW`)."""
+    speedup over the BF16 grouped GEMM of ``bf16_curve`` at each M (DeepSeek-V3 expert shapes, B200), and
+    below the published range the smallest published speedup at each of ``bf16_curve``'s points there
+    (:data:`_MXFP8_SPEEDUP_BELOW` for the default curve)."""
+    below = tuple((m, _MXFP8_SPEEDUP[0][1]) for m in bf16_curve.sizes if m < _MXFP8_SPEEDUP[0][0])
     sizes, values = [], []
-    for m, speedup in (*_MXFP8_SPEEDUP_BELOW, *_MXFP8_SPEEDUP):
+    for m, speedup in (*below, *_MXFP8_SPEEDUP):
         flops = 2 * m * _REF_N * _REF_K  # one GEMM; fwd+bwd runs it three times
-        bf16 = 3 * flops / (bf16_peak * _GROUPED_BF16(m))
+        bf16 = 3 * flops / (bf16_peak * bf16_curve(m))
         gemms = bf16 / speedup - _mxfp8_pass_overhead(m, _QUANT_BW_EFF, hbm_bw)
         sizes.append(m)
         values.append(min(1.0, (2 + _MXFP8_WGRAD_SLOWDOWN) * flops / (fp8_peak * gemms)))
     return Curve(tuple(sizes), tuple(values))
+
+
+def torchao_mxfp8_curves(bf16_curve: Curve) -> tuple[Curve, Curve]:
+    """TorchAO's MXFP8 grouped GEMM (forward/dgrad, wgrad) over the BF16 grouped GEMM ``bf16_curve`` (rows per
+    expert x 8, as every grouped curve): what the published data measures is MXFP8's fwd+bwd speedup over BF16
+    at each shape (1.39x at 16,384 rows per expert down to 0.99x at 2,048, quantize and rearrange included;
+    published.md s4), so the MXFP8 curves follow whatever BF16 curve a prediction uses (the joint calibration's
+    roll-off, :func:`sim.joint.apply_params`). B200 numbers, reused as fractions of peak on other SM100 parts.
+
+    >>> fwd, wgrad = torchao_mxfp8_curves(_GROUPED_BF16)
+    >>> fwd == _derive_mxfp8_curve(_B200_BF16, _B200_FP8, _B200_HBM) and round(fwd(131072) / wgrad(131072), 4)
+    1.2586
+    """
+    fwd = _derive_mxfp8_curve(_B200_BF16, _B200_FP8, _B200_HBM, bf16_curve)
+    return fwd, fwd.scaled(1 / _MXFP8_WGRAD_SLOWDOWN)
 
 
 _B200_BF16, _B200_FP8, _B200_HBM = 2250e12, 4500e12, 7.7e12
@@ -415,8 +433,7 @@ def default_costs(gpu: GPUSpec) -> CostModel:
     def dense(top: float) -> Curve:
         return Curve(_ROLLOFF_SIZES, tuple(top * s for s in _ROLLOFF_SHAPE))
 
-    mx_grouped = _derive_mxfp8_curve(_B200_BF16, _B200_FP8, _B200_HBM)
-    mx_wgrad = mx_grouped.scaled(1 / _MXFP8_WGRAD_SLOWDOWN)
+    mx_grouped, mx_wgrad = torchao_mxfp8_curves(_GROUPED_BF16)
     grouped_bf16 = _GROUPED_BF16.scaled(0.80 / 0.607) if hopper else _GROUPED_BF16
     sources = {
         "gemm_eff.bf16": "published.md s3: B200 cuBLAS BF16 1338-1389 TFLOPS of 2250 (H100 783-797 of 989); "

@@ -38,7 +38,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from sim.costs import GROUPED_REF_GROUPS, CostModel, Curve
+from sim.costs import GROUPED_REF_GROUPS, CostModel, Curve, torchao_mxfp8_curves
 from sim.errors import ConfigError
 from sim.specs import ClusterSpec, ParallelPlan
 from sim.stacks import StackProfile
@@ -218,10 +218,15 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
         costs = replace(costs, comm={**costs.comm, "straggler_cv": float(values["dp.straggler_cv"])})
     if costs.provenance.startswith("moesim defaults"):  # a trace-fitted calibration keeps its measured curves
         half = values["grouped.half_rows"]
-        large: dict[str, float] = GROUPED_LARGE_TE if stack.quantize_weights == "per_step" else {}
-        costs = replace(costs, grouped_gemm_eff={
-            k: grouped_curve(large.get(k, c(_REF_ROWS * _CURVE_GROUPS)), half)
-            for k, c in costs.grouped_gemm_eff.items()})
+        te = stack.quantize_weights == "per_step"
+        large: dict[str, float] = GROUPED_LARGE_TE if te else {}
+        base = costs.grouped_gemm_eff
+        curves = {k: grouped_curve(large.get(k, c(_REF_ROWS * _CURVE_GROUPS)), half) for k, c in base.items()}
+        if not te and {"bf16", "mxfp8", "mxfp8_wgrad"} <= set(base):
+            # TorchAO's MXFP8 kernels: their published speedup over BF16 at each shape, over the joint BF16 curve
+            # (the roll-off shared with BF16 would flatten it to the large-shape speedup)
+            curves["mxfp8"], curves["mxfp8_wgrad"] = torchao_mxfp8_curves(curves["bf16"])
+        costs = replace(costs, grouped_gemm_eff=curves)
     return cluster, costs, stack
 
 
