@@ -59,3 +59,39 @@ def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-
     if CI and report.skipped:
         report.outcome = "failed"
         report.longrepr = f"collection skipped under MOESIM_CI=1 (CI must not pass by skipping): {report.longrepr}"
+
+
+#: Packages whose memoised functions (functools caches) mutation testing must see run in every test.
+MUTATED_PACKAGES = ("sim", "calibrate")
+
+
+def clear_memoised(packages: tuple[str, ...] = MUTATED_PACKAGES) -> int:
+    """Empty every functools cache at module level in ``packages``; returns how many were emptied."""
+    emptied = 0
+    for name, module in list(sys.modules.items()):
+        if module is None or name.split(".")[0] not in packages:
+            continue
+        for obj in list(vars(module).values()):
+            clear = getattr(obj, "cache_clear", None)
+            if callable(clear) and hasattr(obj, "cache_info"):
+                clear()
+                emptied += 1
+    return emptied
+
+
+@pytest.fixture(autouse=True)
+def _memoised_code_runs_in_every_test_under_mutation_testing() -> None:
+    """Under mutmut (``MUTANT_UNDER_TEST`` set), each test starts with empty caches. mutmut learns which tests
+    reach a function by running the suite once and records a test only where the function actually ran: behind
+    a cache warmed by an earlier test (the DualPipe orders, the loaded catalogs and stacks) a later test reads
+    the result without running it, is never chosen for that function's mutants, and their survival says nothing
+    about the tests. Outside mutation testing the caches are left alone."""
+    clear_if_mutation_testing()
+
+
+def clear_if_mutation_testing() -> bool:
+    """:func:`clear_memoised` when mutmut runs the tests (``MUTANT_UNDER_TEST`` set); whether it did."""
+    if os.environ.get("MUTANT_UNDER_TEST"):
+        clear_memoised()
+        return True
+    return False
