@@ -26,6 +26,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Protocol
 
 from sim.errors import ConfigError
@@ -343,9 +344,9 @@ _GROUPED_BF16 = Curve((4096.0, 16384.0, 32768.0, 65536.0, 131072.0), (0.30, 0.42
 # Published fwd+bwd MXFP8/BF16 speedups vs M (published.md s4, read from the roofline chart).
 _MXFP8_SPEEDUP = ((16384.0, 0.99), (32768.0, 1.20), (65536.0, 1.25), (131072.0, 1.39))
 # Below the chart's smallest M the speedup is held at its smallest published value (it falls with M over the
-# whole chart), so the MXFP8 curve rolls off with the BF16 one there. Holding the MXFP8 *efficiency* flat
-# instead (the curve's own clamp) would make MXFP8 gain on BF16 as M shrinks, against the published trend.
-_MXFP8_SPEEDUP_BELOW = tuple((m, _MXFP8_SPEEDUP[0][1]) for m in _GROUPED_BF16.sizes if m < _MXFP8_SPEEDUP[0][0])
+# whole chart), so the MXFP8 curve rolls off with the BF16 one there (:func:`_derive_mxfp8_curve`). Holding the
+# MXFP8 *efficiency* flat instead (the curve's own clamp) would make MXFP8 gain on BF16 as M shrinks, against
+# the published trend.
 # Measured scale-rearrange kernel times at the reference shape (131072 tokens, dim 7168, hidden 2048,
 # G=8): s4 per-kernel breakdown. Rates are per element of the tensor whose scales are rearranged.
 _REF_M, _REF_K, _REF_N, _REF_G = 131072, 7168, 2048, 8
@@ -383,8 +384,7 @@ def _derive_mxfp8_curve(bf16_peak: float, fp8_peak: float, hbm_bw: float, bf16_c
     """MXFP8 grouped-GEMM forward/dgrad kernel efficiency vs M such that (quantize + rearrange + forward +
     dgrad + wgrad, the wgrad :data:`_MXFP8_WGRAD_SLOWDOWN` times slower) reproduces the published fwd+bwd
     speedup over the BF16 grouped GEMM of ``bf16_curve`` at each M (DeepSeek-V3 expert shapes, B200), and
-    below the published range the smallest published speedup at each of ``bf16_curve``'s points there
-    (:data:`_MXFP8_SPEEDUP_BELOW` for the default curve)."""
+    below the published range the smallest published speedup at each of ``bf16_curve``'s points there."""
     below = tuple((m, _MXFP8_SPEEDUP[0][1]) for m in bf16_curve.sizes if m < _MXFP8_SPEEDUP[0][0])
     sizes, values = [], []
     for m, speedup in (*below, *_MXFP8_SPEEDUP):
@@ -396,6 +396,7 @@ def _derive_mxfp8_curve(bf16_peak: float, fp8_peak: float, hbm_bw: float, bf16_c
     return Curve(tuple(sizes), tuple(values))
 
 
+@lru_cache(maxsize=64)  # one per joint roll-off: every prediction of a fit asks for the same curves
 def torchao_mxfp8_curves(bf16_curve: Curve) -> tuple[Curve, Curve]:
     """TorchAO's MXFP8 grouped GEMM (forward/dgrad, wgrad) over the BF16 grouped GEMM ``bf16_curve`` (rows per
     expert x 8, as every grouped curve): what the published data measures is MXFP8's fwd+bwd speedup over BF16
