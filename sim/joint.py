@@ -19,6 +19,7 @@ Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where n
 - ``host.sync_s``: the GPU idle time of one blocking device-to-host sync (copy, then the CPU relaunching);
 - ``dp.straggler_cv``: how much a microbatch's time varies across data-parallel ranks (the step waits for the
   slowest rank; :mod:`sim.predict.dp_scale`);
+- ``ep.arrival_cv_balanced``: how much EP ranks' arrivals at a DeepEP barrier spread under forced load balance;
 - ``grouped.half_rows``: the rows per expert at which a grouped GEMM runs at half its large-shape efficiency
   (the large-shape efficiencies are the cost model's, and Transformer Engine's MXFP8 one: :data:`GROUPED_LARGE_TE`).
 
@@ -44,10 +45,12 @@ from sim.specs import ClusterSpec, ParallelPlan
 from sim.stacks import StackProfile
 
 __all__ = ["ParamSpec", "PARAMS", "PARAM_NAMES", "prior_values", "shipped_values", "apply_params",
-           "launch_mode", "JOINT_FIT_FILE", "NVL72_PARTS", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s"]
+           "launch_mode", "te_grouped_large", "JOINT_FIT_FILE", "NVL72_PARTS", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s"]
 
 #: The registry of fitted numbers (values, uncertainties, correlations, constraining runs, LOGO folds).
 JOINT_FIT_FILE = "data/joint_fit.json"
+#: Plan routings that force every EP rank's load equal (Megatron's random logits, TorchTitan's round-robin).
+FORCED_BALANCE = ("balanced", "round-robin")
 #: GPUs that are the 1200 W Grace-Blackwell parts of NVL72 racks (``chip.nvl72_rate``).
 NVL72_PARTS = ("gb200", "gb300")
 
@@ -101,6 +104,11 @@ PARAMS: tuple[ParamSpec, ...] = (
               "ASSUMED: the EP-barrier arrival cv fitted on DeepSeek's H800 trace (CommCosts.arrival_cv); not fitted: "
               "freed, the 8-GPU runs (few ranks, few microbatches) take it to 0.3 as a stand-in for what they lack, and "
               "the leave-one-group-out error rises", fitted=False),
+    ParamSpec("ep.arrival_cv_balanced", 0.0731, 0.0, 0.5, "spread of the EP ranks' arrival at a DeepEP barrier "
+              "under forced load balance, per second of compute since the previous barrier (sim.comm.barrier): "
+              "every rank runs the same work, so what is left is jitter", "prior: the arrival cv fitted on "
+              "DeepSeek's H800 trace (CommCosts.arrival_cv), measured under its real router, where ranks' loads "
+              "differ; a calibration that sets its own arrival_cv keeps it"),
     ParamSpec("grouped.half_rows", 340.0, 16.0, 8192.0, "rows per expert at which a grouped GEMM reaches half its "
               "large-shape efficiency (per-expert weight loads, tile and wave quantisation: eff = e_large x "
               "r / (r + r_half))", "prior: flashinfer PR #2503 (published.md s8), block-scaled masked grouped "
@@ -168,6 +176,27 @@ def launch_s(mode: str, values: Mapping[str, float], base: str = "eager") -> flo
 #: per step) at the large shape: cuBLAS MXFP8 on B200, 2,810-2,886 of 4,500 TFLOPS (published.md s3) -> 0.633 for
 #: forward/dgrad; wgrad at TorchAO's measured wgrad/forward ratio at 16,384 rows (56.9 / 74.6, published.md s8).
 GROUPED_LARGE_TE = {"mxfp8": 2848 / 4500, "mxfp8_wgrad": 2848 / 4500 * 0.569 / 0.746}
+
+
+def te_grouped_large(costs: CostModel) -> dict[str, float]:
+    """Transformer Engine's grouped GEMM efficiency at the large reference shape, per curve key.
+
+    TE's grouped linear runs one cuBLAS GEMM per local expert, spread over four streams
+    (``nvte_multi_stream_cublas_gemm``, ``num_streams = 4``, transformer_engine/common/gemm/cublaslt_gemm.cu):
+    at large per-expert shapes each expert is a large dense cuBLAS GEMM, so BF16 and FP8 run at the cost model's
+    dense cuBLAS asymptote on the chip (H100 BF16 0.80, FP8 0.709; B200 0.607, 0.616), not at
+    ``torch._grouped_mm``'s; MXFP8 keeps :data:`GROUPED_LARGE_TE`. Below the large shape the shared roll-off
+    (``grouped.half_rows``) applies as to every grouped GEMM.
+
+    >>> from sim.catalog import load_gpu
+    >>> from sim.costs import default_costs
+    >>> round(te_grouped_large(default_costs(load_gpu("h100")))["bf16"], 3)
+    0.8
+    """
+    large = {k: c.values[-1] for k, c in costs.gemm_eff.items() if k in ("bf16", "fp8")}
+    return {**large, **GROUPED_LARGE_TE}
+
+
 _REF_ROWS = 16384.0  # rows per expert of the large reference shape
 _CURVE_GROUPS = GROUPED_REF_GROUPS  # the cost model reads its grouped curves at rows per expert x this
 _ROWS_GRID = tuple(float(2 ** k) for k in range(4, 18))  # 16 .. 131072 rows per expert
@@ -214,12 +243,17 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
         gpu = replace(gpu, bf16_flops=gpu.bf16_flops * rate, fp8_flops=gpu.fp8_flops * rate,
                       fp4_flops=gpu.fp4_flops * rate, exp_per_s=gpu.exp_per_s * rate)
         cluster = replace(cluster, gpu=gpu)
-    if "straggler_cv" not in costs.comm:  # a calibration that sets its own keeps it
-        costs = replace(costs, comm={**costs.comm, "straggler_cv": float(values["dp.straggler_cv"])})
+    comm = dict(costs.comm)
+    if "straggler_cv" not in comm:  # a calibration that sets its own keeps it
+        comm["straggler_cv"] = float(values["dp.straggler_cv"])
+    if "arrival_cv" not in comm and plan.routing in FORCED_BALANCE:
+        comm["arrival_cv"] = float(values["ep.arrival_cv_balanced"])
+    if comm != costs.comm:
+        costs = replace(costs, comm=comm)
     if costs.provenance.startswith("moesim defaults"):  # a trace-fitted calibration keeps its measured curves
         half = values["grouped.half_rows"]
         te = stack.quantize_weights == "per_step"
-        large: dict[str, float] = GROUPED_LARGE_TE if te else {}
+        large = te_grouped_large(costs) if te else {}
         base = costs.grouped_gemm_eff
         curves = {k: grouped_curve(large.get(k, c(_REF_ROWS * _CURVE_GROUPS)), half) for k, c in base.items()}
         if not te and {"bf16", "mxfp8", "mxfp8_wgrad"} <= set(base):

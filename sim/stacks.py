@@ -158,6 +158,10 @@ class StackProfile:
     #: count (``num_permuted_tokens``: the kernel then runs ``non_blocking``, CUDA-graph safe), 1 when it
     #: does not and the dispatch waits on the host for the per-expert counts (Megatron-Core, dropless).
     hybridep_host_syncs: int = 0
+    #: DeepEP / Hybrid-EP dispatch FP8 tokens (with their block scales) under the ``fp8-blockwise`` recipe
+    #: (DeepSeek: activations quantised before the dispatch); off: tokens travel in BF16 and are quantised by
+    #: the expert GEMM's input quantisation after the dispatch (Megatron-Core's flex dispatcher).
+    fp8_dispatch: bool = False
     # --- efficiency --------------------------------------------------------------------------------
     #: arch ("sm90", "sm100", ... or "*") -> op class (or "default") -> fraction of the calibration's rate.
     efficiency: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -333,7 +337,7 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
                            "launch": str, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
-                           "kernel_overhead_s": float, "host_sync_s": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "blocking_p2p": bool, "provenance": str}
+                           "kernel_overhead_s": float, "host_sync_s": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "blocking_p2p": bool, "provenance": str}
 assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file type"
 _TABLES = ("stack", "efficiency", "sources")
 

@@ -123,7 +123,8 @@ class Context:
         if phase not in self.caches.a2a:
             p = self.plan
             bpe = comm.FP8_WITH_SCALES_BYTES_PER_ELEM if (
-                p.precision == "fp8-blockwise" and phase == "dispatch" and p.ep_backend != "nccl") else BF16
+                p.precision == "fp8-blockwise" and phase == "dispatch" and p.ep_backend != "nccl"
+                and self.stack.fp8_dispatch) else BF16
             results = [
                 comm.moe_alltoall(
                     self.cluster, group, int(round(self.wl.tokens_dispatched)), self.model, p.ep_backend, phase,

@@ -167,11 +167,13 @@ def test_only_the_moe_layer_runs_and_its_gemms_cost_what_the_step_charges() -> N
         assert not any(k.startswith(("compute.attn", "compute.moe.norm")) for k in parts), parts
     from sim.catalog import load_cluster
     from sim.joint import apply_params, shipped_values
-    from sim.layer_check import HIDDEN_LAUNCH
+    from sim.layer_check import HIDDEN_LAUNCH, KERNELS_ALONE
 
-    # the step's cost path: the joint calibration applied (launches hidden, as the benchmark's dummy GEMM does)
+    # the step's cost path: the joint calibration applied (launches hidden, as the benchmark's dummy GEMM does;
+    # the release's step-level scalar not carried)
     cluster = load_cluster(cell.cluster, n_gpus=cell.gpus)
-    cluster, costs, stack = apply_params(dict(shipped_values(), **HIDDEN_LAUNCH), cluster,
+    values = dict(shipped_values(), **HIDDEN_LAUNCH, **{f"release.{cell.stack}": KERNELS_ALONE})
+    cluster, costs, stack = apply_params(values, cluster,
                                          default_costs(load_gpu("h100")), load_stack(cell.stack), layer_plan(cell))
     wl = Workload(layer_model(cell), layer_plan(cell), stack)
     expert = [op for op in wl.layer_ops("moe", "fwd") if op.name.startswith(ops.MOE_EXPERT_GEMM)]
