@@ -362,8 +362,12 @@ def to_cost_model(cal: Calibration, gpu: Any = None) -> Any:
     t = cal.tables
 
     def curves(key: str) -> dict[str, Curve]:
-        return {**getattr(base, key), **{d: Curve(tuple(c["sizes"]), tuple(c["values"]))
-                                         for d, c in t.get(key, {}).items()}}
+        measured = {d: Curve(tuple(c["sizes"]), tuple(c["values"])) for d, c in t.get(key, {}).items()}
+        # A measured FP8 curve is what that source's FP8 GEMMs ran at (DeepSeek's trace: its blockwise DeepGEMM):
+        # it replaces the defaults' FP8 variants too, unless the calibration measured those as well.
+        kept = {d: c for d, c in getattr(base, key).items()
+                if not ("fp8" in measured and d.startswith("fp8-") and d not in measured)}
+        return {**kept, **measured}
 
     def attn_top(phase: str, default: float) -> float:
         """The measured attention efficiency at the largest size profiled (the cost model's scalar)."""

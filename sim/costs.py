@@ -244,8 +244,10 @@ class CostModel:
             peak = gpu.bf16_flops if op.dtype == "bf16" else gpu.fp8_flops
             # A calibration's own wgrad curve (``<dtype>_wgrad``: TorchAO's 2D-2D MXFP8 kernel, DeepSeek's
             # FP8 wgrad) where it has one, else the dtype's forward curve.
-            wgrad_key = f"{op.dtype}_wgrad"
-            key = wgrad_key if op.gemm_pass == "wgrad" and wgrad_key in self.grouped_gemm_eff else op.dtype
+            # (of the curve the dtype resolves to: ``fp8-blockwise`` without its own curve runs on ``fp8``'s)
+            key = _fallback_key(self.grouped_gemm_eff, op.dtype)
+            wgrad_key = f"{key}_wgrad"
+            key = wgrad_key if op.gemm_pass == "wgrad" and wgrad_key in self.grouped_gemm_eff else key
             t, cls = self.grouped_gemm_time(op.flops * f, op.rows * f, peak, key, groups=op.groups), "grouped_gemm"
             # An empty grouped GEMM still launches (every EP rank runs its experts' kernel).
             return t / stack.eff(gpu.arch, cls) + stack.kernel_overhead_s
@@ -322,10 +324,16 @@ class CostModel:
         return elems * self.rearrange_s_per_elem[kind]
 
 
+def _fallback_key(curves: dict[str, Curve], dtype: str) -> str:
+    """The name of the curve ``dtype`` runs on: its own; a dtype without its own (e.g. ``fp8-current``,
+    ``fp8-blockwise`` in a calibration that measured only ``fp8``) the FP8 curve; a table without FP8 (a
+    BF16-only file) its first curve by name."""
+    return dtype if dtype in curves else "fp8" if "fp8" in curves else min(curves)
+
+
 def _fallback(curves: dict[str, Curve], dtype: str) -> Curve:
-    """The curve of ``dtype``; a dtype without its own (e.g. ``fp8-current``) runs at the FP8 curve, and a
-    table without FP8 (a BF16-only file) at its first curve by name."""
-    return curves.get(dtype) or curves.get("fp8") or curves[min(curves)]
+    """The curve of ``dtype`` (:func:`_fallback_key`)."""
+    return curves[_fallback_key(curves, dtype)]
 
 
 # --- defaults ------------------------------------------------------------------------------------
@@ -413,6 +421,10 @@ def torchao_mxfp8_curves(bf16_curve: Curve) -> tuple[Curve, Curve]:
 
 
 _B200_BF16, _B200_FP8, _B200_HBM = 2250e12, 4500e12, 7.7e12
+#: Blockwise-scaled FP8 GEMM over tensor/row-wise scaled FP8 on Hopper, whose scales are applied in the main loop:
+#: FBGEMM PR #2546 (H100 500 W), GEMM alone at (8192, 8192, 8192), (65536, 8192, 7168), (65536, 3584, 8192):
+#: block 870.40 / 828.34 / 828.31 vs row-wise 1125.51 / 1082.75 / 1141.38 TFLOPS (mean of the three ratios).
+_HOPPER_BLOCKWISE_OVER_TENSORWISE = (870.40 / 1125.51 + 828.34 / 1082.75 + 828.31 / 1141.38) / 3
 #: H100 SXM FP8 maximum achievable matmul (1402.6 of 1979 TFLOPS, torch 2.7.0+cu126, best shape
 #: 1024x9216x14336): stas00/ml-engineering compute/accelerator/README.md (commit 744d01e), whose BF16 row
 #: (794.5, 80.3%) agrees with published.md's H100 BF16 783-797.
@@ -436,6 +448,9 @@ def default_costs(gpu: GPUSpec) -> CostModel:
 
     mx_grouped, mx_wgrad = torchao_mxfp8_curves(_GROUPED_BF16)
     grouped_bf16 = _GROUPED_BF16.scaled(0.80 / 0.607) if hopper else _GROUPED_BF16
+    # Blockwise-scaled FP8 (1x128 / 128x128 scales) on Hopper applies its scales inside the main loop; on Blackwell
+    # it runs as MXFP8 on the block-scaled tensor cores (TE PR #2157), at the FP8 curve here.
+    blockwise = _HOPPER_BLOCKWISE_OVER_TENSORWISE if hopper else 1.0
     sources = {
         "gemm_eff.bf16": "published.md s3: B200 cuBLAS BF16 1338-1389 TFLOPS of 2250 (H100 783-797 of 989); "
                          "roll-off below 1e11 FLOPs/call assumed",
@@ -444,6 +459,10 @@ def default_costs(gpu: GPUSpec) -> CostModel:
         "gemm_eff.mxfp8": "published.md s3: B200 cuBLAS MXFP8 2810-2886 of 4500 TFLOPS",
         "grouped_gemm_eff.bf16": "published.md s4: 0.50 at M=131072 (G=8) derived from per-kernel MXFP8 sum and "
                                  "the 1.39x speedup; smaller-M roll-off assumed; read at rows per expert x 8",
+        "gemm_eff.fp8-blockwise": "Hopper: the FP8 curve x 0.755, FBGEMM PR #2546 (H100 500 W): blockwise-scaled "
+                                  "GEMM alone 870/828/828 TFLOPS vs row-wise 1126/1083/1141 at three large shapes; "
+                                  "Blackwell: the FP8 curve (TE runs the recipe as MXFP8, TE PR #2157)",
+        "grouped_gemm_eff.fp8-blockwise": "the grouped FP8 curve x the same Hopper blockwise factor (0.755)",
         "grouped_gemm_eff.mxfp8": "published.md s4: derived so quantize+rearrange+fwd+dgrad+wgrad GEMMs "
                                   "reproduce the fwd+bwd speedup vs M table (0.99/1.20/1.25/1.39x)",
         "grouped_gemm_eff.mxfp8_wgrad": "published.md s4: wgrad 2103.3 us vs fwd 1671.2 us per-kernel",
@@ -459,10 +478,12 @@ def default_costs(gpu: GPUSpec) -> CostModel:
     }
     return CostModel(
         gpu=gpu.name,
-        gemm_eff={"bf16": dense(bf16_top), "fp8": dense(fp8_top), "mxfp8": dense(mx_dense_top)},
+        gemm_eff={"bf16": dense(bf16_top), "fp8": dense(fp8_top), "fp8-blockwise": dense(fp8_top * blockwise),
+                  "mxfp8": dense(mx_dense_top)},
         grouped_gemm_eff={
             "bf16": grouped_bf16,
             "fp8": grouped_bf16.scaled(0.9),
+            "fp8-blockwise": grouped_bf16.scaled(0.9 * blockwise),
             "mxfp8": mx_grouped,
             "mxfp8_wgrad": mx_wgrad,
         },

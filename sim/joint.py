@@ -184,7 +184,7 @@ def te_grouped_large(costs: CostModel) -> dict[str, float]:
     TE's grouped linear runs one cuBLAS GEMM per local expert, spread over four streams
     (``nvte_multi_stream_cublas_gemm``, ``num_streams = 4``, transformer_engine/common/gemm/cublaslt_gemm.cu):
     at large per-expert shapes each expert is a large dense cuBLAS GEMM, so BF16 and FP8 run at the cost model's
-    dense cuBLAS asymptote on the chip (H100 BF16 0.80, FP8 0.709; B200 0.607, 0.616), not at
+    dense cuBLAS asymptote on the chip (H100 BF16 0.80, FP8 0.709, blockwise FP8 0.536; B200 0.607, 0.616), not at
     ``torch._grouped_mm``'s; MXFP8 keeps :data:`GROUPED_LARGE_TE`. Below the large shape the shared roll-off
     (``grouped.half_rows``) applies as to every grouped GEMM.
 
@@ -193,7 +193,7 @@ def te_grouped_large(costs: CostModel) -> dict[str, float]:
     >>> round(te_grouped_large(default_costs(load_gpu("h100")))["bf16"], 3)
     0.8
     """
-    large = {k: c.values[-1] for k, c in costs.gemm_eff.items() if k in ("bf16", "fp8")}
+    large = {k: c.values[-1] for k, c in costs.gemm_eff.items() if k in costs.grouped_gemm_eff and k not in GROUPED_LARGE_TE}
     return {**large, **GROUPED_LARGE_TE}
 
 

@@ -162,6 +162,9 @@ class StackProfile:
     #: (DeepSeek: activations quantised before the dispatch); off: tokens travel in BF16 and are quantised by
     #: the expert GEMM's input quantisation after the dispatch (Megatron-Core's flex dispatcher).
     fp8_dispatch: bool = False
+    #: the standard (NCCL) path sorts the received tokens by local expert even when a rank holds one expert
+    #: (TorchTitan's permute indices); off: the sort runs only with two or more local experts (Megatron-Core).
+    sort_single_local_expert: bool = True
     # --- efficiency --------------------------------------------------------------------------------
     #: arch ("sm90", "sm100", ... or "*") -> op class (or "default") -> fraction of the calibration's rate.
     efficiency: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -337,7 +340,7 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
                            "launch": str, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
-                           "kernel_overhead_s": float, "host_sync_s": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "blocking_p2p": bool, "provenance": str}
+                           "kernel_overhead_s": float, "host_sync_s": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "sort_single_local_expert": bool, "blocking_p2p": bool, "provenance": str}
 assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file type"
 _TABLES = ("stack", "efficiency", "sources")
 

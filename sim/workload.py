@@ -151,12 +151,12 @@ class Workload:
 
     @property
     def expert_dtype(self) -> str:
-        return {"bf16": "bf16", "mxfp8-grouped": "mxfp8", "mxfp8": "mxfp8", "fp8-blockwise": "fp8",
+        return {"bf16": "bf16", "mxfp8-grouped": "mxfp8", "mxfp8": "mxfp8", "fp8-blockwise": "fp8-blockwise",
                 "fp8-current": "fp8"}[self.plan.precision]
 
     @property
     def linear_dtype(self) -> str:
-        return {"bf16": "bf16", "mxfp8-grouped": "bf16", "mxfp8": "mxfp8", "fp8-blockwise": "fp8",
+        return {"bf16": "bf16", "mxfp8-grouped": "bf16", "mxfp8": "mxfp8", "fp8-blockwise": "fp8-blockwise",
                 "fp8-current": "fp8"}[self.plan.precision]
 
     @property
@@ -171,6 +171,16 @@ class Workload:
         ``fused_a2a.hybrid_ep_dispatch``; HybridEP's published bandwidths are of that API): no receiver-side
         permute / unpermute pass over memory."""
         return self.plan.ep > 1 and self.plan.ep_backend == "hybridep"
+
+    @property
+    def receiver_sort(self) -> bool:
+        """A receiver-side pass that sorts the received tokens by local expert (and its mirror before the
+        combine): not when the dispatch permutes (HybridEP), and not on the standard path with one local expert
+        where the stack skips it (:attr:`StackProfile.sort_single_local_expert`)."""
+        if self.permute_in_dispatch:
+            return False
+        single = self.plan.ep > 1 and self.plan.ep_backend == "nccl" and self.local_experts == 1
+        return not single or self.stack.sort_single_local_expert
 
     def _act_quant(self, name: str, elems: float, *, module: str = "", load_scaled: bool = False,
                    backward: bool = False, copies: int = 1, useful: float = 1.0) -> list[OpSpec]:
@@ -327,7 +337,7 @@ class Workload:
                 # the same when the caller gives no permuted-token count (StackProfile.hybridep_host_syncs).
                 out.append(OpSpec(ops.A2A_HOST_SYNC, "host_sync", module="moe"))
             out.append(OpSpec(ops.MOE_DISPATCH, "comm", coll="a2a.dispatch", nbytes=BF16 * rows_out * D, module="moe"))
-        if not self.permute_in_dispatch:  # receiver-side sort of the received tokens by local expert
+        if self.receiver_sort:  # receiver-side sort of the received tokens by local expert
             out.append(OpSpec(ops.MOE_PERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True, module="moe"))
         dtype = self.expert_dtype
         per_call = self.stack.quantize_weights == "per_call"
@@ -349,7 +359,7 @@ class Workload:
                                       module="moe"))
             out.append(OpSpec(name, "grouped_gemm", flops=2 * rows * k_in * n_out, rows=rows, dtype=dtype,
                               load_scaled=True, k_in=k_in, n_out=n_out, groups=e, module="moe"))
-        if not self.permute_in_dispatch:
+        if self.receiver_sort:
             out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True, module="moe"))
         if p.ep > 1:
             out.append(OpSpec(ops.MOE_COMBINE, "comm", coll="a2a.combine", nbytes=BF16 * rows_out * D, module="moe"))

@@ -31,7 +31,7 @@ def test_every_dense_dtype_has_its_own_curve_and_is_timed_on_it(gpu: str) -> Non
     maximum achievable matmul 0.709), not at another dtype's."""
     spec = load_gpu(gpu)
     costs = default_costs(spec)
-    assert set(costs.gemm_eff) == {"bf16", "fp8", "mxfp8"}
+    assert set(costs.gemm_eff) == {"bf16", "fp8", "fp8-blockwise", "mxfp8"}
     flops = 1e12
     for dtype, peak in (("bf16", spec.bf16_flops), ("fp8", spec.fp8_flops), ("mxfp8", spec.fp8_flops)):
         assert costs.gemm_time(flops, peak, dtype) == pytest.approx(flops / (peak * costs.gemm_eff[dtype](flops)))

@@ -102,3 +102,32 @@ def test_a_deepep_layer_waits_at_its_barrier_only_as_far_as_the_spread_says() ->
 
 def test_a_user_stack_without_fp8_dispatch_defaults_to_bf16_tokens() -> None:
     assert StackProfile().fp8_dispatch is False
+
+
+def _sorts(stack_name: str, experts: int, backend: str = "nccl") -> int:
+    from sim.workload import Workload
+
+    cell = MoELayerCell(id="t", dim=512, moe_inter_dim=256, n_experts=experts, top_k=2, cluster="hgx-h100", gpus=8,
+                        ep=8, tokens_per_gpu=1024, ep_backend=backend, precision="bf16")
+    from sim.layer_check import layer_model, layer_plan
+
+    ops_ = Workload(layer_model(cell), layer_plan(cell), load_stack(stack_name)).layer_ops("moe", "fwd")
+    return sum(op.name in ("moe.permute", "moe.unpermute") for op in ops_)
+
+
+def test_megatron_skips_the_receiver_sort_with_one_local_expert_and_torchtitan_does_not() -> None:
+    """Megatron-Core's all-to-all dispatcher sorts received tokens by local expert only with two or more local
+    experts; TorchTitan's permute indices run for any count."""
+    assert _sorts("megatron-26.04", 8) == 2  # sender-side permute + unpermute only
+    assert _sorts("megatron-26.04", 16) == 4
+    assert _sorts("torchtitan", 8) == 4
+    assert _sorts("megatron-26.04", 8, "hybridep") == 0
+
+
+def test_hopper_blockwise_fp8_runs_below_tensorwise_fp8_and_blackwell_does_not() -> None:
+    from sim.costs import _HOPPER_BLOCKWISE_OVER_TENSORWISE
+
+    h100, b200 = default_costs(load_gpu("h100")), default_costs(load_gpu("b200"))
+    assert 0.7 < _HOPPER_BLOCKWISE_OVER_TENSORWISE < 0.8
+    assert h100.gemm_eff["fp8-blockwise"](1e12) == pytest.approx(h100.gemm_eff["fp8"](1e12) * _HOPPER_BLOCKWISE_OVER_TENSORWISE)
+    assert b200.gemm_eff["fp8-blockwise"](1e12) == pytest.approx(b200.gemm_eff["fp8"](1e12))

@@ -178,7 +178,8 @@ def test_extending_a_pair_counts_a_category_missing_from_the_shorter_run_as_zero
 
 def test_fp8_blockwise_deepep_sends_the_dispatch_in_fp8_and_the_combine_in_bf16() -> None:
     """(sim.predict.timing Context.a2a) DeepSeek's FP8 recipe dispatches FP8 tokens (with their scales) but
-    combines in BF16: against a BF16 plan the dispatch gets cheaper, the combine does not."""
+    combines in BF16: against a BF16 plan the dispatch gets cheaper, the combine does not (a stack that
+    dispatches FP8, ``StackProfile.fp8_dispatch``)."""
     from sim.costs import default_costs
     from sim.predict.timing import Context
     from sim.stacks import StackProfile
@@ -188,7 +189,7 @@ def test_fp8_blockwise_deepep_sends_the_dispatch_in_fp8_and_the_combine_in_bf16(
     def a2a(precision: str, coll: str) -> float:
         plan = ParallelPlan(ep=8, dp_shard=8, global_batch=8, seq_len=4096, precision=precision,
                             ep_backend="deepep")
-        ctx = Context(model, cluster, plan, default_costs(cluster.gpu), StackProfile())
+        ctx = Context(model, cluster, plan, default_costs(cluster.gpu), StackProfile(fp8_dispatch=True))
         return float(ctx.a2a(coll).time_s.max())
 
     assert a2a("fp8-blockwise", "a2a.dispatch") < 0.9 * a2a("bf16", "a2a.dispatch")
