@@ -198,6 +198,13 @@ def _layer_cell_range() -> str:
     return f"{min(errs):+.0f}% to {max(errs):+.0f}%"
 
 
+def _layer_cell_mean() -> str:
+    from studies.layer_cells import layer_cell_rows
+
+    errs = [abs(c["predicted"][k] / c["measured"][k] - 1) * 100 for c in layer_cell_rows() for k in c["measured"]]
+    return f"{sum(errs) / len(errs):.0f}"
+
+
 # --- the figures ------------------------------------------------------------------------------------
 
 _SEED_LABELS = ("BF16, standard EP", "BF16 + DeepEP", "MXFP8 grouped GEMMs + DeepEP",
@@ -219,6 +226,7 @@ FIGURES: list[Figure] = [
            _logo_coverage),
     Figure("LOGO by group", "README.md", r"Leave-one-group-out by group: ([^\n]*)\n", _logo_by_group),
     Figure("layer cells range", "README.md", r"every cell comes out ([+-]\d+% to [+-]\d+%) slow", _layer_cell_range),
+    Figure("layer cells mean", "README.md", r"slow \(mean (\d+)%", _layer_cell_mean),
     Figure("TorchTitan H100 memory", "README.md", r"TorchTitan 512-H100\npair's tensors: (.*?\)), where",
            _memory_pair),
     Figure("LOO coverage (README)", "README.md", r"Leave-one-out coverage on the held-out runs \(`moesim validate`\):\n"

@@ -108,7 +108,9 @@ PARAMS: tuple[ParamSpec, ...] = (
               "under forced load balance, per second of compute since the previous barrier (sim.comm.barrier): "
               "every rank runs the same work, so what is left is jitter", "prior: the arrival cv fitted on "
               "DeepSeek's H800 trace (CommCosts.arrival_cv), measured under its real router, where ranks' loads "
-              "differ; a calibration that sets its own arrival_cv keeps it"),
+              "differ; a calibration that sets its own arrival_cv keeps it. Not fitted: freed, the step runs give "
+              "0.031 +- 0.063 and the leave-one-group-out error rises (8.4% / 24.5% -> 8.9% / 25.3%); the single-layer "
+              "cells (one node, EP8) point to ~0 (DeepEP 0.29 ms over Hybrid-EP, measured-runs.md s8)", fitted=False),
     ParamSpec("grouped.half_rows", 340.0, 16.0, 8192.0, "rows per expert at which a grouped GEMM reaches half its "
               "large-shape efficiency (per-expert weight loads, tile and wave quantisation: eff = e_large x "
               "r / (r + r_half))", "prior: flashinfer PR #2503 (published.md s8), block-scaled masked grouped "

@@ -158,7 +158,23 @@ def transfer_markdown() -> str:
                          f"{(r.predicted_speedup - r.measured_speedup) * 100:+.1f} |")
         lines.append("")
     lines += _across_gpus(rows, runs)
+    lines += _layer_cells()
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _layer_cells() -> list[str]:
+    """The single-MoE-layer cells (measured-runs.md s8) as ``moesim validate --json`` lists them."""
+    from studies.layer_cells import layer_cell_rows
+
+    out = ["", "## Single MoE layers (Megatron-LM's H100 regression cells; the release's step-level scalar not applied)",
+           "", "| cell | fitted | forward predicted / measured (ms) | error | backward predicted / measured (ms) | error |",
+           "|---|---|---:|---:|---:|---:|"]
+    for c in layer_cell_rows():
+        m, p = c["measured"], c["predicted"]
+        out.append(f"| {c['id']} | {'yes' if c['fitted'] else 'no'} | {p['forward_ms']:.2f} / {m['forward_ms']:.2f} | "
+                   f"{_pct(p['forward_ms'] / m['forward_ms'] - 1)} | {p['backward_ms']:.2f} / {m['backward_ms']:.2f} | "
+                   f"{_pct(p['backward_ms'] / m['backward_ms'] - 1)} |")
+    return out
 
 
 #: The reference GPU of the cross-GPU ratios: every stack's efficiency is fitted on a B200 run.
