@@ -191,17 +191,20 @@ def _logo_coverage() -> str:
             f"80%), median p90/p10 {cov['median_p90_p10_ratio']:.2f}")
 
 
-def _layer_cell_range() -> str:
+def _layer_cell_errors() -> list[float]:
+    """Signed percent errors of every layer cell's forward and backward."""
     from studies.layer_cells import layer_cell_rows
 
-    errs = [c["predicted"][k] / c["measured"][k] * 100 - 100 for c in layer_cell_rows() for k in c["measured"]]
+    return [c["predicted"][k] / c["measured"][k] * 100 - 100 for c in layer_cell_rows() for k in c["measured"]]
+
+
+def _layer_cell_range() -> str:
+    errs = _layer_cell_errors()
     return f"{min(errs):+.0f}% to {max(errs):+.0f}%"
 
 
 def _layer_cell_mean() -> str:
-    from studies.layer_cells import layer_cell_rows
-
-    errs = [abs(c["predicted"][k] / c["measured"][k] - 1) * 100 for c in layer_cell_rows() for k in c["measured"]]
+    errs = [abs(e) for e in _layer_cell_errors()]
     return f"{sum(errs) / len(errs):.0f}"
 
 

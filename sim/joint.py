@@ -41,6 +41,7 @@ from typing import Any
 
 from sim.costs import GROUPED_REF_GROUPS, CostModel, Curve, torchao_mxfp8_curves
 from sim.errors import ConfigError
+from sim.routing import BALANCED_ROUTINGS
 from sim.specs import ClusterSpec, ParallelPlan
 from sim.stacks import StackProfile
 
@@ -49,8 +50,6 @@ __all__ = ["ParamSpec", "PARAMS", "PARAM_NAMES", "prior_values", "shipped_values
 
 #: The registry of fitted numbers (values, uncertainties, correlations, constraining runs, LOGO folds).
 JOINT_FIT_FILE = "data/joint_fit.json"
-#: Plan routings that force every EP rank's load equal (Megatron's random logits, TorchTitan's round-robin).
-FORCED_BALANCE = ("balanced", "round-robin")
 #: GPUs that are the 1200 W Grace-Blackwell parts of NVL72 racks (``chip.nvl72_rate``).
 NVL72_PARTS = ("gb200", "gb300")
 
@@ -248,7 +247,7 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
     comm = dict(costs.comm)
     if "straggler_cv" not in comm:  # a calibration that sets its own keeps it
         comm["straggler_cv"] = float(values["dp.straggler_cv"])
-    if "arrival_cv" not in comm and plan.routing in FORCED_BALANCE:
+    if "arrival_cv" not in comm and plan.routing in BALANCED_ROUTINGS:
         comm["arrival_cv"] = float(values["ep.arrival_cv_balanced"])
     if comm != costs.comm:
         costs = replace(costs, comm=comm)

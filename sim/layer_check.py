@@ -129,11 +129,10 @@ def _weight_quantisation(wl: Workload) -> list[OpSpec]:
 
 #: The release scalar (``release.<stack>``) in a layer benchmark: 1, the calibration's kernel rates. The scalar is
 #: fitted on whole training steps and stands for what a step of that release loses that no modelled mechanism
-#: names (RELEASE_IN_A_LAYER_BENCHMARK); a layer benchmark times the layer's kernels alone, one layer, no
+#: names; a layer benchmark times the layer's kernels alone, one layer, no
 #: pipeline, no data parallelism, no optimizer, launches hidden, so it does not carry it. Applied, every cell of
 #: measured-runs.md s8 comes out 16-89% slow; the kernels run at the calibration's rates there.
 KERNELS_ALONE = 1.0
-RELEASE_IN_A_LAYER_BENCHMARK = "not applied: a step-level scalar (sim.joint: release.<profile>)"
 
 #: Launch costs of a layer benchmark whose dummy 8192^3 GEMM before each iteration lets the CPU run ahead: hidden.
 HIDDEN_LAUNCH = {"launch.eager_s": 0.0, "launch.compiled_s": 0.0, "launch.graphs_s": 0.0}
@@ -156,7 +155,7 @@ def predict_moe_layer(cell: MoELayerCell, costs: CostModel | None = None,
     costs = costs or default_costs(cluster.gpu)
     # The joint calibration, as every prediction (``params``: candidate values of a fit), with the launches hidden.
     values = dict(shipped_values() if params is None else params, **HIDDEN_LAUNCH)
-    values[f"release.{stack.name}"] = KERNELS_ALONE  # see RELEASE_IN_A_LAYER_BENCHMARK
+    values[f"release.{stack.name}"] = KERNELS_ALONE  # the release scalar is a whole step's
     ctx = simulation_context(model, cluster, plan, costs, stack, params=values)
     # The MoE layer's ops alone, handed to the context's workload before it builds any list of its own.
     full = Workload(model, plan, stack)
