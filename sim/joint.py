@@ -14,13 +14,15 @@ Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where n
 - ``chip.nvl72_rate``: the tensor rate a 1200 W Grace-Blackwell part (GB200, GB300) sustains in training, as a
   fraction of its datasheet rate (its datasheet says +11% over the HGX part; same-plan runs say ~0);
 - ``chip.sm103_clock``: Blackwell Ultra's sustained tensor clock over Blackwell's (B300 2032 MHz / B200 1965 MHz);
+- ``chip.gb300_clock``: a GB300's clock over a B300's (2070 MHz at 1400 W / 2032 MHz at 1100 W);
 - ``launch.<mode>_s``: time per kernel by launch mode (eager, compiled, CUDA graphs; Megatron's partial TE
   scopes are half and half);
 - ``host.sync_s``: the GPU idle time of one blocking device-to-host sync (copy, then the CPU relaunching);
 - ``dp.straggler_cv``: how much a microbatch's time varies across data-parallel ranks (the step waits for the
   slowest rank; :mod:`sim.predict.dp_scale`);
 - ``ep.arrival_cv_balanced``: how much EP ranks' arrivals at a DeepEP barrier spread under forced load balance;
-- ``grouped.half_rows``: the rows per expert at which a grouped GEMM runs at half its large-shape efficiency
+- ``grouped.half_rows``: the rows per expert at which a grouped GEMM runs at half its large-shape efficiency on
+  a B200 SM (other chips scale it by their tensor rate per SM: :func:`half_rows_on`)
   (the large-shape efficiencies are the cost model's, and Transformer Engine's MXFP8 one: :data:`GROUPED_LARGE_TE`).
 
 >>> v = prior_values()
@@ -42,11 +44,11 @@ from typing import Any
 from sim.costs import GROUPED_REF_GROUPS, CostModel, Curve, torchao_mxfp8_curves
 from sim.errors import ConfigError
 from sim.routing import BALANCED_ROUTINGS
-from sim.specs import ClusterSpec, ParallelPlan
+from sim.specs import ClusterSpec, GPUSpec, ParallelPlan
 from sim.stacks import StackProfile
 
 __all__ = ["ParamSpec", "PARAMS", "PARAM_NAMES", "prior_values", "shipped_values", "apply_params",
-           "launch_mode", "te_grouped_large", "JOINT_FIT_FILE", "NVL72_PARTS", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s"]
+           "launch_mode", "te_grouped_large", "half_rows_on", "REF_TENSOR_FLOPS_PER_SM", "JOINT_FIT_FILE", "NVL72_PARTS", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s"]
 
 #: The registry of fitted numbers (values, uncertainties, correlations, constraining runs, LOGO folds).
 JOINT_FIT_FILE = "data/joint_fit.json"
@@ -87,6 +89,11 @@ PARAMS: tuple[ParamSpec, ...] = (
               "B300 1100 W 2032 MHz, B200 1000 W 1965 MHz; not fitted: on the given runs it trades off against "
               "chip.nvl72_rate (GB300 is both), and freed it overfits the GB300 runs (LOGO B300 +33%)",
               fitted=False),
+    ParamSpec("chip.gb300_clock", 2070 / 2032, 0.9, 1.3, "GB300 (NVL72, 1400 W) tensor rate over a B300's (HGX, "
+              "1100 W): its higher sustained clock", "facebookexperimental/triton PR #2023: a GB300 locks its 2070 MHz "
+              "maximum clock at its 1400 W rated power (measured cuBLAS GEMM 1600-2174 TFLOPS there); sglang PR #28460 "
+              "(published.md s7): B300 2032 MHz at 1100 W. Not fitted: only the GB300 runs would constrain it",
+              fitted=False),
     ParamSpec("launch.eager_s", 4e-6, 0.0, 40e-6, "time per kernel launched by eager PyTorch / TE on an x86 "
               "host (the CPU's launch path; the GPU waits when kernels are short)", "prior: assumed 4 us (the "
               "former stack profiles' gap); GB200 raw cuLaunchKernel 3.0 us, Triton 4.7 us (tritonbench PR "
@@ -111,8 +118,9 @@ PARAMS: tuple[ParamSpec, ...] = (
               "0.031 +- 0.063 and the leave-one-group-out error rises (8.4% / 24.5% -> 8.9% / 25.3%); the single-layer "
               "cells (one node, EP8) point to ~0 (DeepEP 0.29 ms over Hybrid-EP, measured-runs.md s8)", fitted=False),
     ParamSpec("grouped.half_rows", 340.0, 16.0, 8192.0, "rows per expert at which a grouped GEMM reaches half its "
-              "large-shape efficiency (per-expert weight loads, tile and wave quantisation: eff = e_large x "
-              "r / (r + r_half))", "prior: flashinfer PR #2503 (published.md s8), block-scaled masked grouped "
+              "large-shape efficiency on a B200 SM (a fixed time per expert: tile pipeline fill and drain, partial "
+              "last wave; eff = e_large x r / (r + r_half)); other chips scale it by their tensor rate per SM "
+              "(sim.joint.half_rows_on: H100 x 0.49)", "prior: flashinfer PR #2503 (published.md s8), block-scaled masked grouped "
               "GEMM on Blackwell: 431 TFLOPS at 28 rows, 3,249 at 455 rows per expert -> r_half = 341"),
 )
 PARAM_NAMES = tuple(p.name for p in PARAMS)
@@ -203,6 +211,29 @@ _CURVE_GROUPS = GROUPED_REF_GROUPS  # the cost model reads its grouped curves at
 _ROWS_GRID = tuple(float(2 ** k) for k in range(4, 18))  # 16 .. 131072 rows per expert
 
 
+#: Dense BF16 tensor rate per SM of the chip ``grouped.half_rows`` is stated for: an HGX B200 (2,250 TFLOPS over
+#: 148 SMs; published.md s3), the chip of its flashinfer prior and of most runs that constrain it.
+REF_TENSOR_FLOPS_PER_SM = 2250e12 / 148
+
+
+def half_rows_on(gpu: GPUSpec, half_rows: float) -> float:
+    """``grouped.half_rows`` (stated for a B200 SM) on ``gpu``: scaled by the chip's dense tensor rate per SM.
+
+    What a grouped GEMM loses below its large shape is a fixed time per expert on each SM (its tiles' pipeline
+    fill and drain, the partial last wave, the epilogue), so the rows that amortise it grow with what an SM
+    computes per second: a Hopper SM (989 TFLOPS / 132 SMs) does half of a Blackwell SM's work in that time, so
+    its grouped GEMMs reach the same share of their asymptote at half the rows per expert. The single-MoE-layer
+    cells (H100, 8,192 rows per expert, measured-runs.md s8) run their TE GEMMs at 0.74-0.80 of BF16 peak, within a
+    few % of the dense asymptote (0.80), where B200's roll-off at 8,192 rows alone takes 7% off it; scaled, the
+    joint fit's leave-one-group-out error falls (docs/transfer.md, ablation).
+
+    >>> from sim.catalog import load_gpu
+    >>> round(half_rows_on(load_gpu("b200"), 1000.0)), round(half_rows_on(load_gpu("h100"), 1000.0))
+    (1000, 493)
+    """
+    return half_rows * (gpu.bf16_flops / gpu.num_sms) / REF_TENSOR_FLOPS_PER_SM
+
+
 def grouped_curve(large_eff: float, half_rows: float) -> Curve:
     """A grouped GEMM efficiency curve (indexed like the cost model's: rows per expert x 8) that is
     ``large_eff`` at 16,384 rows per expert and follows r / (r + ``half_rows``) below and above it."""
@@ -240,6 +271,8 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
         rate *= values["chip.nvl72_rate"]
     if gpu.arch == "sm103":
         rate *= values["chip.sm103_clock"]
+    if gpu.name == "gb300":
+        rate *= values["chip.gb300_clock"]
     if rate != 1.0:
         gpu = replace(gpu, bf16_flops=gpu.bf16_flops * rate, fp8_flops=gpu.fp8_flops * rate,
                       fp4_flops=gpu.fp4_flops * rate, exp_per_s=gpu.exp_per_s * rate)
@@ -252,7 +285,7 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
     if comm != costs.comm:
         costs = replace(costs, comm=comm)
     if costs.provenance.startswith("moesim defaults"):  # a trace-fitted calibration keeps its measured curves
-        half = values["grouped.half_rows"]
+        half = half_rows_on(gpu, values["grouped.half_rows"])
         te = stack.quantize_weights == "per_step"
         large = te_grouped_large(costs) if te else {}
         base = costs.grouped_gemm_eff
