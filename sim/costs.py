@@ -223,7 +223,7 @@ class CostModel:
         """Seconds of one compute op (a :class:`sim.workload.OpSpec` of kind gemm, grouped_gemm, attn, mem,
         quant or rearrange) on ``gpu``, under ``stack`` (:class:`KernelRates`, e.g. a
         :class:`sim.stacks.StackProfile`): the kernel time at this calibration's rates divided by the stack's efficiency
-        for the op's class on the GPU's architecture, plus the stack's per-kernel launch overhead.
+        for the op's class on the GPU's architecture, plus the stack's per-kernel launch overhead for each kernel it launches.
         ``load_factor`` scales load-scaled ops (routed experts on a skewed EP rank).
 
         >>> from sim.catalog import load_gpu
@@ -249,15 +249,15 @@ class CostModel:
             wgrad_key = f"{key}_wgrad"
             key = wgrad_key if op.gemm_pass == "wgrad" and wgrad_key in self.grouped_gemm_eff else key
             t, cls = self.grouped_gemm_time(op.flops * f, op.rows * f, peak, key, groups=op.groups), "grouped_gemm"
-            # An empty grouped GEMM still launches (every EP rank runs its experts' kernel).
-            return t / stack.eff(gpu.arch, cls) + stack.kernel_overhead_s
+            # An empty grouped GEMM still launches (every EP rank runs its experts' kernels).
+            return t / stack.eff(gpu.arch, cls) + op.launches * stack.kernel_overhead_s
         elif k == "attn":
             t = self.attention_time(op.flops, gpu.bf16_flops, op.backward, exps=op.elems, exp_per_s=gpu.exp_per_s)
             cls = "attn.bwd" if op.backward else "attn.fwd"
         elif k == "mem":
             t, cls = self.memory_time(op.nbytes * f, gpu.hbm_bw_bytes_per_s), "mem"
         elif k == "quant":
-            t, cls = self.quantize_time(op.elems * f, gpu.hbm_bw_bytes_per_s), "mem"
+            t, cls = self.quantize_time(op.elems * f, gpu.hbm_bw_bytes_per_s, op.copies), "mem"
         elif k == "rearrange":
             t, cls = self.rearrange_time(op.elems * f, op.layout), "mem"
         else:
@@ -310,11 +310,12 @@ class CostModel:
             return 0.0
         return nbytes / (hbm_bw * self.mem_bw_eff) + kernels * overhead_s
 
-    def quantize_time(self, elems: float, hbm_bw: float) -> float:
-        """One MXFP8 quantize kernel of ``elems`` BF16 elements: read 2 B, write 1 B + 1/32 B of scales."""
+    def quantize_time(self, elems: float, hbm_bw: float, copies: int = 1) -> float:
+        """One MXFP8 quantize kernel of ``elems`` BF16 elements: read 2 B, write ``copies`` x (1 B + 1/32 B of
+        scales)."""
         if elems <= 0:
             return 0.0
-        nbytes = elems * (2 + 1 + 1 / 32)
+        nbytes = elems * (2 + copies * (1 + 1 / 32))
         return nbytes / (hbm_bw * self.quantize_bw_eff)
 
     def rearrange_time(self, elems: float, kind: str) -> float:
@@ -398,9 +399,11 @@ def _derive_mxfp8_curve(bf16_peak: float, fp8_peak: float, hbm_bw: float, bf16_c
     for m, speedup in (*below, *_MXFP8_SPEEDUP):
         flops = 2 * m * _REF_N * _REF_K  # one GEMM; fwd+bwd runs it three times
         bf16 = 3 * flops / (bf16_peak * bf16_curve(m))
-        gemms = bf16 / speedup - _mxfp8_pass_overhead(m, _QUANT_BW_EFF, hbm_bw)
+        at_peak = (2 + _MXFP8_WGRAD_SLOWDOWN) * flops / fp8_peak
+        # a BF16 curve fast enough that the quantise passes alone exceed the speedup's budget: the GEMMs at peak
+        gemms = max(bf16 / speedup - _mxfp8_pass_overhead(m, _QUANT_BW_EFF, hbm_bw), at_peak)
         sizes.append(m)
-        values.append(min(1.0, (2 + _MXFP8_WGRAD_SLOWDOWN) * flops / (fp8_peak * gemms)))
+        values.append(at_peak / gemms)
     return Curve(tuple(sizes), tuple(values))
 
 

@@ -22,7 +22,7 @@ Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where n
   slowest rank; :mod:`sim.predict.dp_scale`);
 - ``ep.arrival_cv_balanced``: how much EP ranks' arrivals at a DeepEP barrier spread under forced load balance;
 - ``grouped.half_rows``: the rows per expert at which a grouped GEMM runs at half its large-shape efficiency on
-  a B200 SM (other chips scale it by their tensor rate per SM: :func:`half_rows_on`)
+  a B200 SM (other chips scale it by their tensor rate per SM, ``grouped.sm_scaling``: :func:`half_rows_on`)
   (the large-shape efficiencies are the cost model's, and Transformer Engine's MXFP8 one: :data:`GROUPED_LARGE_TE`).
 
 >>> v = prior_values()
@@ -122,6 +122,13 @@ PARAMS: tuple[ParamSpec, ...] = (
               "last wave; eff = e_large x r / (r + r_half)); other chips scale it by their tensor rate per SM "
               "(sim.joint.half_rows_on: H100 x 0.49)", "prior: flashinfer PR #2503 (published.md s8), block-scaled masked grouped "
               "GEMM on Blackwell: 431 TFLOPS at 28 rows, 3,249 at 455 rows per expert -> r_half = 341"),
+    ParamSpec("grouped.sm_scaling", 1.0, 0.0, 2.0, "how the grouped roll-off's half-point follows the chip's tensor "
+              "rate per SM: r_half(chip) = grouped.half_rows x (rate per SM / B200's) ^ this (sim.joint.half_rows_on)",
+              "1: a fixed time per expert on each SM (tile pipeline fill and drain, the partial last wave), which a "
+              "faster SM needs proportionally more rows to amortise; the H100 single-layer cells (measured-runs.md "
+              "s8) run their grouped GEMMs within a few % of the dense asymptote at 8,192 rows per expert. Not "
+              "fitted: only the H100 runs would constrain it; 0 (the ablation) is the former rows-only roll-off",
+              fitted=False),
 )
 PARAM_NAMES = tuple(p.name for p in PARAMS)
 _BY_NAME = {p.name: p for p in PARAMS}
@@ -216,8 +223,9 @@ _ROWS_GRID = tuple(float(2 ** k) for k in range(4, 18))  # 16 .. 131072 rows per
 REF_TENSOR_FLOPS_PER_SM = 2250e12 / 148
 
 
-def half_rows_on(gpu: GPUSpec, half_rows: float) -> float:
-    """``grouped.half_rows`` (stated for a B200 SM) on ``gpu``: scaled by the chip's dense tensor rate per SM.
+def half_rows_on(gpu: GPUSpec, half_rows: float, exponent: float = 1.0) -> float:
+    """``grouped.half_rows`` (stated for a B200 SM) on ``gpu``: scaled by the chip's dense tensor rate per SM
+    (to the power ``exponent``, ``grouped.sm_scaling``: 1, the mechanism; 0, every chip at B200's half-point).
 
     What a grouped GEMM loses below its large shape is a fixed time per expert on each SM (its tiles' pipeline
     fill and drain, the partial last wave, the epilogue), so the rows that amortise it grow with what an SM
@@ -231,7 +239,7 @@ def half_rows_on(gpu: GPUSpec, half_rows: float) -> float:
     >>> round(half_rows_on(load_gpu("b200"), 1000.0)), round(half_rows_on(load_gpu("h100"), 1000.0))
     (1000, 493)
     """
-    return half_rows * (gpu.bf16_flops / gpu.num_sms) / REF_TENSOR_FLOPS_PER_SM
+    return half_rows * ((gpu.bf16_flops / gpu.num_sms) / REF_TENSOR_FLOPS_PER_SM) ** exponent
 
 
 def grouped_curve(large_eff: float, half_rows: float) -> Curve:
@@ -285,7 +293,7 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
     if comm != costs.comm:
         costs = replace(costs, comm=comm)
     if costs.provenance.startswith("moesim defaults"):  # a trace-fitted calibration keeps its measured curves
-        half = half_rows_on(gpu, values["grouped.half_rows"])
+        half = half_rows_on(gpu, values["grouped.half_rows"], values["grouped.sm_scaling"])
         te = stack.quantize_weights == "per_step"
         large = te_grouped_large(costs) if te else {}
         base = costs.grouped_gemm_eff

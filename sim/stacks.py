@@ -30,7 +30,8 @@ from __future__ import annotations
 import math
 import sys
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from importlib import resources
@@ -50,6 +51,7 @@ from sim.specs import (
 
 __all__ = [
     "StackProfile",
+    "builtin_overrides",
     "OP_CLASSES",
     "FORCE_BALANCE",
     "PARAM_SHARDING",
@@ -165,6 +167,17 @@ class StackProfile:
     #: the standard (NCCL) path sorts the received tokens by local expert even when a rank holds one expert
     #: (TorchTitan's permute indices); off: the sort runs only with two or more local experts (Megatron-Core).
     sort_single_local_expert: bool = True
+    #: the standard path's sender-side permute and unpermute are fused top-K kernels (Transformer Engine
+    #: ``moe_permute`` / ``moe_unpermute``: one block per token reads it once and writes its K copies, or reads
+    #: its K copies and writes their weighted sum once); off: an index gather and a scatter-add over the K copies
+    #: (each copy read and written as a row of its own).
+    fused_permute: bool = False
+    #: the routed experts' gate and up projections are one grouped GEMM of 2F outputs (one quantisation of its
+    #: input, one gradient); off: two grouped GEMMs of F on the same input, each quantising it.
+    fused_gate_up: bool = False
+    #: a grouped GEMM launches one GEMM per local expert (Transformer Engine's multi-stream cuBLAS); off: one
+    #: kernel for every expert (``torch._grouped_mm``, DeepGEMM). Each launch costs ``kernel_overhead_s``.
+    grouped_gemm_per_expert: bool = False
     # --- efficiency --------------------------------------------------------------------------------
     #: arch ("sm90", "sm100", ... or "*") -> op class (or "default") -> fraction of the calibration's rate.
     efficiency: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -340,7 +353,7 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
                            "launch": str, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
-                           "kernel_overhead_s": float, "host_sync_s": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "sort_single_local_expert": bool, "blocking_p2p": bool, "provenance": str}
+                           "kernel_overhead_s": float, "host_sync_s": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "sort_single_local_expert": bool, "fused_permute": bool, "fused_gate_up": bool, "grouped_gemm_per_expert": bool, "blocking_p2p": bool, "provenance": str}
 assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file type"
 _TABLES = ("stack", "efficiency", "sources")
 
@@ -463,6 +476,34 @@ def _load_builtin(name: str) -> StackProfile:
     return _from_data(where, data, builtin=True)
 
 
+#: Field overrides every built-in profile is read with (:func:`builtin_overrides`; empty: as shipped).
+_OVERRIDES: dict[str, Any] = {}
+
+
+@contextmanager
+def builtin_overrides(**changes: Any) -> Iterator[None]:
+    """Within the block, every built-in profile reads as shipped with ``changes`` (field -> value): an ablation's
+    way to switch one framework behaviour off in every release at once (``python -m studies.joint_fit
+    --ablation``). Profiles loaded before the block keep their fields.
+
+    >>> with builtin_overrides(fused_permute=False):
+    ...     load_stack("megatron-26.04").fused_permute
+    False
+    >>> load_stack("megatron-26.04").fused_permute
+    True
+    """
+    unknown = set(changes) - {f.name for f in fields(StackProfile)}
+    if unknown:
+        raise ConfigError(f"builtin_overrides: unknown stack fields {sorted(unknown)}")
+    saved = dict(_OVERRIDES)
+    _OVERRIDES.update(changes)
+    try:
+        yield
+    finally:
+        _OVERRIDES.clear()
+        _OVERRIDES.update(saved)
+
+
 def load_stack(name_or_path: str | StackProfile | None) -> StackProfile:
     """A stack profile by built-in name, alias, or TOML file path (``None``: the torchtitan profile).
 
@@ -479,7 +520,7 @@ def load_stack(name_or_path: str | StackProfile | None) -> StackProfile:
         raise ConfigError(f"stack: expected a profile name or a TOML path, got {name_or_path!r}")
     name = STACK_ALIASES.get(name_or_path, name_or_path)
     if name in _builtin_files():
-        return _load_builtin(name)
+        return replace(_load_builtin(name), **_OVERRIDES) if _OVERRIDES else _load_builtin(name)
     if not (name.endswith(".toml") or "/" in name or Path(name).is_file()):
         raise ConfigError(f"unknown stack {name_or_path!r}; built in: {', '.join(stack_names())} (or give a TOML path)")
     from sim.loaders import read_toml

@@ -89,6 +89,17 @@ class OpSpec:
     groups: int = 0
     #: the recompute module the op belongs to (Megatron ``recompute_modules`` names; "" for none).
     module: str = ""
+    #: mem: HBM bytes of the op's backward where its kernel's reads and writes say (0: twice the forward's, a
+    #: kernel that reads its saved input and the incoming gradient and writes one gradient of each)
+    backward_nbytes: float = 0.0
+    #: mem: a cast (FP8 copies of an activation written by a separate kernel or its producer) whose gradient
+    #: needs no backward kernel of its own (the backward's quantisation comes with the GEMM's backward passes)
+    backward_free: bool = False
+    #: grouped_gemm: kernels the call launches (Transformer Engine: one cuBLAS GEMM per local expert)
+    launches: int = 1
+    #: quant: FP8 copies one kernel writes per read of its BF16 input (Transformer Engine writes the row- and
+    #: column-wise copies of a weight in one pass: MXFP8 BIDIMENSIONAL cast, blockwise quantize-transpose)
+    copies: int = 1
 
 
 def chunk_layers(model: ModelSpec, plan: ParallelPlan) -> list[list[int]]:
@@ -182,25 +193,41 @@ class Workload:
         single = self.plan.ep > 1 and self.plan.ep_backend == "nccl" and self.local_experts == 1
         return not single or self.stack.sort_single_local_expert
 
+    def _sender_permute_bytes(self, unpermute: bool = False) -> float:
+        """HBM bytes of the standard path's sender-side permute (each token to its K copies, sorted by
+        destination) or unpermute (the K copies back, weighted and summed per token).
+
+        Fused top-K kernels (:attr:`StackProfile.fused_permute`) move each token once and each copy once; an
+        index gather reads and writes every copy as a row of its own, and the unpermute's scatter-add also reads
+        and writes the tokens it accumulates into."""
+        tokens, D = self.tokens_dispatched, self.model.dim
+        copies = tokens * self.model.top_k
+        if self.stack.fused_permute:
+            return (copies + tokens) * BF16 * D
+        return (2 * copies + (2 * tokens if unpermute else 0)) * BF16 * D
+
     def _act_quant(self, name: str, elems: float, *, module: str = "", load_scaled: bool = False,
-                   backward: bool = False, copies: int = 1, useful: float = 1.0) -> list[OpSpec]:
+                   backward: bool = False, copies: int = 1, useful: float = 1.0, reads_input: bool = False) -> list[OpSpec]:
         """Quantisation of an activation (or gradient) of ``elems``: a separate kernel (TorchAO), or the
-        producer writing ``copies`` FP8 copies with their scales (fused, TE)."""
+        producer writing ``copies`` FP8 copies with their scales (fused, TE). ``reads_input``: under TE the
+        tensor comes from a kernel that writes BF16 (an all-to-all, Megatron's SwiGLU), so the cast reads it too."""
         if self.stack.fused_act_quant and self.plan.precision == "fp8-current":
             # Per-tensor current scaling: the scale needs the whole tensor's amax first, so TE runs an amax
             # reduction (nvte_compute_amax: one read of the BF16 tensor) and then a separate cast (read it again,
             # write the FP8 copies) -- TransformerEngine tests/cpp/operator/test_cast_current_scaling.cu.
             return [OpSpec(name, "mem", nbytes=elems * (2 + 2 + copies), module=module, load_scaled=load_scaled,
-                           backward=backward, useful_frac=useful)]
+                           backward=backward, useful_frac=useful, backward_free=True)]
         if self.stack.fused_act_quant:
-            return [OpSpec(name, "mem", nbytes=copies * elems * (1 + 1 / 32), module=module, load_scaled=load_scaled,
-                           backward=backward, useful_frac=useful)]
+            read = BF16 * elems if reads_input else 0.0
+            return [OpSpec(name, "mem", nbytes=read + copies * elems * (1 + 1 / 32), module=module, load_scaled=load_scaled,
+                           backward=backward, useful_frac=useful, backward_free=True)]
         return [OpSpec(name, "quant", elems=elems, module=module, load_scaled=load_scaled, backward=backward,
                        useful_frac=useful)]
 
     def step_ops(self) -> list[OpSpec]:
         """Once-per-step ops of one rank beyond the layers: with ``quantize_weights = "per_step"`` and an
-        FP8 recipe, quantising every local weight once (row- and column-wise copies for fwd and dgrad)."""
+        FP8 recipe, quantising every local weight once (row- and column-wise copies for fwd and dgrad:
+        :meth:`weight_quantisation`)."""
         if self.stack.quantize_weights != "per_step" or self.plan.precision == "bf16":
             return []
         from sim.accounting import count_params
@@ -211,8 +238,18 @@ class Workload:
         dense = 0.0
         if self.linear_dtype != "bf16":
             dense = (pc.attention_per_layer + pc.shared_experts_per_layer) / p.tp
-        elems = 2 * layers * (expert + dense)
-        return [OpSpec(ops.MOE_QUANTIZE, "quant", elems=elems)] if elems else []
+        return self.weight_quantisation(layers * (expert + dense))
+
+    def weight_quantisation(self, params: float, module: str = "") -> list[OpSpec]:
+        """Quantising ``params`` BF16 weights once into their row- and column-wise FP8 copies (Transformer
+        Engine: one kernel reads the weight and writes both, ``transformer_engine/common/cast``); under
+        per-tensor current scaling an amax pass reads the weight first (``nvte_compute_amax``)."""
+        if params <= 0:
+            return []
+        out = [OpSpec(ops.MOE_QUANTIZE, "quant", elems=params, copies=2, module=module)]
+        if self.plan.precision == "fp8-current":
+            out.insert(0, OpSpec(ops.MOE_QUANTIZE, "mem", nbytes=BF16 * params, module=module))
+        return out
 
     # --- op lists -------------------------------------------------------------------------------
     def share_layer_ops(self, cache: dict[tuple[str, str], list[OpSpec]]) -> None:
@@ -263,7 +300,16 @@ class Workload:
         return ops_
 
     def _norm(self, name: str, tokens: float) -> OpSpec:
-        return OpSpec(name, "mem", nbytes=2 * BF16 * tokens * self.model.dim, module="layernorm")
+        """RMSNorm: the forward reads x and writes y; the backward reads x and dy and writes dx."""
+        width = BF16 * tokens * self.model.dim
+        return OpSpec(name, "mem", nbytes=2 * width, module="layernorm", backward_nbytes=3 * width)
+
+    @staticmethod
+    def _swiglu(name: str, rows: float, hidden: float, *, module: str, load_scaled: bool = False) -> OpSpec:
+        """SwiGLU of the fused gate/up output: the forward reads gate and up and writes their product (3 widths);
+        the backward reads gate, up and the incoming gradient and writes the gradients of gate and up (5)."""
+        width = BF16 * rows * hidden
+        return OpSpec(name, "mem", nbytes=3 * width, load_scaled=load_scaled, module=module, backward_nbytes=5 * width)
 
     def _tp(self, coll: str) -> list[OpSpec]:
         if self.plan.tp == 1:
@@ -306,7 +352,7 @@ class Workload:
         out = [self._norm(ops.MOE_NORM, self.tokens_sp)] + self._tp("ag")
         f = m.dense_inter_dim / t
         out += self._linear(ops.MLP_DENSE, T, m.dim, 2 * f, module="mlp")
-        out.append(OpSpec(ops.MLP_DENSE, "mem", nbytes=3 * BF16 * T * f, module="mlp"))
+        out.append(self._swiglu(ops.MLP_DENSE, T, f, module="mlp"))
         out += self._linear(ops.MLP_DENSE, T, f, m.dim, module="mlp")
         out += self._tp("rs")
         return out
@@ -325,7 +371,7 @@ class Workload:
                           module="moe"))
         out.append(OpSpec(ops.MOE_ROUTER, "mem", nbytes=3 * 4 * T * m.n_routed_experts, module="moe"))
         if not in_place:  # sender-side sort of the token copies by destination rank
-            out.append(OpSpec(ops.MOE_PERMUTE, "mem", nbytes=2 * BF16 * rows_out * D, module="moe"))
+            out.append(OpSpec(ops.MOE_PERMUTE, "mem", nbytes=self._sender_permute_bytes(), module="moe"))
         if p.ep > 1:
             if p.ep_backend == "nccl":
                 out.append(OpSpec(ops.A2A_COUNT_EXCHANGE, "comm", coll="a2a.counts", nbytes=8 * m.n_routed_experts,
@@ -341,14 +387,16 @@ class Workload:
             out.append(OpSpec(ops.MOE_PERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True, module="moe"))
         dtype = self.expert_dtype
         per_call = self.stack.quantize_weights == "per_call"
-        for name, k_in, n_out in ((ops.MOE_EXPERT_GEMM_GATE_UP, D, F), (ops.MOE_EXPERT_GEMM_GATE_UP, D, F),
-                                  (ops.MOE_EXPERT_GEMM_DOWN, F, D)):
+        # Gate and up: one grouped GEMM of 2F outputs (the stack fuses them), or two of F on the same input.
+        gate_up = [(ops.MOE_EXPERT_GEMM_GATE_UP, D, 2 * F)] if self.stack.fused_gate_up else [
+            (ops.MOE_EXPERT_GEMM_GATE_UP, D, F), (ops.MOE_EXPERT_GEMM_GATE_UP, D, F)]
+        for name, k_in, n_out in (*gate_up, (ops.MOE_EXPERT_GEMM_DOWN, F, D)):
             if name == ops.MOE_EXPERT_GEMM_DOWN:
-                out.append(OpSpec(ops.MOE_EXPERT_GEMM_GATE_UP, "mem", nbytes=3 * BF16 * rows * F, load_scaled=True,
-                                  module="moe_act"))
+                out.append(self._swiglu(ops.MOE_EXPERT_GEMM_GATE_UP, rows, F, load_scaled=True, module="moe_act"))
             if dtype != "bf16":
                 copies = 2 if self.stack.fp8_act_cache else 1
-                out += self._act_quant(ops.MOE_QUANTIZE, rows * k_in, module="moe", load_scaled=True, copies=copies)
+                out += self._act_quant(ops.MOE_QUANTIZE, rows * k_in, module="moe", load_scaled=True, copies=copies,
+                                       reads_input=True)
                 if per_call:
                     out.append(OpSpec(ops.MOE_QUANTIZE, "quant", elems=e * n_out * k_in, module="moe"))
                 if dtype == "mxfp8" and not self.stack.fused_act_quant:
@@ -358,18 +406,18 @@ class Workload:
                     out.append(OpSpec(ops.MOE_QUANTIZE, "rearrange", elems=e * n_out * k_in, layout="weight",
                                       module="moe"))
             out.append(OpSpec(name, "grouped_gemm", flops=2 * rows * k_in * n_out, rows=rows, dtype=dtype,
-                              load_scaled=True, k_in=k_in, n_out=n_out, groups=e, module="moe"))
+                              load_scaled=True, k_in=k_in, n_out=n_out, groups=e, module="moe",
+                              launches=e if self.stack.grouped_gemm_per_expert else 1))
         if self.receiver_sort:
             out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True, module="moe"))
         if p.ep > 1:
             out.append(OpSpec(ops.MOE_COMBINE, "comm", coll="a2a.combine", nbytes=BF16 * rows_out * D, module="moe"))
         if not in_place:  # sender-side unsort and weighted sum of the K copies of each token
-            out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=(2 * rows_out + 2 * self.tokens_dispatched) * BF16 * D,
-                              module="moe"))
+            out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=self._sender_permute_bytes(unpermute=True), module="moe"))
         if m.n_shared_experts:
             fs = m.n_shared_experts * m.moe_inter_dim / p.tp
             out += self._linear(ops.MOE_SHARED_EXPERT, T, D, 2 * fs, module="shared_experts")
-            out.append(OpSpec(ops.MOE_SHARED_EXPERT, "mem", nbytes=3 * BF16 * T * fs, module="moe_act"))
+            out.append(self._swiglu(ops.MOE_SHARED_EXPERT, T, fs, module="moe_act"))
             out += self._linear(ops.MOE_SHARED_EXPERT, T, fs, D, module="shared_experts")
         out += self._tp("rs")
         return out
@@ -420,8 +468,13 @@ class Workload:
         if op.kind == "attn":
             return [replace(op, flops=2 * op.flops, backward=True)]
         if op.kind == "mem":
-            # A permutation's backward is the inverse permutation (an index gather of the same bytes); other
-            # memory-bound ops (norms, activations) read their saved input and the incoming gradient and write one.
+            # Norms and SwiGLU say their backward's bytes (OpSpec.backward_nbytes); a permutation's backward is the
+            # inverse permutation (an index gather of the same bytes); other memory-bound ops read their saved
+            # input and the incoming gradient and write one.
+            if op.backward_free:
+                return []
+            if op.backward_nbytes:
+                return [replace(op, nbytes=op.backward_nbytes, backward=True)]
             factor = 1 if op.name in (ops.MOE_PERMUTE, ops.MOE_UNPERMUTE) else 2
             return [replace(op, nbytes=factor * op.nbytes, backward=True)]
         if op.kind in ("quant", "rearrange"):
@@ -451,7 +504,7 @@ class Workload:
                 if st.fused_act_quant:
                     # The producer of grad_out writes its row- and column-wise FP8 copies at dgrad time.
                     if gpass == "dgrad":
-                        out += self._act_quant(ops.MOE_QUANTIZE, op.rows * op.n_out, copies=2, load_scaled=True,
+                        out += self._act_quant(ops.MOE_QUANTIZE, op.rows * op.n_out, copies=2, load_scaled=True, reads_input=True,
                                                backward=True, module=op.module)
                     elif not st.fp8_act_cache:
                         out.append(OpSpec(ops.MOE_QUANTIZE, "quant", elems=op.rows * op.k_in, load_scaled=True,

@@ -40,12 +40,12 @@ from sim.layer_check import predict_moe_layer
 from sim.measured_runs import MeasuredRun, resolve_run
 from sim.predict import predict
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
-from sim.stacks import StackProfile, load_stack, profile_for
+from sim.stacks import StackProfile, builtin_overrides, load_stack, profile_for
 from studies.dataset import MEASURED_RUNS, load_runs
 from studies.layer_cells import LayerCell, load_cells
 
 __all__ = ["RunCase", "JointFit", "load_cases", "group_of", "fit_joint", "logo", "predict_cases", "main",
-           "ABLATIONS", "dataset_digest", "write_release_scalars"]
+           "ABLATIONS", "STACK_ABLATIONS", "dataset_digest", "write_release_scalars"]
 
 #: A Jacobian column whose largest entry (log error per unit relative change) is below this constrains nothing.
 _CONSTRAINED = 0.02
@@ -248,6 +248,16 @@ ABLATIONS: dict[str, dict[str, float]] = {
     "grouped GEMM roll-off fitted (held at its flashinfer prior)": {"grouped.half_rows": 340.0},
     "host syncs (host.sync_s = 0)": {"host.sync_s": 0.0},
     "EP barrier waits under forced balance (ep.arrival_cv_balanced = 0)": {"ep.arrival_cv_balanced": 0.0},
+    "grouped roll-off per SM (grouped.sm_scaling = 0: every chip at B200's half-point)": {"grouped.sm_scaling": 0.0},
+    "GB300's own clock (chip.gb300_clock = 1: a B300's)": {"chip.gb300_clock": 1.0},
+}
+
+#: Framework behaviours switched off for the ablation: stack-profile fields every built-in release reads with
+#: (:func:`sim.stacks.builtin_overrides`); the runs are resolved again under them.
+STACK_ABLATIONS: dict[str, dict[str, Any]] = {
+    "TE grouped GEMM's per-expert launches (one launch per call)": {"grouped_gemm_per_expert": False},
+    "Megatron's fused gate/up GEMM (two GEMMs, two input casts)": {"fused_gate_up": False},
+    "TE's fused top-K permute (an index gather and a scatter-add)": {"fused_permute": False},
 }
 
 
@@ -334,6 +344,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for label, fixed in ABLATIONS.items():
             f2 = fit_joint(cases, start=fit.values, fixed=_ablation_fixed(fit, fixed), max_nfev=args.max_nfev)
             m2, x2 = logo_summary(logo(cases, f2))
+            rows[label] = {"logo_mape": m2, "logo_max": x2}
+            print(f"without {label}: LOGO mean {m2:.1%} (with {m1:.1%}), max {x2:.1%} (with {x1:.1%})")
+        for label, changes in STACK_ABLATIONS.items():
+            with builtin_overrides(**changes):
+                variant = load_cases()
+                f2 = fit_joint(variant, start=fit.values, max_nfev=args.max_nfev)
+                m2, x2 = logo_summary(logo(variant, f2))
             rows[label] = {"logo_mape": m2, "logo_max": x2}
             print(f"without {label}: LOGO mean {m2:.1%} (with {m1:.1%}), max {x2:.1%} (with {x1:.1%})")
         record["ablation"] = rows

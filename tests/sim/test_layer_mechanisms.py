@@ -90,16 +90,6 @@ def test_a_layer_benchmark_does_not_carry_the_release_scalar() -> None:
     assert (a.forward_s, a.backward_s) == (b.forward_s, b.backward_s)
 
 
-def test_a_deepep_layer_waits_at_its_barrier_only_as_far_as_the_spread_says() -> None:
-    """The DeepEP cell's barrier wait grows with ``ep.arrival_cv_balanced``; Hybrid-EP has no such wait."""
-    values = shipped_values()
-    spread = dict(values, **{"ep.arrival_cv_balanced": 0.2})
-    calm = dict(values, **{"ep.arrival_cv_balanced": 0.0})
-    assert predict_moe_layer(_cell(), params=spread).forward_s > predict_moe_layer(_cell(), params=calm).forward_s
-    hyb = _cell("hybridep")
-    assert predict_moe_layer(hyb, params=spread).forward_s == predict_moe_layer(hyb, params=calm).forward_s
-
-
 def test_a_user_stack_without_fp8_dispatch_defaults_to_bf16_tokens() -> None:
     assert StackProfile().fp8_dispatch is False
 

@@ -1,0 +1,142 @@
+"""What the kernels of a step move and how fast their chips run them: the mechanisms the single-MoE-layer cells
+(measured-runs.md s8) and the same-plan pairs (s5) pointed to, each checked against the former accounting.
+
+- a grouped GEMM's roll-off half-point scales with the chip's tensor rate per SM (``sim.joint.half_rows_on``);
+- a GB300 runs at its own sustained clock over a B300's (``chip.gb300_clock``);
+- Transformer Engine's fused top-K permute moves each token once (``StackProfile.fused_permute``);
+- SwiGLU and RMSNorm backwards move what their kernels read and write (``OpSpec.backward_nbytes``);
+- an FP8 cast of an activation has no backward kernel of its own (``OpSpec.backward_free``), and the casts of
+  the experts' inputs read the BF16 tensor an all-to-all or Megatron's SwiGLU wrote;
+- Megatron's experts run gate and up as one grouped GEMM of 2F outputs (``StackProfile.fused_gate_up``);
+- a weight is read once for its row- and column-wise FP8 copies (``Workload.weight_quantisation``);
+- a layer benchmark's EP ranks reach each DeepEP barrier together (``sim.layer_check.QUIET_ARRIVALS``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sim import ops
+from sim.catalog import load_cluster, load_gpu, load_model
+from sim.costs import default_costs
+from sim.joint import REF_TENSOR_FLOPS_PER_SM, apply_params, half_rows_on, shipped_values
+from sim.layer_check import MoELayerCell, predict_moe_layer
+from sim.specs import ParallelPlan
+from sim.stacks import load_stack
+from sim.workload import BF16, Workload
+
+_REF = 16384 * 8  # the grouped curves' large reference shape (rows per expert x 8)
+
+
+def _grouped_share_at(gpu: str, rows_per_expert: float) -> float:
+    """The joint BF16 grouped curve at ``rows_per_expert`` over its value at the large shape, on ``gpu``."""
+    cluster = load_cluster(f"hgx-{gpu}", n_gpus=8)
+    costs = default_costs(cluster.gpu)
+    _, out, _ = apply_params(shipped_values(), cluster, costs, load_stack("megatron-26.04"), ParallelPlan(ep=8, dp_shard=8))
+    curve = out.grouped_gemm_eff["bf16"]
+    return curve(rows_per_expert * 8) / curve(_REF)
+
+
+def test_the_grouped_roll_off_half_point_scales_with_the_tensor_rate_per_sm() -> None:
+    h100, b200 = load_gpu("h100"), load_gpu("b200")
+    assert b200.bf16_flops / b200.num_sms == pytest.approx(REF_TENSOR_FLOPS_PER_SM)
+    assert half_rows_on(b200, 1400.0) == pytest.approx(1400.0)
+    assert half_rows_on(h100, 1400.0) == pytest.approx(1400.0 * (989e12 / 132) / (2250e12 / 148))
+    # A Hopper SM amortises the same per-expert fixed time over fewer rows: at 2,048 rows per expert its grouped
+    # GEMM keeps more of its large-shape rate than a Blackwell one (the former rule gave both the same share).
+    assert _grouped_share_at("h100", 2048) > _grouped_share_at("b200", 2048) + 0.05
+
+
+def test_a_gb300_runs_at_its_own_clock_over_a_b300() -> None:
+    values = shipped_values()
+    plan = ParallelPlan(ep=8, dp_shard=8)
+    rates = {}
+    for cluster_name in ("hgx-b300", "gb300-nvl72", "gb200-nvl72"):
+        cluster = load_cluster(cluster_name, n_gpus=8)
+        out, _, _ = apply_params(values, cluster, default_costs(cluster.gpu), load_stack("megatron-26.04"), plan)
+        rates[cluster_name] = out.gpu.bf16_flops
+    assert values["chip.gb300_clock"] == pytest.approx(2070 / 2032)
+    gb300_over_b300 = rates["gb300-nvl72"] / rates["hgx-b300"]
+    assert gb300_over_b300 == pytest.approx(2500 / 2250 * values["chip.nvl72_rate"] * values["chip.gb300_clock"])
+    assert rates["gb200-nvl72"] == pytest.approx(2500e12 * values["chip.nvl72_rate"])  # GB200 untouched
+
+
+def _workload(stack: str, precision: str = "bf16", backend: str = "nccl") -> Workload:
+    plan = ParallelPlan(ep=8, dp_shard=8, seq_len=4096, global_batch=8, precision=precision, ep_backend=backend,
+                        ac="none")
+    return Workload(load_model("deepseek-v3-671b"), plan, load_stack(stack))
+
+
+def _ops(wl: Workload, phase: str, name: str, kind: str = "mem"):  # type: ignore[no-untyped-def]
+    return [op for op in wl.layer_ops("moe", phase) if op.name == name and op.kind == kind]
+
+
+def test_fused_top_k_permute_moves_each_token_once() -> None:
+    megatron, titan = _workload("megatron-26.04"), _workload("torchtitan")
+    T, D, K = megatron.tokens_dispatched, 7168, 8
+    sender = {w: _ops(w, "fwd", ops.MOE_PERMUTE)[0].nbytes for w in (megatron, titan)}
+    assert sender[megatron] == pytest.approx((K + 1) * T * D * BF16)  # read each token, write its K copies
+    assert sender[titan] == pytest.approx(2 * K * T * D * BF16)  # an index gather: every copy read and written
+    assert load_stack("megatron-26.02").fused_permute and not load_stack("torchtitan").fused_permute
+
+
+def test_swiglu_and_rmsnorm_backwards_move_what_their_kernels_read_and_write() -> None:
+    wl = _workload("megatron-26.04")
+    fwd_act = [op for op in wl.layer_ops("moe", "fwd") if op.module == "moe_act" and op.kind == "mem"]
+    bwd_act = [op for op in wl.layer_ops("moe", "bwd") if op.module == "moe_act" and op.kind == "mem"]
+    assert fwd_act and [b.nbytes / f.nbytes for f, b in zip(reversed(fwd_act), bwd_act)] == pytest.approx(
+        [5 / 3] * len(fwd_act))
+    norm_f, norm_b = _ops(wl, "fwd", ops.MOE_NORM)[0], _ops(wl, "bwd", ops.MOE_NORM)[0]
+    assert norm_b.nbytes / norm_f.nbytes == pytest.approx(1.5)
+
+
+def test_an_fp8_cast_of_an_activation_has_no_backward_kernel() -> None:
+    """TE writes an activation's FP8 copies in the forward; the backward quantises grad_out with each GEMM's
+    backward pass, and the forward's cast has no backward of its own (it was counted as 2x its bytes)."""
+    wl = _workload("megatron-26.04", precision="fp8-blockwise", backend="hybridep")
+    casts = [op for op in wl.layer_ops("moe", "fwd") if op.name == ops.MOE_QUANTIZE and op.kind == "mem"]
+    assert casts and all(op.backward_free for op in casts)
+    bwd_casts = [op for op in wl.layer_ops("moe", "bwd") if op.name == ops.MOE_QUANTIZE and op.kind == "mem"]
+    grad_out_casts = [op for op in wl.layer_ops("moe", "bwd") if op.kind == "grouped_gemm" and op.gemm_pass == "dgrad"]
+    assert len(bwd_casts) == len(grad_out_casts)  # one grad_out quantisation per dgrad, nothing else
+    # each reads the BF16 gradient the all-to-all wrote and writes its row- and column-wise copies
+    expected = sum(op.rows * op.n_out * (2 + 2 * (1 + 1 / 32)) for op in grad_out_casts)
+    assert sum(op.nbytes for op in bwd_casts) == pytest.approx(expected)
+
+
+def test_megatron_runs_gate_and_up_as_one_grouped_gemm() -> None:
+    megatron, titan = _workload("megatron-26.04", "mxfp8", "hybridep"), _workload("torchtitan", "mxfp8", "deepep")
+    m_gemms = [op for op in megatron.layer_ops("moe", "fwd") if op.kind == "grouped_gemm"]
+    t_gemms = [op for op in titan.layer_ops("moe", "fwd") if op.kind == "grouped_gemm"]
+    assert [op.n_out for op in m_gemms] == [2 * 2048, 7168]
+    assert [op.n_out for op in t_gemms] == [2048, 2048, 7168]
+    assert sum(op.flops for op in m_gemms) == pytest.approx(sum(op.flops for op in t_gemms))
+
+
+@pytest.mark.parametrize(("precision", "reads"), [("mxfp8", 1), ("fp8-current", 2)])
+def test_a_weight_is_read_once_for_both_fp8_copies(precision: str, reads: int) -> None:
+    """TE's MXFP8 cast (BIDIMENSIONAL) and blockwise quantize-transpose read a weight once and write its row- and
+    column-wise copies; per-tensor current scaling reads it once more for the amax."""
+    wl = _workload("megatron-26.04", precision, "hybridep")
+    gpu = load_gpu("b200")
+    costs = default_costs(gpu)
+    step = wl.step_ops()
+    quant = [op for op in step if op.kind == "quant"]
+    amax = [op for op in step if op.kind == "mem"]
+    assert len(quant) == 1 and quant[0].copies == 2 and len(amax) == reads - 1
+    params = quant[0].elems
+    seconds = costs.quantize_time(params, gpu.hbm_bw_bytes_per_s, quant[0].copies)
+    assert seconds == pytest.approx(params * (2 + 2 * (1 + 1 / 32)) / (gpu.hbm_bw_bytes_per_s * costs.quantize_bw_eff))
+    # the former accounting: two separate casts, each reading the weight
+    assert seconds < costs.quantize_time(2 * params, gpu.hbm_bw_bytes_per_s) * 0.7
+
+
+def test_a_layer_benchmarks_ranks_reach_the_deepep_barrier_together() -> None:
+    """The benchmark barriers every rank before each iteration and runs identical kernels: the step's arrival
+    spread under forced balance does not apply (changing it changes nothing)."""
+    cell = MoELayerCell(id="toy", dim=1024, moe_inter_dim=512, n_experts=16, top_k=4, cluster="hgx-h100", gpus=8,
+                        ep=8, tokens_per_gpu=1024, ep_backend="deepep", precision="bf16")
+    base = predict_moe_layer(cell)
+    spread = predict_moe_layer(cell, params=dict(shipped_values(), **{"ep.arrival_cv_balanced": 0.3}))
+    assert spread.forward_s == pytest.approx(base.forward_s, rel=1e-12)
+    assert spread.backward_s == pytest.approx(base.backward_s, rel=1e-12)
