@@ -203,6 +203,14 @@ def _layer_cell_range() -> str:
     return f"{min(errs):+.0f}% to {max(errs):+.0f}%"
 
 
+def _layer_cells_within() -> str:
+    from studies.layer_cells import layer_cell_rows
+
+    rows = layer_cell_rows()
+    ok = sum(all(abs(c["predicted"][k] / c["measured"][k] - 1) <= 0.10 for k in c["measured"]) for c in rows)
+    return f"{ok} of {len(rows)}"
+
+
 def _layer_cell_mean() -> str:
     errs = [abs(e) for e in _layer_cell_errors()]
     return f"{sum(errs) / len(errs):.0f}"
@@ -228,8 +236,9 @@ FIGURES: list[Figure] = [
     Figure("LOGO interval coverage", "README.md", r"as if each run's group were unseen: \*\*(.*?)\*\*",
            _logo_coverage),
     Figure("LOGO by group", "README.md", r"Leave-one-group-out by group: ([^\n]*)\n", _logo_by_group),
-    Figure("layer cells range", "README.md", r"every cell comes out ([+-]\d+% to [+-]\d+%) slow", _layer_cell_range),
-    Figure("layer cells mean", "README.md", r"slow \(mean (\d+)%", _layer_cell_mean),
+    Figure("layer cells range", "README.md", r"the cells come out ([+-]\d+% to [+-]\d+%)\n", _layer_cell_range),
+    Figure("layer cells mean", "README.md", r"\(mean \|error\| (\d+)%;", _layer_cell_mean),
+    Figure("layer cells within 10%", "README.md", r"; (\d+ of \d+) within 10% forward", _layer_cells_within),
     Figure("TorchTitan H100 memory", "README.md", r"TorchTitan 512-H100\npair's tensors: (.*?\)), where",
            _memory_pair),
     Figure("LOO coverage (README)", "README.md", r"Leave-one-out coverage on the held-out runs \(`moesim validate`\):\n"

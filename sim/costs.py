@@ -250,7 +250,8 @@ class CostModel:
             key = wgrad_key if op.gemm_pass == "wgrad" and wgrad_key in self.grouped_gemm_eff else key
             t, cls = self.grouped_gemm_time(op.flops * f, op.rows * f, peak, key, groups=op.groups), "grouped_gemm"
             # An empty grouped GEMM still launches (every EP rank runs its experts' kernels).
-            return t / stack.eff(gpu.arch, cls) + op.launches * stack.kernel_overhead_s
+            launches: int = op.launches
+            return t / stack.eff(gpu.arch, cls) + launches * stack.kernel_overhead_s
         elif k == "attn":
             t = self.attention_time(op.flops, gpu.bf16_flops, op.backward, exps=op.elems, exp_per_s=gpu.exp_per_s)
             cls = "attn.bwd" if op.backward else "attn.fwd"

@@ -239,7 +239,8 @@ def half_rows_on(gpu: GPUSpec, half_rows: float, exponent: float = 1.0) -> float
     >>> round(half_rows_on(load_gpu("b200"), 1000.0)), round(half_rows_on(load_gpu("h100"), 1000.0))
     (1000, 493)
     """
-    return half_rows * ((gpu.bf16_flops / gpu.num_sms) / REF_TENSOR_FLOPS_PER_SM) ** exponent
+    per_sm: float = (gpu.bf16_flops / gpu.num_sms) / REF_TENSOR_FLOPS_PER_SM
+    return float(half_rows * per_sm**exponent)
 
 
 def grouped_curve(large_eff: float, half_rows: float) -> Curve:

@@ -87,8 +87,9 @@ def joint_markdown() -> list[str]:
     if ablation:
         lines += ["", "### Ablation: each mechanism switched off, the calibration refitted", "",
                   "Each row refits the joint calibration with one mechanism off (its parameter at the value that "
-                  "reduces it to the simpler model, or to its alternative) and repeats the leave-one-group-out "
-                  "check, every fold refitted.", "",
+                  "reduces it to the simpler model, or to its alternative; a framework behaviour: every built-in "
+                  "stack profile read without it, `sim.stacks.builtin_overrides`) and repeats the "
+                  "leave-one-group-out check, every fold refitted.", "",
                   "| mechanism off | LOGO MAPE | LOGO max |", "|---|---:|---:|"]
         for label, row in ablation.items():
             lines.append(f"| {label} | {row['logo_mape'] * 100:.1f}% | {row['logo_max'] * 100:.1f}% |")

@@ -19,7 +19,12 @@ import pytest
 from sim import ops
 from sim.catalog import load_cluster, load_gpu, load_model
 from sim.costs import default_costs
-from sim.joint import REF_TENSOR_FLOPS_PER_SM, apply_params, half_rows_on, shipped_values
+from sim.joint import (
+    REF_TENSOR_FLOPS_PER_SM,
+    apply_params,
+    half_rows_on,
+    shipped_values,
+)
 from sim.layer_check import MoELayerCell, predict_moe_layer
 from sim.specs import ParallelPlan
 from sim.stacks import load_stack
