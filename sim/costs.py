@@ -143,6 +143,11 @@ class CostModel:
     sources: dict[str, str] = field(default_factory=dict)
     version: int = CALIBRATION_VERSION
     provenance: str = "moesim defaults: datasheets and published microbenchmarks"
+    #: A grouped GEMM's curve is read at its rows per expert times (its per-expert K x N over the curves'
+    #: reference shape, DeepSeek-V3's 7168 x 2048) to this power: what a grouped GEMM loses below its large
+    #: shape is a fixed time per expert, amortised over the expert's work, not its rows alone (1; 0: rows
+    #: alone). Set by the joint calibration (``grouped.per_expert_time``, :mod:`sim.joint`); not serialised.
+    grouped_work_exponent: float = 1.0
 
     def __post_init__(self) -> None:
         for name, value in (("attn_fwd_eff", self.attn_fwd_eff), ("attn_bwd_eff", self.attn_bwd_eff),
@@ -248,7 +253,8 @@ class CostModel:
             key = _fallback_key(self.grouped_gemm_eff, op.dtype)
             wgrad_key = f"{key}_wgrad"
             key = wgrad_key if op.gemm_pass == "wgrad" and wgrad_key in self.grouped_gemm_eff else key
-            t, cls = self.grouped_gemm_time(op.flops * f, op.rows * f, peak, key, groups=op.groups), "grouped_gemm"
+            t, cls = self.grouped_gemm_time(op.flops * f, op.rows * f * self.grouped_work_scale(op.k_in, op.n_out), peak,
+                                            key, groups=op.groups), "grouped_gemm"
             # An empty grouped GEMM still launches (every EP rank runs its experts' kernels).
             launches: int = op.launches
             return t / stack.eff(gpu.arch, cls) + launches * stack.kernel_overhead_s
@@ -266,6 +272,18 @@ class CostModel:
         if t <= 0:
             return 0.0
         return t / stack.eff(gpu.arch, cls) + stack.kernel_overhead_s
+
+    def grouped_work_scale(self, k_in: float, n_out: float) -> float:
+        """The factor on a grouped GEMM's rows per expert at which its curve is read: its per-expert work per row
+        (``k_in x n_out``) over the reference shape's, to :attr:`grouped_work_exponent` (1 when the shape is unknown).
+
+        >>> c = default_costs(__import__("sim.catalog", fromlist=["load_gpu"]).load_gpu("h100"))
+        >>> c.grouped_work_scale(7168, 2048), c.grouped_work_scale(4096, 2 * 14336), c.grouped_work_scale(0, 0)
+        (1.0, 8.0, 1.0)
+        """
+        if k_in <= 0 or n_out <= 0:
+            return 1.0
+        return float((k_in * n_out / (_REF_K * _REF_N)) ** self.grouped_work_exponent)
 
     def gemm_time(self, flops: float, peak_flops: float, dtype: str = "bf16") -> float:
         """Kernel seconds of one dense GEMM call of ``flops`` on a GPU of ``peak_flops`` for ``dtype``

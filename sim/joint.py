@@ -21,9 +21,12 @@ Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where n
 - ``dp.straggler_cv``: how much a microbatch's time varies across data-parallel ranks (the step waits for the
   slowest rank; :mod:`sim.predict.dp_scale`);
 - ``ep.arrival_cv_balanced``: how much EP ranks' arrivals at a DeepEP barrier spread under forced load balance;
-- ``grouped.half_rows``: the rows per expert at which a grouped GEMM runs at half its large-shape efficiency on
-  a B200 SM (other chips scale it by their tensor rate per SM, ``grouped.sm_scaling``: :func:`half_rows_on`)
-  (the large-shape efficiencies are the cost model's, and Transformer Engine's MXFP8 one: :data:`GROUPED_LARGE_TE`).
+- ``grouped.half_rows``: the rows per expert at which a DeepSeek-V3-shaped grouped GEMM (7168 x 2048 per expert)
+  runs at half its large-shape efficiency on a B200 SM (the large-shape efficiencies are the cost model's, and
+  Transformer Engine's MXFP8 one: :data:`GROUPED_LARGE_TE`);
+- ``grouped.per_expert_time``: that loss is a fixed time per expert, so the half-point grows with the chip's
+  tensor rate per SM (:func:`half_rows_on`) and shrinks with the expert's work per row
+  (:meth:`sim.costs.CostModel.grouped_work_scale`).
 
 >>> v = prior_values()
 >>> round(v["chip.sm103_clock"], 4), v["launch.graphs_s"]
@@ -117,17 +120,20 @@ PARAMS: tuple[ParamSpec, ...] = (
               "differ; a calibration that sets its own arrival_cv keeps it. Not fitted: freed, the step runs give "
               "0.031 +- 0.063 and the leave-one-group-out error rises (8.4% / 24.5% -> 8.9% / 25.3%); the single-layer "
               "cells (one node, EP8) point to ~0 (DeepEP 0.29 ms over Hybrid-EP, measured-runs.md s8)", fitted=False),
-    ParamSpec("grouped.half_rows", 340.0, 16.0, 8192.0, "rows per expert at which a grouped GEMM reaches half its "
-              "large-shape efficiency on a B200 SM (a fixed time per expert: tile pipeline fill and drain, partial "
-              "last wave; eff = e_large x r / (r + r_half)); other chips scale it by their tensor rate per SM "
-              "(sim.joint.half_rows_on: H100 x 0.49)", "prior: flashinfer PR #2503 (published.md s8), block-scaled masked grouped "
+    ParamSpec("grouped.half_rows", 340.0, 16.0, 8192.0, "rows per expert at which a grouped GEMM of DeepSeek-V3's "
+              "expert shape (7168 x 2048) reaches half its large-shape efficiency on a B200 SM (eff = e_large x "
+              "r / (r + r_half)); other chips and shapes move it as grouped.per_expert_time says (H100 x 0.49; an "
+              "expert of twice the work per row at half the rows)", "prior: flashinfer PR #2503 (published.md s8), block-scaled masked grouped "
               "GEMM on Blackwell: 431 TFLOPS at 28 rows, 3,249 at 455 rows per expert -> r_half = 341"),
-    ParamSpec("grouped.sm_scaling", 1.0, 0.0, 2.0, "how the grouped roll-off's half-point follows the chip's tensor "
-              "rate per SM: r_half(chip) = grouped.half_rows x (rate per SM / B200's) ^ this (sim.joint.half_rows_on)",
-              "1: a fixed time per expert on each SM (tile pipeline fill and drain, the partial last wave), which a "
-              "faster SM needs proportionally more rows to amortise; the H100 single-layer cells (measured-runs.md "
-              "s8) run their grouped GEMMs within a few % of the dense asymptote at 8,192 rows per expert. Not "
-              "fitted: only the H100 runs would constrain it; 0 (the ablation) is the former rows-only roll-off",
+    ParamSpec("grouped.per_expert_time", 1.0, 0.0, 2.0, "what a grouped GEMM loses below its large shape is a fixed "
+              "time per expert (1), amortised over the expert's work: the roll-off's half-point in rows scales with "
+              "the chip's tensor rate per SM (sim.joint.half_rows_on) and inversely with the expert's K x N "
+              "(CostModel.grouped_work_scale), each to this power; 0: rows alone, on every chip and shape",
+              "1: tile pipeline fill and drain and the partial last wave take a fixed time per expert on each SM, "
+              "so a faster SM, or a thinner expert, needs more rows to amortise it; the H100 single-layer cells "
+              "(measured-runs.md s8: 4 experts of 7168 x 2048 and 1 of 4096 x 14336 at 8,192 rows each) run "
+              "their grouped GEMMs near the dense asymptote. Not fitted (the mechanism's form, not a rate); 0 is "
+              "the ablation",
               fitted=False),
 )
 PARAM_NAMES = tuple(p.name for p in PARAMS)
@@ -225,15 +231,15 @@ REF_TENSOR_FLOPS_PER_SM = 2250e12 / 148
 
 def half_rows_on(gpu: GPUSpec, half_rows: float, exponent: float = 1.0) -> float:
     """``grouped.half_rows`` (stated for a B200 SM) on ``gpu``: scaled by the chip's dense tensor rate per SM
-    (to the power ``exponent``, ``grouped.sm_scaling``: 1, the mechanism; 0, every chip at B200's half-point).
+    (to the power ``exponent``, ``grouped.per_expert_time``: 1, the mechanism; 0, every chip at B200's half-point).
 
     What a grouped GEMM loses below its large shape is a fixed time per expert on each SM (its tiles' pipeline
     fill and drain, the partial last wave, the epilogue), so the rows that amortise it grow with what an SM
     computes per second: a Hopper SM (989 TFLOPS / 132 SMs) does half of a Blackwell SM's work in that time, so
-    its grouped GEMMs reach the same share of their asymptote at half the rows per expert. The single-MoE-layer
-    cells (H100, 8,192 rows per expert, measured-runs.md s8) run their TE GEMMs at 0.74-0.80 of BF16 peak, within a
-    few % of the dense asymptote (0.80), where B200's roll-off at 8,192 rows alone takes 7% off it; scaled, the
-    joint fit's leave-one-group-out error falls (docs/transfer.md, ablation).
+    its grouped GEMMs reach the same share of their asymptote at half the rows per expert (and an expert of more
+    work per row at fewer rows: :meth:`sim.costs.CostModel.grouped_work_scale`). The single-MoE-layer cells
+    (H100, 8,192 rows per expert, measured-runs.md s8) run their TE GEMMs within a few % of the dense
+    asymptote; the ablation in docs/transfer.md gives the leave-one-group-out error without the mechanism.
 
     >>> from sim.catalog import load_gpu
     >>> round(half_rows_on(load_gpu("b200"), 1000.0)), round(half_rows_on(load_gpu("h100"), 1000.0))
@@ -294,7 +300,7 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
     if comm != costs.comm:
         costs = replace(costs, comm=comm)
     if costs.provenance.startswith("moesim defaults"):  # a trace-fitted calibration keeps its measured curves
-        half = half_rows_on(gpu, values["grouped.half_rows"], values["grouped.sm_scaling"])
+        half = half_rows_on(gpu, values["grouped.half_rows"], values["grouped.per_expert_time"])
         te = stack.quantize_weights == "per_step"
         large = te_grouped_large(costs) if te else {}
         base = costs.grouped_gemm_eff
@@ -304,6 +310,8 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
             # (the roll-off shared with BF16 would flatten it to the large-shape speedup)
             curves["mxfp8"], curves["mxfp8_wgrad"] = torchao_mxfp8_curves(curves["bf16"])
         costs = replace(costs, grouped_gemm_eff=curves)
+    if costs.grouped_work_exponent != values["grouped.per_expert_time"]:
+        costs = replace(costs, grouped_work_exponent=float(values["grouped.per_expert_time"]))
     return cluster, costs, stack
 
 

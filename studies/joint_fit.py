@@ -248,7 +248,8 @@ ABLATIONS: dict[str, dict[str, float]] = {
     "grouped GEMM roll-off fitted (held at its flashinfer prior)": {"grouped.half_rows": 340.0},
     "host syncs (host.sync_s = 0)": {"host.sync_s": 0.0},
     "EP barrier waits under forced balance (ep.arrival_cv_balanced = 0)": {"ep.arrival_cv_balanced": 0.0},
-    "grouped roll-off per SM (grouped.sm_scaling = 0: every chip at B200's half-point)": {"grouped.sm_scaling": 0.0},
+    "grouped roll-off as a fixed time per expert (grouped.per_expert_time = 0: rows alone, every chip and shape)":
+        {"grouped.per_expert_time": 0.0},
     "GB300's own clock (chip.gb300_clock = 1: a B300's)": {"chip.gb300_clock": 1.0},
 }
 

@@ -1,7 +1,8 @@
 """What the kernels of a step move and how fast their chips run them: the mechanisms the single-MoE-layer cells
 (measured-runs.md s8) and the same-plan pairs (s5) pointed to, each checked against the former accounting.
 
-- a grouped GEMM's roll-off half-point scales with the chip's tensor rate per SM (``sim.joint.half_rows_on``);
+- a grouped GEMM loses a fixed time per expert: its roll-off half-point scales with the chip's tensor rate per SM
+  (``sim.joint.half_rows_on``) and inversely with the expert's work per row (``CostModel.grouped_work_scale``);
 - a GB300 runs at its own sustained clock over a B300's (``chip.gb300_clock``);
 - Transformer Engine's fused top-K permute moves each token once (``StackProfile.fused_permute``);
 - SwiGLU and RMSNorm backwards move what their kernels read and write (``OpSpec.backward_nbytes``);
@@ -13,6 +14,8 @@
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -28,7 +31,7 @@ from sim.joint import (
 from sim.layer_check import MoELayerCell, predict_moe_layer
 from sim.specs import ParallelPlan
 from sim.stacks import load_stack
-from sim.workload import BF16, Workload
+from sim.workload import BF16, OpSpec, Workload
 
 _REF = 16384 * 8  # the grouped curves' large reference shape (rows per expert x 8)
 
@@ -50,6 +53,27 @@ def test_the_grouped_roll_off_half_point_scales_with_the_tensor_rate_per_sm() ->
     # A Hopper SM amortises the same per-expert fixed time over fewer rows: at 2,048 rows per expert its grouped
     # GEMM keeps more of its large-shape rate than a Blackwell one (the former rule gave both the same share).
     assert _grouped_share_at("h100", 2048) > _grouped_share_at("b200", 2048) + 0.05
+
+
+def _grouped_seconds_per_flop(k_in: float, n_out: float, rows_per_expert: float, exponent: float) -> float:
+    cluster = load_cluster("hgx-h100", n_gpus=8)
+    values = dict(shipped_values(), **{"grouped.per_expert_time": exponent})
+    gpu, costs, stack = apply_params(values, cluster, default_costs(cluster.gpu), load_stack("megatron-26.04"),
+                                     ParallelPlan(ep=8, dp_shard=8))
+    rows = rows_per_expert * 4
+    op = OpSpec("g", "grouped_gemm", flops=2 * rows * k_in * n_out, rows=rows, k_in=k_in, n_out=n_out, groups=4)
+    return costs.op_seconds(op, gpu.gpu, replace(stack, kernel_overhead_s=0.0)) / op.flops
+
+
+def test_an_expert_of_more_work_per_row_reaches_its_rate_at_fewer_rows() -> None:
+    """A fixed time per expert is amortised over the expert's work: at 2,048 rows a Mixtral-shaped expert
+    (4096 x 28672 per row) runs nearer its asymptote than a DeepSeek-V3-shaped one (7168 x 2048); with the
+    mechanism off (exponent 0) the rows alone decide and both run at the same rate."""
+    mixtral, deepseek = (4096, 2 * 14336), (7168, 2048)
+    assert _grouped_seconds_per_flop(*mixtral, 2048, 1.0) < 0.9 * _grouped_seconds_per_flop(*deepseek, 2048, 1.0)
+    assert _grouped_seconds_per_flop(*mixtral, 2048, 0.0) == pytest.approx(
+        _grouped_seconds_per_flop(*deepseek, 2048, 0.0))
+    assert default_costs(load_gpu("b200")).grouped_work_scale(7168, 2048) == 1.0
 
 
 def test_a_gb300_runs_at_its_own_clock_over_a_b300() -> None:
