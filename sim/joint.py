@@ -20,7 +20,8 @@ Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where n
 - ``host.sync_s``: the GPU idle time of one blocking device-to-host sync (copy, then the CPU relaunching);
 - ``dp.straggler_cv``: how much a microbatch's time varies across data-parallel ranks (the step waits for the
   slowest rank; :mod:`sim.predict.dp_scale`);
-- ``ep.arrival_cv_balanced``: how much EP ranks' arrivals at a DeepEP barrier spread under forced load balance;
+- ``ep.arrival_cv_balanced``: how much EP ranks' arrivals at a DeepEP barrier spread under forced load balance
+  (0: no run asks for it);
 - ``grouped.half_rows``: the rows per expert at which a DeepSeek-V3-shaped grouped GEMM (7168 x 2048 per expert)
   runs at half its large-shape efficiency on a B200 SM (the large-shape efficiencies are the cost model's, and
   Transformer Engine's MXFP8 one: :data:`GROUPED_LARGE_TE`);
@@ -113,13 +114,14 @@ PARAMS: tuple[ParamSpec, ...] = (
               "ASSUMED: the EP-barrier arrival cv fitted on DeepSeek's H800 trace (CommCosts.arrival_cv); not fitted: "
               "freed, the 8-GPU runs (few ranks, few microbatches) take it to 0.3 as a stand-in for what they lack, and "
               "the leave-one-group-out error rises", fitted=False),
-    ParamSpec("ep.arrival_cv_balanced", 0.0731, 0.0, 0.5, "spread of the EP ranks' arrival at a DeepEP barrier "
+    ParamSpec("ep.arrival_cv_balanced", 0.0, 0.0, 0.5, "spread of the EP ranks' arrival at a DeepEP barrier "
               "under forced load balance, per second of compute since the previous barrier (sim.comm.barrier): "
-              "every rank runs the same work, so what is left is jitter", "prior: the arrival cv fitted on "
-              "DeepSeek's H800 trace (CommCosts.arrival_cv), measured under its real router, where ranks' loads "
-              "differ; a calibration that sets its own arrival_cv keeps it. Not fitted: freed, the step runs give "
-              "0.031 +- 0.063 and the leave-one-group-out error rises (8.4% / 24.5% -> 8.9% / 25.3%); the single-layer "
-              "cells (one node, EP8) point to ~0 (DeepEP 0.29 ms over Hybrid-EP, measured-runs.md s8)", fitted=False),
+              "every rank runs the same work, so what is left is jitter", "0: the mechanism does not lower the "
+              "leave-one-group-out error, so it is off (the issue's rule). At the real router's spread (0.0731, "
+              "DeepSeek's H800 trace, CommCosts.arrival_cv) the LOGO max rises (ablation in docs/transfer.md); "
+              "freed, the step runs give a value within a sigma of 0 (0.031 +- 0.063, 2026-12-04); the single-layer "
+              "cells, forced balance from a common start, show DeepEP 0.29 ms over Hybrid-EP (measured-runs.md s8). "
+              "A calibration that sets its own arrival_cv keeps it", fitted=False),
     ParamSpec("grouped.half_rows", 340.0, 16.0, 8192.0, "rows per expert at which a grouped GEMM of DeepSeek-V3's "
               "expert shape (7168 x 2048) reaches half its large-shape efficiency on a B200 SM (eff = e_large x "
               "r / (r + r_half)); other chips and shapes move it as grouped.per_expert_time says (H100 x 0.49; an "

@@ -102,8 +102,9 @@ def test_gemm_seconds_from_the_curve() -> None:
 
 def test_grouped_gemm_seconds_follow_the_load_factor() -> None:
     op = next(o for o in _ops()["moe.expert_gemm.down"] if o.kind == "grouped_gemm")
+    work = COSTS.grouped_work_scale(op.k_in, op.n_out)  # the expert's work per row over the curves' shape
     for factor in (0.5, 1.0, 2.7):
-        eff = COSTS.grouped_gemm_eff["bf16"](op.rows * factor) * 1.0
+        eff = COSTS.grouped_gemm_eff["bf16"](op.rows * factor * work) * 1.0
         expected = op.flops * factor / (GPU.bf16_flops * eff) + 0.0
         assert COSTS.op_seconds(op, GPU, _NEUTRAL, load_factor=factor) == pytest.approx(expected, rel=1e-12)
 
@@ -132,12 +133,14 @@ def test_skewed_routing_slows_the_expert_gemms() -> None:
     factor = rank_load_factors(expert_load("zipf:1.2", E, 0), PLAN.ep).max()
     balanced_s = predict(MODEL, CLUSTER, PLAN).breakdown["compute.moe.expert_gemm"]
     skewed_s = predict(MODEL, CLUSTER, skewed).breakdown["compute.moe.expert_gemm"]
-    # More rows raise the grouped GEMM's efficiency (r / (r + grouped.half_rows), sim.joint), so the time grows by
-    # less than the factor: per expert it is rows + half_rows, never less than the rows' share of the growth.
-    from sim.joint import shipped_values
+    # More rows raise the grouped GEMM's efficiency (r / (r + r_half), sim.joint), so the time grows by less than
+    # the factor: per expert it is rows + r_half, never less than the rows' share of the growth. r_half is
+    # grouped.half_rows on this chip (per SM) for this expert's work per row (K x N).
+    from sim.joint import half_rows_on, shipped_values
 
     rows = PLAN.ep * T * K / E  # rows per local expert, balanced
-    half = shipped_values()["grouped.half_rows"]
+    half = half_rows_on(GPU, shipped_values()["grouped.half_rows"]) / COSTS.grouped_work_scale(
+        MODEL.dim, MODEL.moe_inter_dim)
     floor = (factor * rows + half) / (rows + half)
     assert floor * 0.98 < skewed_s / balanced_s <= factor * 1.001
 
