@@ -191,11 +191,19 @@ def _logo_coverage() -> str:
             f"80%), median p90/p10 {cov['median_p90_p10_ratio']:.2f}")
 
 
-def _layer_cell_errors() -> list[float]:
-    """Signed percent errors of every layer cell's forward and backward."""
+@cache
+def _layer_cells() -> list[dict[str, Any]]:
+    """Every layer cell's row (``studies.layer_cells.layer_cell_rows``), predicted once for the three figures."""
     from studies.layer_cells import layer_cell_rows
 
-    return [c["predicted"][k] / c["measured"][k] * 100 - 100 for c in layer_cell_rows() for k in c["measured"]]
+    return layer_cell_rows()
+
+
+def _layer_cell_errors() -> list[float]:
+    """Signed percent errors of every layer cell's forward and backward."""
+    from studies.layer_cells import cell_errors
+
+    return [e * 100 for c in _layer_cells() for e in cell_errors(c)]
 
 
 def _layer_cell_range() -> str:
@@ -204,11 +212,10 @@ def _layer_cell_range() -> str:
 
 
 def _layer_cells_within() -> str:
-    from studies.layer_cells import layer_cell_rows
+    from studies.layer_cells import within
 
-    rows = layer_cell_rows()
-    ok = sum(all(abs(c["predicted"][k] / c["measured"][k] - 1) <= 0.10 for k in c["measured"]) for c in rows)
-    return f"{ok} of {len(rows)}"
+    rows = _layer_cells()
+    return f"{within(rows)} of {sum(not r['fitted'] for r in rows)}"
 
 
 def _layer_cell_mean() -> str:

@@ -256,8 +256,7 @@ class CostModel:
             t, cls = self.grouped_gemm_time(op.flops * f, op.rows * f * self.grouped_work_scale(op.k_in, op.n_out), peak,
                                             key, groups=op.groups), "grouped_gemm"
             # An empty grouped GEMM still launches (every EP rank runs its experts' kernels).
-            launches: int = op.launches
-            return t / stack.eff(gpu.arch, cls) + launches * stack.kernel_overhead_s
+            return t / stack.eff(gpu.arch, cls) + int(op.launches) * stack.kernel_overhead_s
         elif k == "attn":
             t = self.attention_time(op.flops, gpu.bf16_flops, op.backward, exps=op.elems, exp_per_s=gpu.exp_per_s)
             cls = "attn.bwd" if op.backward else "attn.fwd"

@@ -305,6 +305,11 @@ class Workload:
         return OpSpec(name, "mem", nbytes=2 * width, module="layernorm", backward_nbytes=3 * width)
 
     @staticmethod
+    def _permutation(name: str, nbytes: float, *, load_scaled: bool = False) -> OpSpec:
+        """A permute or unpermute pass of ``nbytes``; its backward is the inverse pass over the same bytes."""
+        return OpSpec(name, "mem", nbytes=nbytes, load_scaled=load_scaled, module="moe", backward_nbytes=nbytes)
+
+    @staticmethod
     def _swiglu(name: str, rows: float, hidden: float, *, module: str, load_scaled: bool = False) -> OpSpec:
         """SwiGLU of the fused gate/up output: the forward reads gate and up and writes their product (3 widths);
         the backward reads gate, up and the incoming gradient and writes the gradients of gate and up (5)."""
@@ -371,7 +376,7 @@ class Workload:
                           module="moe"))
         out.append(OpSpec(ops.MOE_ROUTER, "mem", nbytes=3 * 4 * T * m.n_routed_experts, module="moe"))
         if not in_place:  # sender-side sort of the token copies by destination rank
-            out.append(OpSpec(ops.MOE_PERMUTE, "mem", nbytes=self._sender_permute_bytes(), module="moe"))
+            out.append(self._permutation(ops.MOE_PERMUTE, self._sender_permute_bytes()))
         if p.ep > 1:
             if p.ep_backend == "nccl":
                 out.append(OpSpec(ops.A2A_COUNT_EXCHANGE, "comm", coll="a2a.counts", nbytes=8 * m.n_routed_experts,
@@ -384,7 +389,7 @@ class Workload:
                 out.append(OpSpec(ops.A2A_HOST_SYNC, "host_sync", module="moe"))
             out.append(OpSpec(ops.MOE_DISPATCH, "comm", coll="a2a.dispatch", nbytes=BF16 * rows_out * D, module="moe"))
         if self.receiver_sort:  # receiver-side sort of the received tokens by local expert
-            out.append(OpSpec(ops.MOE_PERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True, module="moe"))
+            out.append(self._permutation(ops.MOE_PERMUTE, 2 * BF16 * rows * D, load_scaled=True))
         dtype = self.expert_dtype
         per_call = self.stack.quantize_weights == "per_call"
         # Gate and up: one grouped GEMM of 2F outputs (the stack fuses them), or two of F on the same input.
@@ -409,11 +414,11 @@ class Workload:
                               load_scaled=True, k_in=k_in, n_out=n_out, groups=e, module="moe",
                               launches=e if self.stack.grouped_gemm_per_expert else 1))
         if self.receiver_sort:
-            out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=2 * BF16 * rows * D, load_scaled=True, module="moe"))
+            out.append(self._permutation(ops.MOE_UNPERMUTE, 2 * BF16 * rows * D, load_scaled=True))
         if p.ep > 1:
             out.append(OpSpec(ops.MOE_COMBINE, "comm", coll="a2a.combine", nbytes=BF16 * rows_out * D, module="moe"))
         if not in_place:  # sender-side unsort and weighted sum of the K copies of each token
-            out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=self._sender_permute_bytes(unpermute=True), module="moe"))
+            out.append(self._permutation(ops.MOE_UNPERMUTE, self._sender_permute_bytes(unpermute=True)))
         if m.n_shared_experts:
             fs = m.n_shared_experts * m.moe_inter_dim / p.tp
             out += self._linear(ops.MOE_SHARED_EXPERT, T, D, 2 * fs, module="shared_experts")
@@ -468,15 +473,11 @@ class Workload:
         if op.kind == "attn":
             return [replace(op, flops=2 * op.flops, backward=True)]
         if op.kind == "mem":
-            # Norms and SwiGLU say their backward's bytes (OpSpec.backward_nbytes); a permutation's backward is the
-            # inverse permutation (an index gather of the same bytes); other memory-bound ops read their saved
-            # input and the incoming gradient and write one.
+            # Norms, SwiGLU and permutations say their backward's bytes (OpSpec.backward_nbytes); other
+            # memory-bound ops read their saved input and the incoming gradient and write one.
             if op.backward_free:
                 return []
-            if op.backward_nbytes:
-                return [replace(op, nbytes=op.backward_nbytes, backward=True)]
-            factor = 1 if op.name in (ops.MOE_PERMUTE, ops.MOE_UNPERMUTE) else 2
-            return [replace(op, nbytes=factor * op.nbytes, backward=True)]
+            return [replace(op, nbytes=op.backward_nbytes or 2 * op.nbytes, backward=True)]
         if op.kind in ("quant", "rearrange"):
             return []  # backward quantization is emitted with the GEMM's backward passes
         if op.kind == "host_sync":
@@ -502,7 +503,8 @@ class Workload:
         for gpass in ("dgrad", "wgrad"):
             if op.dtype != "bf16":
                 if st.fused_act_quant:
-                    # The producer of grad_out writes its row- and column-wise FP8 copies at dgrad time.
+                    # grad_out's row- and column-wise FP8 copies, cast at dgrad time from the BF16 gradient the
+                    # combine's backward all-to-all wrote.
                     if gpass == "dgrad":
                         out += self._act_quant(ops.MOE_QUANTIZE, op.rows * op.n_out, copies=2, load_scaled=True, reads_input=True,
                                                backward=True, module=op.module)

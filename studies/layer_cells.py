@@ -28,7 +28,8 @@ from sim.layer_check import MoELayerCell, layer_plan, predict_moe_layer
 from sim.loaders import read_toml
 from sim.stacks import load_stack
 
-__all__ = ["MAX_FITTED", "LayerCell", "cell_errors", "default_cells_path", "format_rows", "layer_cell_rows", "load_cells", "main"]
+__all__ = ["MAX_FITTED", "LayerCell", "cell_errors", "default_cells_path", "format_rows", "layer_cell_rows", "load_cells", "main",
+           "within"]
 
 #: at most this many cells may have a parameter fitted to them (the rest are the test)
 MAX_FITTED = 2
@@ -165,6 +166,11 @@ def cell_errors(row: dict[str, Any]) -> tuple[float, float]:
     return p["forward_ms"] / m["forward_ms"] - 1, p["backward_ms"] / m["backward_ms"] - 1
 
 
+def within(rows: list[dict[str, Any]], limit: float = 0.10) -> int:
+    """Cells not fitted whose forward and backward errors are both within ``limit``."""
+    return sum(1 for r in rows if not r["fitted"] and max(map(abs, cell_errors(r))) <= limit)
+
+
 def format_rows(rows: list[dict[str, Any]], parts: dict[str, tuple[dict[str, float], dict[str, float]]] | None = None
                 ) -> str:
     """A table of :func:`layer_cell_rows` (ms and errors) with the mean and largest absolute errors of the
@@ -181,9 +187,8 @@ def format_rows(rows: list[dict[str, Any]], parts: dict[str, tuple[dict[str, flo
         for label, split in zip(("fwd", "bwd"), (parts or {}).get(r["id"], ())):
             lines.append(f"    {label}: " + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in split.items()))
     if held:
-        within = sum(1 for r in rows if not r["fitted"] and max(map(abs, cell_errors(r))) <= 0.10)
         lines.append(f"not fitted: mean |error| {sum(held) / len(held):.1%}, max {max(held):.1%}; "
-                     f"{within} of {sum(not r['fitted'] for r in rows)} cells within 10% forward and backward")
+                     f"{within(rows)} of {sum(not r['fitted'] for r in rows)} cells within 10% forward and backward")
     return "\n".join(lines)
 
 
