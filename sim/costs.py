@@ -143,11 +143,12 @@ class CostModel:
     sources: dict[str, str] = field(default_factory=dict)
     version: int = CALIBRATION_VERSION
     provenance: str = "moesim defaults: datasheets and published microbenchmarks"
-    #: A grouped GEMM's curve is read at its rows per expert times (its per-expert K x N over the curves'
-    #: reference shape, DeepSeek-V3's 7168 x 2048) to this power: what a grouped GEMM loses below its large
-    #: shape is a fixed time per expert, amortised over the expert's work, not its rows alone (1; 0: rows
-    #: alone). Set by the joint calibration (``grouped.per_expert_time``, :mod:`sim.joint`); not serialised.
-    grouped_work_exponent: float = 1.0
+    #: Share of a grouped GEMM's roll-off (at the curves' reference expert shape, DeepSeek-V3's
+    #: 7168 x 2048) that is a fixed time per expert, amortised over the expert's work per row (K x N); the rest
+    #: (weight traffic, the partial last row tile) follows its rows alone. A call is read at its rows per expert
+    #: times :meth:`grouped_work_scale`. Set by the joint calibration (``grouped.per_expert_time``,
+    #: :mod:`sim.joint`; 0.39, flashinfer PR #2503); not serialised.
+    grouped_per_expert_share: float = 0.39
 
     def __post_init__(self) -> None:
         for name, value in (("attn_fwd_eff", self.attn_fwd_eff), ("attn_bwd_eff", self.attn_bwd_eff),
@@ -273,16 +274,24 @@ class CostModel:
         return t / stack.eff(gpu.arch, cls) + stack.kernel_overhead_s
 
     def grouped_work_scale(self, k_in: float, n_out: float) -> float:
-        """The factor on a grouped GEMM's rows per expert at which its curve is read: its per-expert work per row
-        (``k_in x n_out``) over the reference shape's, to :attr:`grouped_work_exponent` (1 when the shape is unknown).
+        """The factor on a grouped GEMM's rows per expert at which its curve is read: the curve's half-point over
+        this shape's, for an expert of ``k_in x n_out`` work per row (1 when the shape is unknown).
 
-        >>> c = default_costs(__import__("sim.catalog", fromlist=["load_gpu"]).load_gpu("h100"))
-        >>> c.grouped_work_scale(7168, 2048), c.grouped_work_scale(4096, 2 * 14336), c.grouped_work_scale(0, 0)
-        (1.0, 8.0, 1.0)
+        With a share ``q`` (:attr:`grouped_per_expert_share`) of the reference shape's half-point a fixed time per
+        expert, an expert of ``w`` times the reference work per row has its half-point at ``(1 - q) + q / w`` of
+        the curve's: a thinner expert needs more rows to amortise the same fixed time.
+
+        >>> from dataclasses import replace
+        >>> c = replace(default_costs(__import__("sim.catalog", fromlist=["load_gpu"]).load_gpu("h100")),
+        ...             grouped_per_expert_share=0.5)
+        >>> c.grouped_work_scale(7168, 2048), round(c.grouped_work_scale(4096, 2 * 14336), 3), c.grouped_work_scale(0, 0)
+        (1.0, 1.778, 1.0)
         """
         if k_in <= 0 or n_out <= 0:
             return 1.0
-        return float((k_in * n_out / (_REF_K * _REF_N)) ** self.grouped_work_exponent)
+        work = k_in * n_out / (_REF_K * _REF_N)
+        q = self.grouped_per_expert_share
+        return float(1.0 / ((1.0 - q) + q / work))
 
     def gemm_time(self, flops: float, peak_flops: float, dtype: str = "bf16") -> float:
         """Kernel seconds of one dense GEMM call of ``flops`` on a GPU of ``peak_flops`` for ``dtype``

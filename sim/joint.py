@@ -25,9 +25,9 @@ Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where n
 - ``grouped.half_rows``: the rows per expert at which a DeepSeek-V3-shaped grouped GEMM (7168 x 2048 per expert)
   runs at half its large-shape efficiency on a B200 SM (the large-shape efficiencies are the cost model's, and
   Transformer Engine's MXFP8 one: :data:`GROUPED_LARGE_TE`);
-- ``grouped.per_expert_time``: that loss is a fixed time per expert, so the half-point grows with the chip's
-  tensor rate per SM (:func:`half_rows_on`) and shrinks with the expert's work per row
-  (:meth:`sim.costs.CostModel.grouped_work_scale`).
+- ``grouped.per_expert_time``: the share of that loss that is a fixed time per expert, so its part of the
+  half-point shrinks with the expert's work per row (:meth:`sim.costs.CostModel.grouped_work_scale`); the rest
+  follows the rows alone. Both grow with the chip's tensor rate per SM (:func:`half_rows_on`).
 
 >>> v = prior_values()
 >>> round(v["chip.sm103_clock"], 4), v["launch.graphs_s"]
@@ -124,18 +124,19 @@ PARAMS: tuple[ParamSpec, ...] = (
               "A calibration that sets its own arrival_cv keeps it", fitted=False),
     ParamSpec("grouped.half_rows", 340.0, 16.0, 8192.0, "rows per expert at which a grouped GEMM of DeepSeek-V3's "
               "expert shape (7168 x 2048) reaches half its large-shape efficiency on a B200 SM (eff = e_large x "
-              "r / (r + r_half)); other chips and shapes move it as grouped.per_expert_time says (H100 x 0.49; an "
-              "expert of twice the work per row at half the rows)", "prior: flashinfer PR #2503 (published.md s8), block-scaled masked grouped "
+              "r / (r + r_half)); other chips and expert shapes move it as grouped.per_expert_time says "
+              "(sim.joint.half_rows_on)", "prior: flashinfer PR #2503 (published.md s8), block-scaled masked grouped "
               "GEMM on Blackwell: 431 TFLOPS at 28 rows, 3,249 at 455 rows per expert -> r_half = 341"),
-    ParamSpec("grouped.per_expert_time", 1.0, 0.0, 2.0, "what a grouped GEMM loses below its large shape is a fixed "
-              "time per expert (1), amortised over the expert's work: the roll-off's half-point in rows scales with "
-              "the chip's tensor rate per SM (sim.joint.half_rows_on) and inversely with the expert's K x N "
-              "(CostModel.grouped_work_scale), each to this power; 0: rows alone, on every chip and shape",
-              "1: tile pipeline fill and drain and the partial last wave take a fixed time per expert on each SM, "
-              "so a faster SM, or a thinner expert, needs more rows to amortise it; the H100 single-layer cells "
-              "(measured-runs.md s8: 4 experts of 7168 x 2048 and 1 of 4096 x 14336 at 8,192 rows each) run "
-              "their grouped GEMMs near the dense asymptote. Not fitted (the mechanism's form, not a rate); 0 is "
-              "the ablation",
+    ParamSpec("grouped.per_expert_time", 0.39, 0.0, 1.0, "share of a grouped GEMM's roll-off half-point (at "
+              "DeepSeek-V3's expert shape) that is a fixed time per expert, amortised over the expert's work per row "
+              "(K x N); the rest follows its rows alone (weight tiles, the partial last row tile): an expert of w "
+              "times the reference work per row has its half-point at (1 - s) + s / w of the reference's "
+              "(CostModel.grouped_work_scale); 0: rows alone, 1: all fixed per expert",
+              "0.39 +- 0.08: least squares over flashinfer PR #2503's Blackwell masked grouped GEMM at two expert "
+              "shapes (N 4096 x K 7168 and N 7168 x K 2048, 18 groups, 28-455 rows per expert; 13 points of e_large "
+              "x r / (r + h x ((1 - s) + s / w)), residuals within 11%). Consistent with tgale96/grouped_gemm PR #37 "
+              "(H100, 2048 x 1536 experts at 512 rows: CUTLASS sm90 160.5 TFLOPS) and TE PR #2045 (H100, N 768: "
+              "554-628 TFLOPS; published.md s7-s8). Not fitted to the runs (freed, they give 0.74 +- 0.18)",
               fitted=False),
 )
 PARAM_NAMES = tuple(p.name for p in PARAMS)
@@ -229,26 +230,23 @@ _ROWS_GRID = tuple(float(2 ** k) for k in range(4, 18))  # 16 .. 131072 rows per
 #: Dense BF16 tensor rate per SM of the chip ``grouped.half_rows`` is stated for: an HGX B200 (2,250 TFLOPS over
 #: 148 SMs; published.md s3), the chip of its flashinfer prior and of most runs that constrain it.
 REF_TENSOR_FLOPS_PER_SM = 2250e12 / 148
+def half_rows_on(gpu: GPUSpec, half_rows: float) -> float:
+    """``grouped.half_rows`` (stated for DeepSeek-V3's expert shape on a B200 SM) on ``gpu``, at that shape.
 
-
-def half_rows_on(gpu: GPUSpec, half_rows: float, exponent: float = 1.0) -> float:
-    """``grouped.half_rows`` (stated for a B200 SM) on ``gpu``: scaled by the chip's dense tensor rate per SM
-    (to the power ``exponent``, ``grouped.per_expert_time``: 1, the mechanism; 0, every chip at B200's half-point).
-
-    What a grouped GEMM loses below its large shape is a fixed time per expert on each SM (its tiles' pipeline
-    fill and drain, the partial last wave, the epilogue), so the rows that amortise it grow with what an SM
-    computes per second: a Hopper SM (989 TFLOPS / 132 SMs) does half of a Blackwell SM's work in that time, so
-    its grouped GEMMs reach the same share of their asymptote at half the rows per expert (and an expert of more
-    work per row at fewer rows: :meth:`sim.costs.CostModel.grouped_work_scale`). The single-MoE-layer cells
-    (H100, 8,192 rows per expert, measured-runs.md s8) run their TE GEMMs within a few % of the dense
-    asymptote; the ablation in docs/transfer.md gives the leave-one-group-out error without the mechanism.
+    What a grouped GEMM loses below its large shape is time on each SM (its tiles' pipeline fill and drain, the
+    partial last row tile and wave, the epilogue), so the rows that amortise it grow with what an SM computes per
+    second: a Hopper SM (989 TFLOPS / 132 SMs) does half of a Blackwell SM's work in that time, so its grouped
+    GEMMs reach the same share of their asymptote at half the rows per expert. How the half-point moves with the
+    expert's shape is :meth:`sim.costs.CostModel.grouped_work_scale` (``grouped.per_expert_time``). The
+    single-MoE-layer cells (H100, 8,192 rows per expert, measured-runs.md s8) run their TE GEMMs within a few % of
+    the dense asymptote and TE PR #2045's H100 grouped GEMMs reach 56-63% of peak at 2,048-4,096 rows.
 
     >>> from sim.catalog import load_gpu
     >>> round(half_rows_on(load_gpu("b200"), 1000.0)), round(half_rows_on(load_gpu("h100"), 1000.0))
     (1000, 493)
     """
     per_sm: float = (gpu.bf16_flops / gpu.num_sms) / REF_TENSOR_FLOPS_PER_SM
-    return float(half_rows * per_sm**exponent)
+    return float(half_rows * per_sm)
 
 
 def grouped_curve(large_eff: float, half_rows: float) -> Curve:
@@ -302,7 +300,7 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
     if comm != costs.comm:
         costs = replace(costs, comm=comm)
     if costs.provenance.startswith("moesim defaults"):  # a trace-fitted calibration keeps its measured curves
-        half = half_rows_on(gpu, values["grouped.half_rows"], values["grouped.per_expert_time"])
+        half = half_rows_on(gpu, values["grouped.half_rows"])
         te = stack.quantize_weights == "per_step"
         large = te_grouped_large(costs) if te else {}
         base = costs.grouped_gemm_eff
@@ -312,8 +310,9 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
             # (the roll-off shared with BF16 would flatten it to the large-shape speedup)
             curves["mxfp8"], curves["mxfp8_wgrad"] = torchao_mxfp8_curves(curves["bf16"])
         costs = replace(costs, grouped_gemm_eff=curves)
-    if costs.grouped_work_exponent != values["grouped.per_expert_time"]:
-        costs = replace(costs, grouped_work_exponent=float(values["grouped.per_expert_time"]))
+    share = float(values["grouped.per_expert_time"])
+    if costs.grouped_per_expert_share != share:
+        costs = replace(costs, grouped_per_expert_share=share)
     return cluster, costs, stack
 
 

@@ -139,7 +139,9 @@ def test_skewed_routing_slows_the_expert_gemms() -> None:
     from sim.joint import half_rows_on, shipped_values
 
     rows = PLAN.ep * T * K / E  # rows per local expert, balanced
-    half = half_rows_on(GPU, shipped_values()["grouped.half_rows"]) / COSTS.grouped_work_scale(
+    values = shipped_values()
+    costs = dataclasses.replace(COSTS, grouped_per_expert_share=values["grouped.per_expert_time"])
+    half = half_rows_on(GPU, values["grouped.half_rows"]) / costs.grouped_work_scale(
         MODEL.dim, MODEL.moe_inter_dim)
     floor = (factor * rows + half) / (rows + half)
     assert floor * 0.98 < skewed_s / balanced_s <= factor * 1.001
