@@ -142,8 +142,12 @@ def test_the_fit_recovers_a_planted_release_scalar(small_cases: list[RunCase]) -
     made = predict_cases(small_cases, truth)
     planted = [dataclasses.replace(c, run=dataclasses.replace(c.run, measured_tokens_per_s_per_gpu=float(m)))
                for c, m in zip(small_cases, made, strict=True)]
-    fit = fit_joint(planted, start=shipped_values(), max_nfev=20)
-    assert "release.megatron-26.04" in fit.free
+    # Three runs cannot pin three free parameters (the roll-off trades against the scalar on these shapes): the
+    # other shared parameters are held at their shipped values, so the scalar alone is fitted.
+    shipped = shipped_values()
+    held = {n: shipped[n] for n in ("launch.eager_s", "grouped.half_rows")}
+    fit = fit_joint(planted, start=shipped, fixed=held, max_nfev=20)
+    assert fit.free == ["release.megatron-26.04"]
     assert fit.values["release.megatron-26.04"] == pytest.approx(0.55, rel=0.03)
     assert max(abs(r) for r in fit.residuals.values()) < 0.01
 
