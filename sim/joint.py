@@ -230,6 +230,8 @@ _ROWS_GRID = tuple(float(2 ** k) for k in range(4, 18))  # 16 .. 131072 rows per
 #: Dense BF16 tensor rate per SM of the chip ``grouped.half_rows`` is stated for: an HGX B200 (2,250 TFLOPS over
 #: 148 SMs; published.md s3), the chip of its flashinfer prior and of most runs that constrain it.
 REF_TENSOR_FLOPS_PER_SM = 2250e12 / 148
+
+
 def half_rows_on(gpu: GPUSpec, half_rows: float) -> float:
     """``grouped.half_rows`` (stated for DeepSeek-V3's expert shape on a B200 SM) on ``gpu``, at that shape.
 
