@@ -146,7 +146,7 @@ class CostModel:
     #: Share of a grouped GEMM's roll-off (at the curves' reference expert shape, DeepSeek-V3's
     #: 7168 x 2048) that is a fixed time per expert, amortised over the expert's work per row (K x N); the rest
     #: (weight traffic, the partial last row tile) follows its rows alone. A call is read at its rows per expert
-    #: times :meth:`grouped_work_scale`. Set by the joint calibration (``grouped.per_expert_time``,
+    #: times :meth:`grouped_work_scale`. Set by the joint calibration (``grouped.per_expert_share``,
     #: :mod:`sim.joint`; 0.39, flashinfer PR #2503); not serialised.
     grouped_per_expert_share: float = 0.39
 

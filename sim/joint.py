@@ -25,7 +25,7 @@ Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where n
 - ``grouped.half_rows``: the rows per expert at which a DeepSeek-V3-shaped grouped GEMM (7168 x 2048 per expert)
   runs at half its large-shape efficiency on a B200 SM (the large-shape efficiencies are the cost model's, and
   Transformer Engine's MXFP8 one: :data:`GROUPED_LARGE_TE`);
-- ``grouped.per_expert_time``: the share of that loss that is a fixed time per expert, so its part of the
+- ``grouped.per_expert_share``: the share of that loss that is a fixed time per expert, so its part of the
   half-point shrinks with the expert's work per row (:meth:`sim.costs.CostModel.grouped_work_scale`); the rest
   follows the rows alone. Both grow with the chip's tensor rate per SM (:func:`half_rows_on`).
 
@@ -124,10 +124,10 @@ PARAMS: tuple[ParamSpec, ...] = (
               "A calibration that sets its own arrival_cv keeps it", fitted=False),
     ParamSpec("grouped.half_rows", 340.0, 16.0, 8192.0, "rows per expert at which a grouped GEMM of DeepSeek-V3's "
               "expert shape (7168 x 2048) reaches half its large-shape efficiency on a B200 SM (eff = e_large x "
-              "r / (r + r_half)); other chips and expert shapes move it as grouped.per_expert_time says "
+              "r / (r + r_half)); other chips and expert shapes move it as grouped.per_expert_share says "
               "(sim.joint.half_rows_on)", "prior: flashinfer PR #2503 (published.md s8), block-scaled masked grouped "
               "GEMM on Blackwell: 431 TFLOPS at 28 rows, 3,249 at 455 rows per expert -> r_half = 341"),
-    ParamSpec("grouped.per_expert_time", 0.39, 0.0, 1.0, "share of a grouped GEMM's roll-off half-point (at "
+    ParamSpec("grouped.per_expert_share", 0.39, 0.0, 1.0, "share of a grouped GEMM's roll-off half-point (at "
               "DeepSeek-V3's expert shape) that is a fixed time per expert, amortised over the expert's work per row "
               "(K x N); the rest follows its rows alone (weight tiles, the partial last row tile): an expert of w "
               "times the reference work per row has its half-point at (1 - s) + s / w of the reference's "
@@ -239,7 +239,7 @@ def half_rows_on(gpu: GPUSpec, half_rows: float) -> float:
     partial last row tile and wave, the epilogue), so the rows that amortise it grow with what an SM computes per
     second: a Hopper SM (989 TFLOPS / 132 SMs) does half of a Blackwell SM's work in that time, so its grouped
     GEMMs reach the same share of their asymptote at half the rows per expert. How the half-point moves with the
-    expert's shape is :meth:`sim.costs.CostModel.grouped_work_scale` (``grouped.per_expert_time``). The
+    expert's shape is :meth:`sim.costs.CostModel.grouped_work_scale` (``grouped.per_expert_share``). The
     single-MoE-layer cells (H100, 8,192 rows per expert, measured-runs.md s8) run their TE GEMMs within a few % of
     the dense asymptote and TE PR #2045's H100 grouped GEMMs reach 56-63% of peak at 2,048-4,096 rows.
 
@@ -312,7 +312,7 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
             # (the roll-off shared with BF16 would flatten it to the large-shape speedup)
             curves["mxfp8"], curves["mxfp8_wgrad"] = torchao_mxfp8_curves(curves["bf16"])
         costs = replace(costs, grouped_gemm_eff=curves)
-    share = float(values["grouped.per_expert_time"])
+    share = float(values["grouped.per_expert_share"])
     if costs.grouped_per_expert_share != share:
         costs = replace(costs, grouped_per_expert_share=share)
     return cluster, costs, stack

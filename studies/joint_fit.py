@@ -249,10 +249,10 @@ ABLATIONS: dict[str, dict[str, float]] = {
     "host syncs (host.sync_s = 0)": {"host.sync_s": 0.0},
     "EP barrier waits absent under forced balance (alternative: the real router's spread, "
     "ep.arrival_cv_balanced = 0.0731)": {"ep.arrival_cv_balanced": 0.0731},
-    "a share of the grouped roll-off fixed per expert (grouped.per_expert_time = 0: rows alone, every shape)":
-        {"grouped.per_expert_time": 0.0},
-    "alternative: all of the grouped roll-off fixed per expert (grouped.per_expert_time = 1, the former rule)":
-        {"grouped.per_expert_time": 1.0},
+    "a share of the grouped roll-off fixed per expert (grouped.per_expert_share = 0: rows alone, every shape)":
+        {"grouped.per_expert_share": 0.0},
+    "alternative: all of the grouped roll-off fixed per expert (grouped.per_expert_share = 1, the former rule)":
+        {"grouped.per_expert_share": 1.0},
     "GB300's own clock (chip.gb300_clock = 1: a B300's)": {"chip.gb300_clock": 1.0},
 }
 

@@ -140,7 +140,7 @@ def test_skewed_routing_slows_the_expert_gemms() -> None:
 
     rows = PLAN.ep * T * K / E  # rows per local expert, balanced
     values = shipped_values()
-    costs = dataclasses.replace(COSTS, grouped_per_expert_share=values["grouped.per_expert_time"])
+    costs = dataclasses.replace(COSTS, grouped_per_expert_share=values["grouped.per_expert_share"])
     half = half_rows_on(GPU, values["grouped.half_rows"]) / costs.grouped_work_scale(
         MODEL.dim, MODEL.moe_inter_dim)
     floor = (factor * rows + half) / (rows + half)

@@ -58,7 +58,7 @@ def test_the_grouped_roll_off_half_point_scales_with_the_tensor_rate_per_sm() ->
 
 def _grouped_seconds_per_flop(k_in: float, n_out: float, rows_per_expert: float, share: float) -> float:
     cluster = load_cluster("hgx-h100", n_gpus=8)
-    values = dict(shipped_values(), **{"grouped.per_expert_time": share})
+    values = dict(shipped_values(), **{"grouped.per_expert_share": share})
     gpu, costs, stack = apply_params(values, cluster, default_costs(cluster.gpu), load_stack("megatron-26.04"),
                                      ParallelPlan(ep=8, dp_shard=8))
     rows = rows_per_expert * 4
