@@ -136,7 +136,7 @@ PARAMS: tuple[ParamSpec, ...] = (
               "shapes (N 4096 x K 7168 and N 7168 x K 2048, 18 groups, 28-455 rows per expert; 13 points of e_large "
               "x r / (r + h x ((1 - s) + s / w)), residuals within 11%). Consistent with tgale96/grouped_gemm PR #37 "
               "(H100, 2048 x 1536 experts at 512 rows: CUTLASS sm90 160.5 TFLOPS) and TE PR #2045 (H100, N 768: "
-              "554-628 TFLOPS; published.md s7-s8). Not fitted to the runs (freed, they give 0.74 +- 0.18)",
+              "554-628 TFLOPS; published.md s7-s8). Not fitted to the runs (freed, they give 0.72 +- 0.19)",
               fitted=False),
 )
 PARAM_NAMES = tuple(p.name for p in PARAMS)
