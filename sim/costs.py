@@ -40,6 +40,7 @@ __all__ = [
     "torchao_mxfp8_curves",
     "CALIBRATION_VERSION",
     "KernelRates",
+    "GROUPED_PER_EXPERT_SHARE",
 ]
 
 CALIBRATION_VERSION = 1
@@ -118,6 +119,12 @@ def _comm_overrides(data: dict[str, Any]) -> dict[str, float]:
     return comm
 
 
+#: Share of a grouped GEMM's roll-off half-point (at DeepSeek-V3's expert shape) that is a fixed time per expert:
+#: 0.39 +- 0.08, least squares over flashinfer PR #2503's Blackwell masked grouped GEMM at two expert shapes
+#: (published.md s8). The prior of the joint calibration's ``grouped.per_expert_share`` (:mod:`sim.joint`).
+GROUPED_PER_EXPERT_SHARE = 0.39
+
+
 @dataclass(frozen=True)
 class CostModel:
     """Peak-rate-times-efficiency costs of compute ops on one GPU type.
@@ -147,8 +154,8 @@ class CostModel:
     #: 7168 x 2048) that is a fixed time per expert, amortised over the expert's work per row (K x N); the rest
     #: (weight traffic, the partial last row tile) follows its rows alone. A call is read at its rows per expert
     #: times :meth:`grouped_work_scale`. Set by the joint calibration (``grouped.per_expert_share``,
-    #: :mod:`sim.joint`; 0.39, flashinfer PR #2503); not serialised.
-    grouped_per_expert_share: float = 0.39
+    #: :mod:`sim.joint`); not serialised.
+    grouped_per_expert_share: float = GROUPED_PER_EXPERT_SHARE
 
     def __post_init__(self) -> None:
         for name, value in (("attn_fwd_eff", self.attn_fwd_eff), ("attn_bwd_eff", self.attn_bwd_eff),

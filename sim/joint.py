@@ -45,7 +45,13 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from sim.costs import GROUPED_REF_GROUPS, CostModel, Curve, torchao_mxfp8_curves
+from sim.costs import (
+    GROUPED_PER_EXPERT_SHARE,
+    GROUPED_REF_GROUPS,
+    CostModel,
+    Curve,
+    torchao_mxfp8_curves,
+)
 from sim.errors import ConfigError
 from sim.routing import BALANCED_ROUTINGS
 from sim.specs import ClusterSpec, GPUSpec, ParallelPlan
@@ -127,7 +133,7 @@ PARAMS: tuple[ParamSpec, ...] = (
               "r / (r + r_half)); other chips and expert shapes move it as grouped.per_expert_share says "
               "(sim.joint.half_rows_on)", "prior: flashinfer PR #2503 (published.md s8), block-scaled masked grouped "
               "GEMM on Blackwell: 431 TFLOPS at 28 rows, 3,249 at 455 rows per expert -> r_half = 341"),
-    ParamSpec("grouped.per_expert_share", 0.39, 0.0, 1.0, "share of a grouped GEMM's roll-off half-point (at "
+    ParamSpec("grouped.per_expert_share", GROUPED_PER_EXPERT_SHARE, 0.0, 1.0, "share of a grouped GEMM's roll-off half-point (at "
               "DeepSeek-V3's expert shape) that is a fixed time per expert, amortised over the expert's work per row "
               "(K x N); the rest follows its rows alone (weight tiles, the partial last row tile): an expert of w "
               "times the reference work per row has its half-point at (1 - s) + s / w of the reference's "
