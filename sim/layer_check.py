@@ -14,9 +14,13 @@ layer's launches take, so per-kernel launch costs are hidden (:data:`HIDDEN_LAUN
 syncs before a dispatch (NCCL's split-size copy, DeepEP's and Hybrid-EP's receive counts) stay in, since a
 sync drains the queue, which is what the joint calibration's ``host.sync_s`` stands for. The ranks reach each
 DeepEP barrier together (:data:`QUIET_ARRIVALS`). No recompute (a plain forward
-and backward: ``ac = "none"``). With an FP8 recipe whose stack quantises weights once per optimizer step
-(Transformer Engine), the benchmark's every iteration is such a step (weights in BF16, quantised at the
-first microbatch): the layer's forward carries that quantisation of its local expert weights.
+and backward: ``ac = "none"``). No weight quantisation: with an FP8 recipe Transformer Engine casts a weight
+only when its module is told this is a step's first microbatch; Megatron's TE wrappers pass
+``is_first_microbatch`` and clear it after their first forward, and only the training schedule sets it again
+(``set_is_first_microbatch``), which the benchmark, calling the layer directly, never runs. Its timed
+iterations (after five warm-ups) reuse the FP8 weights cached at the first one (TE ``GroupedLinear``:
+``update_workspace = is_first_microbatch is None or is_first_microbatch``), so the layer's ops are the
+activations' casts and the GEMMs; a training step's once-per-step cast is :meth:`Workload.step_ops`'.
 
 Shape letters: T tokens, D model dim, F expert hidden dim, E experts, e local experts, K top-k.
 
@@ -119,16 +123,6 @@ def _moe_only(op_list: list[OpSpec]) -> list[OpSpec]:
     return [op for op in op_list if op.name.startswith(MOE_LAYER_PREFIXES) and op.name not in _EXCLUDED]
 
 
-def _weight_quantisation(wl: Workload) -> list[OpSpec]:
-    """The layer's share of :meth:`Workload.step_ops`: its local expert weights quantised once (row- and
-    column-wise copies), when the stack quantises weights per step and the experts run in FP8."""
-    if wl.stack.quantize_weights != "per_step" or wl.expert_dtype == "bf16":
-        return []
-    m = wl.model
-    per_expert = 3 * m.dim * m.moe_inter_dim  # gate, up, down
-    return wl.weight_quantisation(wl.local_experts * per_expert / wl.plan.etp, module="moe")
-
-
 #: The release scalar (``release.<stack>``) in a layer benchmark: 1, the calibration's kernel rates. The scalar is
 #: fitted on whole training steps and stands for what a step of that release loses that no modelled mechanism
 #: names; a layer benchmark times the layer's kernels alone, one layer, no
@@ -170,12 +164,7 @@ def predict_moe_layer(cell: MoELayerCell, costs: CostModel | None = None,
     ctx = simulation_context(model, cluster, plan, costs, stack, params=values)
     # The MoE layer's ops alone, handed to the context's workload before it builds any list of its own.
     full = Workload(model, plan, stack)
-    fwd = _moe_only(full.layer_ops("moe", "fwd"))
-    first_gemm = next(i for i, op in enumerate(fwd) if op.kind == "grouped_gemm")
-    while first_gemm > 0 and fwd[first_gemm - 1].name == ops.MOE_QUANTIZE:
-        first_gemm -= 1
-    fwd[first_gemm:first_gemm] = _weight_quantisation(full)
-    ctx.wl.share_layer_ops({("moe", "fwd"): fwd, ("moe", "bwd"): _moe_only(full.layer_ops("moe", "bwd")),
+    ctx.wl.share_layer_ops({("moe", "fwd"): _moe_only(full.layer_ops("moe", "fwd")), ("moe", "bwd"): _moe_only(full.layer_ops("moe", "bwd")),
                             ("moe", "recompute"): []})
     f, b = simulate_layer(ctx, "moe", "fwd"), simulate_layer(ctx, "moe", "bwd")
     return LayerPrediction(f.time_s, b.time_s, _parts(f.parts), _parts(b.parts))
