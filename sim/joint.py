@@ -18,6 +18,7 @@ Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where n
 - ``launch.<mode>_s``: time per kernel by launch mode (eager, compiled, CUDA graphs; Megatron's partial TE
   scopes are half and half);
 - ``host.sync_s``: the GPU idle time of one blocking device-to-host sync (copy, then the CPU relaunching);
+- ``nccl.a2a_net_fraction``: the share of the network rate NCCL's all-to-all reaches across NVLink domains;
 - ``dp.straggler_cv``: how much a microbatch's time varies across data-parallel ranks (the step waits for the
   slowest rank; :mod:`sim.predict.dp_scale`);
 - ``ep.arrival_cv_balanced``: how much EP ranks' arrivals at a DeepEP barrier spread under forced load balance
@@ -115,6 +116,14 @@ PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("host.sync_s", 100e-6, 0.0, 3e-3, "GPU idle per blocking device-to-host sync (the copy, then the "
               "CPU relaunching the next kernels)", "prior: assumed 100 us; TorchTitan PR #2207: one sync "
               "less per MoE layer gave +12% on GB200 (published.md s7)"),
+    ParamSpec("nccl.a2a_net_fraction", 1.0, 0.2, 1.0, "NCCL all-to-all's share of the network rate NCCL reaches "
+              "point to point (CommCosts.ib_fraction: 48.5 of 50 GB/s per NDR NIC) on the flows that leave an NVLink "
+              "domain (the standard EP path's dispatch and combine across nodes; sim.comm.nccl)",
+              "prior: 1, the point-to-point rate. An all-to-all cannot aggregate NICs (nccl-tests #267: its "
+              "performance is that of a single NIC) and keeps 2(n-1) PXN-routed connections busy at once; no "
+              "published all-to-all busbw at the runs' EP groups. Constrained by the runs whose NCCL all-to-all "
+              "crosses nodes: TorchTitan's standard EP on B200 and H100 (EP32 over 4 nodes) and Megatron's "
+              "Qwen3-235B on H100 (EP32 over 8 nodes)"),
     ParamSpec("dp.straggler_cv", 0.0731, 0.0, 0.5, "per-microbatch time variation across data-parallel ranks: "
               "the step waits for the slowest of N ranks, each averaging m microbatches (sim.predict.dp_scale)",
               "ASSUMED: the EP-barrier arrival cv fitted on DeepSeek's H800 trace (CommCosts.arrival_cv); not fitted: "
@@ -303,6 +312,8 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
     comm = dict(costs.comm)
     if "straggler_cv" not in comm:  # a calibration that sets its own keeps it
         comm["straggler_cv"] = float(values["dp.straggler_cv"])
+    if "nccl_a2a_net_fraction" not in comm:
+        comm["nccl_a2a_net_fraction"] = float(values["nccl.a2a_net_fraction"])
     if "arrival_cv" not in comm and plan.routing in BALANCED_ROUTINGS:
         comm["arrival_cv"] = float(values["ep.arrival_cv_balanced"])
     if comm != costs.comm:

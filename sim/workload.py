@@ -148,8 +148,13 @@ class Workload:
 
     @property
     def tokens_dispatched(self) -> float:
-        """Tokens each rank dispatches to the experts (``T/tp`` with etp 1, ``T`` with etp = tp)."""
-        return self.tokens / self.plan.tp if self.plan.etp == 1 else self.tokens
+        """Tokens each rank dispatches to the experts (``T/tp`` with etp 1, ``T`` with etp = tp, and ``T`` on a
+        DeepEP path that does not split the tokens over the TP ranks: :attr:`StackProfile.deepep_tp_token_split`)."""
+        if self.plan.etp != 1:
+            return self.tokens
+        if self.plan.ep > 1 and self.plan.ep_backend == "deepep" and not self.stack.deepep_tp_token_split:
+            return self.tokens
+        return self.tokens / self.plan.tp
 
     @property
     def expert_rows(self) -> float:

@@ -144,12 +144,14 @@ def _log_errors(cases: Sequence[RunCase], values: Mapping[str, float]) -> np.nda
 
 def _jacobian(cases: Sequence[RunCase], values: Mapping[str, float], names: Sequence[str],
               base: np.ndarray, step: float = 0.02) -> np.ndarray:
-    """d log(pred) / d log(param) by forward differences (parameters at 0 take an absolute step of their upper
-    bound x ``step``)."""
+    """d log(pred) / d log(param) by one-sided differences (parameters at 0 take an absolute step of their upper
+    bound x ``step``; a parameter at its upper bound steps down, inside its range)."""
     cols = []
     for name in names:
         v = values[name]
         h = v * step if v > 0 else spec(name).upper * step
+        if v + h > spec(name).upper:
+            h = -h
         moved = dict(values, **{name: v + h})
         rel = h / v if v > 0 else step
         cols.append((_log_errors(cases, moved) - base) / rel)
@@ -254,6 +256,8 @@ ABLATIONS: dict[str, dict[str, float]] = {
     "alternative: all of the grouped roll-off fixed per expert (grouped.per_expert_share = 1, the former rule)":
         {"grouped.per_expert_share": 1.0},
     "GB300's own clock (chip.gb300_clock = 1: a B300's)": {"chip.gb300_clock": 1.0},
+    "NCCL all-to-all below the network's point-to-point rate (nccl.a2a_net_fraction = 1)":
+        {"nccl.a2a_net_fraction": 1.0},
 }
 
 #: Framework behaviours switched off for the ablation: stack-profile fields every built-in release reads with
@@ -262,6 +266,8 @@ STACK_ABLATIONS: dict[str, dict[str, Any]] = {
     "TE grouped GEMM's per-expert launches (one launch per call)": {"grouped_gemm_per_expert": False},
     "Megatron's fused gate/up GEMM (two GEMMs, two input casts)": {"fused_gate_up": False},
     "TE's fused top-K permute (an index gather and a scatter-add)": {"fused_permute": False},
+    "TorchTitan's DeepEP path dispatching every token on every TP rank (off: each TP rank its share)":
+        {"deepep_tp_token_split": True},
 }
 
 

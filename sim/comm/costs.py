@@ -37,6 +37,10 @@ class CommCosts:
     nvlink_override_is_achievable: bool = True
     # IB NDR 400 Gb/s: 48-49 GB/s per NIC achievable (nccl-tests #267, #319; s3).
     ib_fraction: float = 48.5 / 50
+    # NCCL's all-to-all across NVLink domains: its share of the NIC rate above (what NCCL reaches point to point),
+    # on the flows that leave a domain. An all-to-all cannot aggregate NICs (one per peer flow, PXN-routed), and
+    # every rank keeps 2(n-1) connections busy at once. FITTED jointly (sim.joint ``nccl.a2a_net_fraction``).
+    nccl_a2a_net_fraction: float = 1.0
     # NCCL software costs. ASSUMED (no published figure; for calibration): kernel launch + setup per
     # collective, and per-peer protocol cost of a grouped send/recv all-to-all.
     nccl_launch_s: float = 10e-6
