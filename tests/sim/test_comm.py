@@ -117,6 +117,25 @@ def test_nccl_ep32_dispatch_is_nic_bound():
     np.testing.assert_allclose(combine.time_s, r.time_s)
 
 
+def test_nccl_alltoall_network_fraction_scales_only_the_flows_that_leave_a_node():
+    """``nccl_a2a_net_fraction`` divides the network-bound time of NCCL's all-to-all across nodes, leaves one inside
+    an NVLink domain as it was, and touches neither DeepEP nor NCCL's ring collectives."""
+    slow = dataclasses.replace(COSTS, nccl_a2a_net_fraction=0.5)
+    kw = dict(bytes_per_elem=2.0)
+    fixed = COSTS.nccl_launch_s + 31 * COSTS.nccl_a2a_per_peer_s
+    across = moe_alltoall(B200, range(32), 8192, DSV3, "nccl", "dispatch", COSTS, **kw)
+    across_slow = moe_alltoall(B200, range(32), 8192, DSV3, "nccl", "dispatch", slow, **kw)
+    assert across_slow.time_s.max() - fixed == pytest.approx(2 * (across.time_s.max() - fixed), rel=1e-3)
+    inside = moe_alltoall(B200, range(8), 8192, DSV3, "nccl", "dispatch", COSTS, **kw)
+    inside_slow = moe_alltoall(B200, range(8), 8192, DSV3, "nccl", "dispatch", slow, **kw)
+    assert inside_slow.time_s.max() == pytest.approx(inside.time_s.max(), rel=1e-12)
+    deep = moe_alltoall(B200, range(32), 8192, DSV3, "deepep", "dispatch", COSTS, **kw)
+    deep_slow = moe_alltoall(B200, range(32), 8192, DSV3, "deepep", "dispatch", slow, **kw)
+    assert deep_slow.time_s.max() == pytest.approx(deep.time_s.max(), rel=1e-12)
+    ranks = list(range(0, 256, 8))
+    assert reduce_scatter_time(B200, ranks, 1e9, slow) == pytest.approx(reduce_scatter_time(B200, ranks, 1e9, COSTS))
+
+
 def test_alltoall_times_two_ranks_closed_form():
     cluster = load_cluster("hgx-b200", n_gpus=16)
     m = np.array([[0.0, 1e9], [0.0, 0.0]])

@@ -156,3 +156,19 @@ def test_plan_recompute_modules_override_the_stack():
     assert len(only_act.layer_ops("moe", "recompute")) < len(own.layer_ops("moe", "recompute"))
     with pytest.raises(Exception, match="recompute_modules must be one of"):
         ParallelPlan(**base, recompute_modules="attn")
+
+
+def test_torchtitan_deepep_dispatches_every_token_on_every_tp_rank():
+    """TorchTitan 1a36996b's DeepEP path has no reorderer for the TP plan to split the tokens with: with TP2 each
+    TP rank dispatches (and its experts compute) the whole microbatch; its standard path and Megatron's DeepEP
+    split the tokens over the TP ranks."""
+    model = load_model("debug")
+    plan = dict(tp=2, ep=4, dp_shard=2, global_batch=4, seq_len=256)
+    tokens = plan["seq_len"]
+    titan, megatron = load_stack("torchtitan"), load_stack("megatron")
+    assert not titan.deepep_tp_token_split and megatron.deepep_tp_token_split
+    assert Workload(model, ParallelPlan(**plan, ep_backend="deepep"), titan).tokens_dispatched == tokens
+    assert Workload(model, ParallelPlan(**plan, ep_backend="nccl"), titan).tokens_dispatched == tokens / 2
+    assert Workload(model, ParallelPlan(**plan, ep_backend="deepep"), megatron).tokens_dispatched == tokens / 2
+    tp1 = dict(plan, tp=1, dp_shard=4)
+    assert Workload(model, ParallelPlan(**tp1, ep_backend="deepep"), titan).tokens_dispatched == tokens
