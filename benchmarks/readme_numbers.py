@@ -233,7 +233,7 @@ FIGURES: list[Figure] = [
              lambda i=i: _seed_row(i)) for i, label in enumerate(_SEED_LABELS)),
     Figure("torchtitan release scalar (README)", "README.md", r"one scalar\s+\((\d\.\d+), fitted jointly",
            lambda: _release_scalar("torchtitan")),
-    Figure("seed speedup gaps", "README.md", r"the speedups come out ([\d.]+ and [\d.]+) points above",
+    Figure("seed speedup gaps", "README.md", r"the speedups come out ([\d.]+ and [\d.]+) points from",
            _speedup_gaps),
     Figure("validate summary", "README.md", r"Today: \*\*(.*?)\*\* \(`moesim validate --json`", _validate_summary),
     *(Figure(f"ratio check {i}", "README.md", pattern, lambda i=i: _ratio(i)) for i, pattern in enumerate((
