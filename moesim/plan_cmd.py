@@ -57,12 +57,29 @@ def assumptions(args: argparse.Namespace) -> list[str]:
     """The choices the answer depends on, one line each (printed before the answer)."""
     from studies.plan import GLOBAL_BATCH_POLICY
 
-    return [f"stack: {args.stack} (another stack can change the answer: --stack)",
-            f"precision: {args.precision or 'mxfp8 where the GPU (B200, B300, GB200, GB300) and the stack run it, else bf16'}",
-            f"all-to-all backend: {args.ep_backend}",
-            f"global batch: {f'{args.global_batch} sequences per step' if args.global_batch else GLOBAL_BATCH_POLICY}",
-            f"memory headroom: peak x {1 + _headroom_fraction(args):.3f} (allocator overhead, --headroom-pct) "
-            f"+ {args.headroom_gib:g} GiB left free per GPU (--headroom-gib)"]
+    lines = [f"stack: {args.stack} (another stack can change the answer: --stack)",
+             f"precision: {args.precision or 'mxfp8 where the GPU (B200, B300, GB200, GB300) and the stack run it, else bf16'}",
+             f"all-to-all backend: {args.ep_backend}",
+             f"global batch: {f'{args.global_batch} sequences per step' if args.global_batch else GLOBAL_BATCH_POLICY}",
+             f"memory headroom: peak x {1 + _headroom_fraction(args):.3f} (allocator overhead, --headroom-pct) "
+             f"+ {args.headroom_gib:g} GiB left free per GPU (--headroom-gib)"]
+    if args.ep_backend == "deepep" and not _deepep_splits_tp_tokens(args.stack):
+        lines.append("DeepEP with TP > 1: every TP rank dispatches, and its experts compute, every token of the "
+                     "microbatch, as this stack's release does (deepep_tp_token_split = false): such plans carry "
+                     "twice the routed-expert work")
+    return lines
+
+
+def _deepep_splits_tp_tokens(stack: str) -> bool:
+    """Whether ``stack``'s DeepEP path splits the tokens over the TP ranks (true when it cannot be read: the
+    command reports a bad stack itself)."""
+    from sim.errors import ConfigError
+    from sim.stacks import load_stack
+
+    try:
+        return load_stack(stack).deepep_tp_token_split
+    except ConfigError:
+        return True
 
 
 def _headroom_fraction(args: argparse.Namespace) -> float:

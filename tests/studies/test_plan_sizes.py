@@ -187,3 +187,20 @@ def test_a_target_prunes_exactly_and_a_probe_finds_a_plan_that_meets_it() -> Non
     assert probe.counts["evaluated"] <= capped.counts["evaluated"]
     miss = search(model, cluster, space, "torchtitan", max_step_s=steps[0] * 0.999, first_fit=True)
     assert miss.best is None and miss.counts["over_target"] > 0
+
+
+def test_the_assumptions_say_when_the_stacks_deepep_path_duplicates_tokens_over_tp() -> None:
+    """TorchTitan (1a36996b) dispatches every token on every TP rank under DeepEP; Megatron splits them; with the
+    standard all-to-all there is nothing to say."""
+    import argparse
+
+    from moesim.plan_cmd import assumptions
+
+    def lines(stack: str, backend: str) -> list[str]:
+        return assumptions(argparse.Namespace(stack=stack, precision=None, ep_backend=backend, global_batch=None,
+                                              headroom_pct=None, headroom_gib=0.0))
+
+    assert any("every TP rank dispatches" in a for a in lines("torchtitan", "deepep"))
+    assert not any("every TP rank dispatches" in a for a in lines("megatron", "deepep"))
+    assert not any("every TP rank dispatches" in a for a in lines("torchtitan", "nccl"))
+    assert not any("every TP rank dispatches" in a for a in lines("/no/such/stack.toml", "deepep"))
