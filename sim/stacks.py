@@ -106,6 +106,9 @@ class StackProfile:
     #: dispatches and computes its share, as the standard path does); off: every TP rank dispatches, and its
     #: experts compute, every token of the microbatch (TorchTitan before its May 2026 MoE refactor).
     deepep_tp_token_split: bool = True
+    #: attention masked at document boundaries of the packed sequence (FlexAttention ``block_causal``): a query
+    #: computes its own document's keys (:func:`sim.documents.attended_keys`); off: the causal prefix.
+    document_mask: bool = False
     #: MXFP8/FP8 weights quantised at every GEMM call (TorchAO) or once per optimizer step (TE).
     quantize_weights: str = "per_call"
     #: activation quantisation fused into the producing kernel (TE: norm, SwiGLU, permute).
@@ -350,7 +353,7 @@ class StackProfile:
 # --- loading ---------------------------------------------------------------------------------------
 
 _IMPL_FIELDS = tuple(f.name for f in fields(StackProfile) if f.name not in ("efficiency", "sources"))
-_TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "deepep_in_place": bool, "deepep_tp_token_split": bool,
+_TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "deepep_in_place": bool, "deepep_tp_token_split": bool, "document_mask": bool,
                            "quantize_weights": str, "fused_act_quant": bool, "param_sharding": str,
                            "recompute_modules": list, "pp_schedules": list, "ep_backends": list, "precisions": list,
                            "ep_overlap_available": bool, "trains_mtp": bool, "shared_expert_overlap": bool,

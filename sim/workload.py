@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from sim import ops
+from sim.documents import attended_keys
 from sim.pp_layout import split_layers
 from sim.specs import ModelSpec, ParallelPlan
 from sim.stacks import StackProfile, default_stack
@@ -349,8 +350,9 @@ class Workload:
             qk = v = m.head_dim
             out += self._linear(ops.ATTN_Q_PROJ, T, D, H * qk / t)
             out += self._linear(ops.ATTN_KV_PROJ, T, D, 2 * max(1, m.n_kv_heads // t) * m.head_dim)
-        # Causal core: each query sees (S+1)/2 keys on average (CP keeps that mean).
-        mean_keys = (self.plan.seq_len + 1) / 2
+        # Causal core: each query sees (S+1)/2 keys on average (CP keeps that mean); under a document mask, the keys
+        # of its own document that the block-sparse kernel computes.
+        mean_keys = attended_keys(self.plan.seq_len) if self.stack.document_mask else (self.plan.seq_len + 1) / 2
         out.append(OpSpec(ops.ATTN_CORE, "attn", flops=2 * T * H / t * (qk + v) * mean_keys,
                           elems=T * H / t * mean_keys, module="core_attn"))
         out += self._linear(ops.ATTN_O_PROJ, T, H * v / t, D)

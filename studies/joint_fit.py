@@ -268,6 +268,7 @@ STACK_ABLATIONS: dict[str, dict[str, Any]] = {
     "TE's fused top-K permute (an index gather and a scatter-add)": {"fused_permute": False},
     "TorchTitan's DeepEP path dispatching every token on every TP rank (off: each TP rank its share)":
         {"deepep_tp_token_split": True},
+    "TorchTitan's document mask on C4 (off: causal over the packed sequence)": {"document_mask": False},
 }
 
 

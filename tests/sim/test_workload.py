@@ -8,6 +8,7 @@ from sim.accounting import exact_flops_per_token
 from sim.catalog import load_model
 from sim.ops import ALL_OPS
 from sim.specs import ParallelPlan
+from sim.stacks import load_stack
 from sim.workload import Workload, chunk_layers
 
 
@@ -29,7 +30,7 @@ def test_flops_agree_with_accounting(name, tp):
     model = load_model(name)
     ep = 8 if model.n_routed_experts % 8 == 0 else 1
     plan = ParallelPlan(tp=tp, ep=ep, dp_shard=8, seq_len=1024, global_batch=8)
-    wl = Workload(model, plan)
+    wl = Workload(model, plan, load_stack("megatron"))  # causal over the sequence: the accounting's attention
     per_rank = _useful_flops(wl, model)
     # Every rank of a TP group does 1/tp of the useful work; tokens per TP group = seq_len.
     assert per_rank * tp / plan.seq_len == pytest.approx(exact_flops_per_token(model, plan.seq_len), rel=1e-12)
@@ -69,7 +70,6 @@ def test_chunks_match_accounting_split():
 # --- ops per stack ------------------------------------------------------------------------------------
 
 from sim import ops  # noqa: E402
-from sim.stacks import load_stack  # noqa: E402
 
 _EP_PLAN = dict(ep=4, dp_shard=4, global_batch=4, seq_len=256)
 
@@ -172,3 +172,21 @@ def test_torchtitan_deepep_dispatches_every_token_on_every_tp_rank():
     assert Workload(model, ParallelPlan(**plan, ep_backend="deepep"), megatron).tokens_dispatched == tokens / 2
     tp1 = dict(plan, tp=1, dp_shard=4)
     assert Workload(model, ParallelPlan(**tp1, ep_backend="deepep"), titan).tokens_dispatched == tokens
+
+
+def test_a_document_mask_computes_the_documents_keys_not_the_causal_prefix():
+    """TorchTitan's block-causal mask: the core attention's FLOPs follow the keys a query's document holds
+    (sim.documents), at most the causal prefix; its projections are unchanged."""
+    from sim.documents import attended_keys
+
+    model = load_model("deepseek-v3-671b")
+    for seq in (256, 8192):
+        plan = ParallelPlan(tp=1, ep=8, dp_shard=8, seq_len=seq, global_batch=8)
+        titan, megatron = load_stack("torchtitan"), load_stack("megatron")
+        assert titan.document_mask and not megatron.document_mask
+        core = {name: next(op for op in Workload(model, plan, stack).layer_ops("moe", "fwd") if op.name == ops.ATTN_CORE)
+                for name, stack in (("titan", titan), ("megatron", megatron))}
+        ratio = core["titan"].flops / core["megatron"].flops
+        assert ratio == pytest.approx(attended_keys(seq) / ((seq + 1) / 2))
+        assert ratio <= 1 + 64 / ((seq + 1) / 2)
+    assert attended_keys(8192) < 0.2 * (8192 + 1) / 2  # C4's documents are short next to an 8,192-token sequence
