@@ -63,23 +63,26 @@ def assumptions(args: argparse.Namespace) -> list[str]:
              f"global batch: {f'{args.global_batch} sequences per step' if args.global_batch else GLOBAL_BATCH_POLICY}",
              f"memory headroom: peak x {1 + _headroom_fraction(args):.3f} (allocator overhead, --headroom-pct) "
              f"+ {args.headroom_gib:g} GiB left free per GPU (--headroom-gib)"]
-    if args.ep_backend == "deepep" and not _deepep_splits_tp_tokens(args.stack):
+    profile = _readable_stack(args.stack)
+    if profile is not None and args.ep_backend == "deepep" and not profile.deepep_tp_token_split:
         lines.append("DeepEP with TP > 1: every TP rank dispatches, and its experts compute, every token of the "
                      "microbatch, as this stack's release does (deepep_tp_token_split = false): such plans carry "
                      "twice the routed-expert work")
+    if profile is not None and profile.document_mask:
+        lines.append("attention: masked at document boundaries, documents of C4's lengths (this stack's "
+                     "FlexAttention block_causal mask; sim.documents); longer documents cost more attention")
     return lines
 
 
-def _deepep_splits_tp_tokens(stack: str) -> bool:
-    """Whether ``stack``'s DeepEP path splits the tokens over the TP ranks (true when it cannot be read: the
-    command reports a bad stack itself)."""
+def _readable_stack(stack: str) -> Any:
+    """``stack``'s profile, or None when it cannot be read (the command reports a bad stack itself)."""
     from sim.errors import ConfigError
     from sim.stacks import load_stack
 
     try:
-        return load_stack(stack).deepep_tp_token_split
+        return load_stack(stack)
     except ConfigError:
-        return True
+        return None
 
 
 def _headroom_fraction(args: argparse.Namespace) -> float:

@@ -204,3 +204,5 @@ def test_the_assumptions_say_when_the_stacks_deepep_path_duplicates_tokens_over_
     assert not any("every TP rank dispatches" in a for a in lines("megatron", "deepep"))
     assert not any("every TP rank dispatches" in a for a in lines("torchtitan", "nccl"))
     assert not any("every TP rank dispatches" in a for a in lines("/no/such/stack.toml", "deepep"))
+    assert any("document boundaries" in a for a in lines("torchtitan", "nccl"))
+    assert not any("document boundaries" in a for a in lines("megatron", "nccl"))
