@@ -34,8 +34,9 @@ def test_sequence_boundaries_cut_documents_and_the_mean_grows_with_the_sequence(
 
 def test_a_block_sparse_kernel_computes_a_block_more_at_most_the_causal_prefix() -> None:
     for s in (64, 256, 4096, 8192):
-        assert attended_keys(s) == pytest.approx(min((s + 1) / 2 + FLEX_BLOCK / 2, segment_mean_position(s) + FLEX_BLOCK))
-    assert attended_keys(64) == (64 + 1) / 2 + FLEX_BLOCK / 2
+        assert attended_keys(s) == pytest.approx(min((s + 1) / 2, segment_mean_position(s) + FLEX_BLOCK))
+    assert attended_keys(64) == (64 + 1) / 2
+    assert attended_keys(8192) == pytest.approx(segment_mean_position(8192) + FLEX_BLOCK)
 
 
 def test_bad_document_statistics_raise() -> None:

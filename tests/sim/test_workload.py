@@ -188,5 +188,5 @@ def test_a_document_mask_computes_the_documents_keys_not_the_causal_prefix():
                 for name, stack in (("titan", titan), ("megatron", megatron))}
         ratio = core["titan"].flops / core["megatron"].flops
         assert ratio == pytest.approx(attended_keys(seq) / ((seq + 1) / 2))
-        assert ratio <= 1 + 64 / ((seq + 1) / 2)
+        assert ratio <= 1
     assert attended_keys(8192) < 0.2 * (8192 + 1) / 2  # C4's documents are short next to an 8,192-token sequence
