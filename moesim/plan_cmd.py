@@ -16,11 +16,14 @@ import argparse
 import json
 import math
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moesim.argtypes import worker_count
 from sim.errors import ConfigError, MoesimError
 from sim.specs import EP_BACKENDS
+
+if TYPE_CHECKING:
+    from sim.stacks import StackProfile
 
 __all__ = ["add_plan", "run_plan"]
 
@@ -74,9 +77,8 @@ def assumptions(args: argparse.Namespace) -> list[str]:
     return lines
 
 
-def _readable_stack(stack: str) -> Any:
+def _readable_stack(stack: str) -> StackProfile | None:
     """``stack``'s profile, or None when it cannot be read (the command reports a bad stack itself)."""
-    from sim.errors import ConfigError
     from sim.stacks import load_stack
 
     try:

@@ -164,8 +164,8 @@ def predict_moe_layer(cell: MoELayerCell, costs: CostModel | None = None,
     ctx = simulation_context(model, cluster, plan, costs, stack, params=values)
     # The MoE layer's ops alone, handed to the context's workload before it builds any list of its own.
     full = Workload(model, plan, stack)
-    ctx.wl.share_layer_ops({("moe", "fwd"): _moe_only(full.layer_ops("moe", "fwd")), ("moe", "bwd"): _moe_only(full.layer_ops("moe", "bwd")),
-                            ("moe", "recompute"): []})
+    ctx.wl.share_layer_ops({("moe", phase): _moe_only(full.layer_ops("moe", phase)) for phase in ("fwd", "bwd")}
+                           | {("moe", "recompute"): []})
     f, b = simulate_layer(ctx, "moe", "fwd"), simulate_layer(ctx, "moe", "bwd")
     return LayerPrediction(f.time_s, b.time_s, _parts(f.parts), _parts(b.parts))
 

@@ -353,7 +353,8 @@ class StackProfile:
 # --- loading ---------------------------------------------------------------------------------------
 
 _IMPL_FIELDS = tuple(f.name for f in fields(StackProfile) if f.name not in ("efficiency", "sources"))
-_TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "deepep_in_place": bool, "deepep_tp_token_split": bool, "document_mask": bool,
+_TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "deepep_in_place": bool,
+                           "deepep_tp_token_split": bool, "document_mask": bool,
                            "quantize_weights": str, "fused_act_quant": bool, "param_sharding": str,
                            "recompute_modules": list, "pp_schedules": list, "ep_backends": list, "precisions": list,
                            "ep_overlap_available": bool, "trains_mtp": bool, "shared_expert_overlap": bool,

@@ -76,10 +76,13 @@ def nvlink_fraction(cluster: ClusterSpec, costs: CommCosts) -> float:
 
 
 def scaled_capacity(topo: nx.DiGraph, costs: CommCosts, kind: str, *, internode: bool = False) -> np.ndarray:
+    """Each edge's achievable rate for ``kind``: ``nccl`` (NCCL's point-to-point rates), ``nccl_a2a`` (NCCL's
+    all-to-all: its network edges at ``CommCosts.nccl_a2a_net_fraction`` of those) or DeepEP's (any other kind)."""
     cluster: ClusterSpec = topo.graph["cluster"]
     nvl = nvlink_fraction(cluster, costs)
-    if kind == "nccl":
-        frac = {"nvlink": nvl, "pcie": costs.ib_fraction, "nic": costs.ib_fraction, "fabric": costs.ib_fraction}
+    if kind in ("nccl", "nccl_a2a"):
+        net = costs.ib_fraction * (costs.nccl_a2a_net_fraction if kind == "nccl_a2a" else 1.0)
+        frac = {"nvlink": nvl, "pcie": costs.ib_fraction, "nic": net, "fabric": net}
     else:
         rd = costs.deepep_rdma_fraction
         nvl *= costs.deepep_internode_nvlink_fraction if internode else costs.deepep_nvlink_fraction

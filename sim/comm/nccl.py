@@ -5,7 +5,6 @@ all-to-all that precedes it (the blocking D2H copy after it is the stack's host 
 
 from __future__ import annotations
 
-import networkx as nx
 import numpy as np
 
 from sim.comm.case import Case
@@ -18,15 +17,8 @@ from sim.comm.fabric import (
     nic_bytes_of,
     scaled_capacity,
 )
-from sim.topology import EDGE_KINDS
 
 __all__ = ["nccl_alltoall"]
-
-
-def _network_share(topo: nx.DiGraph, fraction: float) -> np.ndarray:
-    """Per edge of ``topo``: ``fraction`` on the network (NIC and fabric) edges, 1 on NVLink and PCIe."""
-    scale = np.array([fraction if kind in ("nic", "fabric") else 1.0 for kind in EDGE_KINDS])
-    return np.asarray(scale[topo.graph["edge_kind"]], dtype=float)
 
 
 def nccl_alltoall(c: Case) -> AllToAllResult:
@@ -36,7 +28,7 @@ def nccl_alltoall(c: Case) -> AllToAllResult:
     ``latency``; the count all-to-all's the same (tiny flows: ``latency``)."""
     n, costs = c.n, c.costs
     flat, nvl, rdma = c.flat_matrix()
-    cap = scaled_capacity(c.topo, costs, "nccl") * _network_share(c.topo, costs.nccl_a2a_net_fraction)
+    cap = scaled_capacity(c.topo, costs, "nccl_a2a")
     done, edge_bytes, _ = flows_from_matrix(c.topo, c.ranks, flat, cap, pxn=True)
     latency = costs.nccl_launch_s + costs.nccl_a2a_per_peer_s * (n - 1)
     time = np.full(n, done.max() + costs.nccl_launch_s + costs.nccl_a2a_per_peer_s * (n - 1))
