@@ -183,6 +183,12 @@ def _ratio(i: int) -> str:
     return f"{pred:.3f}x vs {meas:.3f}x"
 
 
+def _heldout(gpu: str) -> str:
+    from studies.scaling import heldout_points
+
+    return " and ".join(f"{p.error * 100:+.1f}%" for p in heldout_points() if p.run_id.endswith(f"x{gpu}"))
+
+
 def _logo_coverage() -> str:
     from studies.validate import logo_intervals
 
@@ -240,6 +246,10 @@ FIGURES: list[Figure] = [
         r"GB200 over B200\n(\S+x vs \S+x) and", r"GB200 over B200\n\S+x vs \S+x and (\S+x vs \S+x),",
         r"GB300 over B300 (\S+x vs \S+x) and", r"GB300 over B300 \S+x vs \S+x and (\S+x vs \S+x);",
         r"PP16 plan\n(\S+x vs \S+x);", r"512 GB200 per GPU (\S+x vs \S+x)\."))),
+    Figure("held-out GB200 MLPerf runs", "README.md", r"no fit reads\n.*?comes out ([+-][\d.]+% and [+-][\d.]+%);",
+           lambda: _heldout("gb200")),
+    Figure("held-out GB300 MLPerf runs", "README.md", r"also held out, ([+-][\d.]+% and [+-][\d.]+%):",
+           lambda: _heldout("gb300")),
     Figure("LOGO interval coverage", "README.md", r"as if each run's group were unseen: \*\*(.*?)\*\*",
            _logo_coverage),
     Figure("LOGO by group", "README.md", r"Leave-one-group-out by group: ([^\n]*)\n", _logo_by_group),

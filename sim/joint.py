@@ -21,8 +21,7 @@ Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where n
 - ``nccl.a2a_net_fraction``: the share of the network rate NCCL's all-to-all reaches across NVLink domains;
 - ``dp.straggler_cv``: how much a microbatch's time varies across data-parallel ranks (the step waits for the
   slowest rank; :mod:`sim.predict.dp_scale`);
-- ``ep.arrival_cv_balanced``: how much EP ranks' arrivals at a DeepEP barrier spread under forced load balance
-  (0: no run asks for it);
+- ``step.fixed_s``: what a step spends once at its boundary, whatever its microbatch count and data-parallel size;
 - ``grouped.half_rows``: the rows per expert at which a DeepSeek-V3-shaped grouped GEMM (7168 x 2048 per expert)
   runs at half its large-shape efficiency on a B200 SM (the large-shape efficiencies are the cost model's, and
   Transformer Engine's MXFP8 one: :data:`GROUPED_LARGE_TE`);
@@ -59,7 +58,7 @@ from sim.specs import ClusterSpec, GPUSpec, ParallelPlan
 from sim.stacks import StackProfile
 
 __all__ = ["ParamSpec", "PARAMS", "PARAM_NAMES", "prior_values", "shipped_values", "apply_params",
-           "launch_mode", "te_grouped_large", "half_rows_on", "REF_TENSOR_FLOPS_PER_SM", "JOINT_FIT_FILE", "NVL72_PARTS", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s"]
+           "launch_mode", "te_grouped_large", "half_rows_on", "REF_TENSOR_FLOPS_PER_SM", "JOINT_FIT_FILE", "NVL72_PARTS", "BALANCED_ARRIVAL_CV", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s"]
 
 #: The registry of fitted numbers (values, uncertainties, correlations, constraining runs, LOGO folds).
 JOINT_FIT_FILE = "data/joint_fit.json"
@@ -116,6 +115,13 @@ PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("host.sync_s", 100e-6, 0.0, 3e-3, "GPU idle per blocking device-to-host sync (the copy, then the "
               "CPU relaunching the next kernels)", "prior: assumed 100 us; TorchTitan PR #2207: one sync "
               "less per MoE layer gave +12% on GB200 (published.md s7)"),
+    ParamSpec("step.fixed_s", 0.0, 0.0, 5.0, "seconds a training step spends once, whatever its microbatch count "
+              "and data-parallel size, beyond the per-step work modelled apart (pipeline fill and drain, exposed "
+              "data-parallel buckets, the optimizer, once-per-step reductions): the train loop's step boundary, "
+              "where the GPU idles while the host finishes one step and starts the next (StackProfile.step_fixed_s)",
+              "prior: 0 (no published figure). What tells it from the release scalars: the runs whose steps are "
+              "short (the 8-GPU Qwen3-30B runs, 8-10 s a step) and the MLPerf Training v6.0 GB200 pair, one recipe at "
+              "240 and 60 microbatches per rank (step = 0.120 s x microbatches + 1.89 s, measured-runs.md s6)"),
     ParamSpec("nccl.a2a_net_fraction", 1.0, 0.2, 1.0, "NCCL all-to-all's share of the network rate NCCL reaches "
               "point to point (CommCosts.ib_fraction: 48.5 of 50 GB/s per NDR NIC) on the flows that leave an NVLink "
               "domain (the standard EP path's dispatch and combine across nodes; sim.comm.nccl)",
@@ -129,14 +135,6 @@ PARAMS: tuple[ParamSpec, ...] = (
               "ASSUMED: the EP-barrier arrival cv fitted on DeepSeek's H800 trace (CommCosts.arrival_cv); not fitted: "
               "freed, the 8-GPU runs (few ranks, few microbatches) take it to 0.3 as a stand-in for what they lack, and "
               "the leave-one-group-out error rises", fitted=False),
-    ParamSpec("ep.arrival_cv_balanced", 0.0, 0.0, 0.5, "spread of the EP ranks' arrival at a DeepEP barrier "
-              "under forced load balance, per second of compute since the previous barrier (sim.comm.barrier): "
-              "every rank runs the same work, so what is left is jitter", "0: the mechanism does not lower the "
-              "leave-one-group-out error, so it is off (the issue's rule). At the real router's spread (0.0731, "
-              "DeepSeek's H800 trace, CommCosts.arrival_cv) the LOGO max rises (ablation in docs/transfer.md); "
-              "freed, the step runs give a value within a sigma of 0 (0.031 +- 0.063, 2026-12-04); the single-layer "
-              "cells, forced balance from a common start, show DeepEP 0.29 ms over Hybrid-EP (measured-runs.md s8). "
-              "A calibration that sets its own arrival_cv keeps it", fitted=False),
     ParamSpec("grouped.half_rows", 340.0, 16.0, 8192.0, "rows per expert at which a grouped GEMM of DeepSeek-V3's "
               "expert shape (7168 x 2048) reaches half its large-shape efficiency on a B200 SM (eff = e_large x "
               "r / (r + r_half)); other chips and expert shapes move it as grouped.per_expert_share says "
@@ -155,6 +153,15 @@ PARAMS: tuple[ParamSpec, ...] = (
               fitted=False),
 )
 PARAM_NAMES = tuple(p.name for p in PARAMS)
+
+#: Spread of the EP ranks' arrival at a DeepEP barrier under forced load balance, per second of compute since the
+#: previous barrier (:mod:`sim.comm.barrier`): 0, every rank runs the same work. Not a joint parameter, since the
+#: mechanism lowers no run's error (the issue's rule): at the real router's spread (0.0731, DeepSeek's H800 trace,
+#: ``CommCosts.arrival_cv``) the leave-one-group-out max rises (the ablation row that passes
+#: ``ep.arrival_cv_balanced`` in the values, docs/transfer.md); freed, the step runs gave 0.031 +- 0.063
+#: (2026-12-04); the single-layer cells, forced balance from a common start, show DeepEP 0.29 ms over Hybrid-EP
+#: (measured-runs.md s8). A calibration that sets its own ``arrival_cv`` keeps it.
+BALANCED_ARRIVAL_CV = 0.0
 _BY_NAME = {p.name: p for p in PARAMS}
 
 
@@ -297,7 +304,8 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
     if release in values and _is_shipped(stack):
         per_kernel = launch_s(launch_mode(stack, plan), values, base=stack.launch)
         stack = replace(stack, efficiency={"*": {"default": float(values[release])}},
-                        kernel_overhead_s=float(per_kernel), host_sync_s=float(values["host.sync_s"]))
+                        kernel_overhead_s=float(per_kernel), host_sync_s=float(values["host.sync_s"]),
+                        step_fixed_s=float(values["step.fixed_s"]))
     rate = 1.0
     if gpu.name in NVL72_PARTS:
         rate *= values["chip.nvl72_rate"]
@@ -315,7 +323,7 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
     if "nccl_a2a_net_fraction" not in comm:
         comm["nccl_a2a_net_fraction"] = float(values["nccl.a2a_net_fraction"])
     if "arrival_cv" not in comm and plan.routing in BALANCED_ROUTINGS:
-        comm["arrival_cv"] = float(values["ep.arrival_cv_balanced"])
+        comm["arrival_cv"] = float(values.get("ep.arrival_cv_balanced", BALANCED_ARRIVAL_CV))
     if comm != costs.comm:
         costs = replace(costs, comm=comm)
     if costs.provenance.startswith("moesim defaults"):  # a trace-fitted calibration keeps its measured curves

@@ -190,6 +190,15 @@ class Workload:
         return self.plan.ep > 1 and self.plan.ep_backend == "hybridep"
 
     @property
+    def host_may_block(self) -> bool:
+        """Whether a dispatch may block the host on the GPU (a device-to-host copy of the counts). Not inside a
+        full-iteration CUDA graph (``cuda_graphs = "full"``): stream capture forbids a synchronising copy, so a
+        dropless MoE captured whole hands its dispatcher a static bound instead (Megatron-Core's
+        ``moe_expert_rank_capacity_factor`` with paged stashing in MLPerf Training v6.0's DeepSeek-V3 recipe;
+        ``FullCudaGraphWrapper`` replays one graph per step)."""
+        return self.plan.cuda_graphs != "full"
+
+    @property
     def receiver_sort(self) -> bool:
         """A receiver-side pass that sorts the received tokens by local expert (and its mirror before the
         combine): not when the dispatch permutes (HybridEP), and not on the standard path with one local expert
@@ -388,8 +397,9 @@ class Workload:
             if p.ep_backend == "nccl":
                 out.append(OpSpec(ops.A2A_COUNT_EXCHANGE, "comm", coll="a2a.counts", nbytes=8 * m.n_routed_experts,
                                   module="moe"))
-                out.append(OpSpec(ops.A2A_HOST_SYNC, "host_sync", module="moe"))
-            elif self.stack.host_syncs(p.ep_backend):
+                if self.host_may_block:
+                    out.append(OpSpec(ops.A2A_HOST_SYNC, "host_sync", module="moe"))
+            elif self.host_may_block and self.stack.host_syncs(p.ep_backend):
                 # DeepEP v1 normal-mode dispatch (no cached handle) busy-waits on the host until the GPU
                 # has written the received-token counts, so it can size the receive buffers; Hybrid-EP does
                 # the same when the caller gives no permuted-token count (StackProfile.hybridep_host_syncs).

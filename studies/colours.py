@@ -50,7 +50,7 @@ BREAKDOWN_KEYS: tuple[str, ...] = (
     "compute.attn.q_proj", "compute.embed", "compute.loss", "compute.mlp.dense", "compute.moe.expert_gemm",
     "compute.moe.norm", "compute.moe.permute", "compute.moe.quantize", "compute.moe.router",
     "compute.moe.shared_expert", "compute.moe.unpermute", "compute.mtp.proj", "compute.wgrad",
-    "host_sync", "optimizer", "pipeline_bubble", "comm.dp_once",
+    "host_sync", "optimizer", "pipeline_bubble", "comm.dp_once", "comm.dp_exposed", "straggler", "step_fixed",
 )
 
 #: The fixed colour of each known breakdown key (read-only).

@@ -7,9 +7,11 @@ the per-step ZeRO-1 gather and gradient reduce-scatter run over more ranks and m
 nothing is refitted. Each system keeps the parallel plan of its Megatron-Bridge 26.04 recipe (GB200: PP4
 VP4 EP64 HybridEP over the rack; B200: PP16 EP8 HybridEP in the node) with the ``megatron-26.04`` stack.
 The data-parallel work at scale is :mod:`sim.predict.dp_scale`'s (exposed ZeRO-1 buckets, once-per-step
-reductions, stragglers) under the shipped joint calibration (:mod:`sim.joint`). The doc ends with the two
-measured scale points, MLPerf Training v6.0 DeepSeek-V3 on 512 and 2,048 GB200s (:data:`MLPERF_RUNS`),
-predicted as the validation predicts them and split into those mechanisms.
+reductions, stragglers) and the step boundary's fixed seconds, under the shipped joint calibration
+(:mod:`sim.joint`). The doc ends with the two measured scale points, MLPerf Training v6.0 DeepSeek-V3 on 512 and
+2,048 GB200s (:data:`MLPERF_RUNS`), predicted as the validation predicts them and split into those mechanisms,
+and with NVIDIA's other MLPerf results as held-out runs (:data:`SCALE_CHECKS`: the GB200 recipe at 4,096 and
+8,192 GPUs, the GB300 recipe at 256 and 512; not in the dataset, never fitted).
 
     python -m studies.scaling            # print the table
     python -m studies.scaling --write    # rewrite docs/scaling.md (tests/studies/test_scaling.py fails on drift)
@@ -27,10 +29,11 @@ from sim.predict import predict
 from sim.specs import ParallelPlan
 from sim.stacks import profile_for
 from studies._sim import predict_run
-from studies.dataset import load_runs, resolve_run
+from studies.dataset import MeasuredRun, load_runs, resolve_run
 
 __all__ = ["GLOBAL_BATCH", "GPU_COUNTS", "SYSTEMS", "ScalePoint", "scaling_points", "MLPERF_RUNS", "MeasuredPoint",
-           "mlperf_points", "scaling_markdown", "DOC", "DP_COMM_KEYS", "AFTER_PIPELINE_KEYS"]
+           "mlperf_points", "heldout_points", "SCALE_CHECKS", "scaling_markdown", "DOC", "DP_COMM_KEYS",
+           "AFTER_PIPELINE_KEYS"]
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "scaling.md"
 #: Sequences per step at every size (16,384 x 4,096 = 67M tokens; 8 microbatches per rank at 8,192 GB200s).
@@ -50,9 +53,11 @@ SYSTEMS: dict[str, tuple[str, dict[str, object]]] = {
 #: reductions (:mod:`sim.predict.dp_scale`), and the per-layer FSDP / DDP collectives of other stacks.
 DP_COMM_KEYS = ("comm.dp_exposed", "comm.dp_once", "comm.dp", "comm.fsdp")
 #: Breakdown keys that run after the pipeline (the step ends once the pipeline is done and these are).
-AFTER_PIPELINE_KEYS = ("comm.dp_exposed", "comm.dp_once", "straggler", "optimizer")
+AFTER_PIPELINE_KEYS = ("comm.dp_exposed", "comm.dp_once", "straggler", "optimizer", "step_fixed")
 #: The measured scale points of studies/data/measured_runs.toml: the same MLPerf recipe at two sizes.
 MLPERF_RUNS = ("mlperf-v6.0-dsv3-512xgb200", "mlperf-v6.0-dsv3-2048xgb200")
+#: Held-out MLPerf runs (the dataset's schema; not in the dataset, never fitted): GB200 at 4,096 and 8,192, GB300.
+SCALE_CHECKS = Path(__file__).resolve().parent / "data" / "scale_checks.toml"
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class MeasuredPoint:
     dp_exposed_s: float
     dp_once_s: float
     straggler_s: float
+    fixed_s: float = 0.0
 
     @property
     def error(self) -> float:
@@ -136,17 +142,24 @@ def mlperf_points(run_ids: Sequence[str] = MLPERF_RUNS) -> list[MeasuredPoint]:
     missing = [i for i in run_ids if i not in runs]
     if missing:
         raise KeyError(f"studies/data/measured_runs.toml has no run(s) {', '.join(missing)}")
-    out: list[MeasuredPoint] = []
-    for run_id in run_ids:
-        run = runs[run_id]
-        model, cluster, plan = resolve_run(run)
-        pred = predict_run(model, cluster, plan, profile_for(run.stack, run.release), name=run.id)
-        parts = pred.breakdown
-        out.append(MeasuredPoint(run.id, run.gpus, plan.n_microbatches, pred.tokens_per_s_per_gpu,
-                                 run.measured_tokens_per_s_per_gpu, pred.step_time_s,
-                                 parts.get("pipeline_bubble", 0.0), parts.get("comm.dp_exposed", 0.0),
-                                 parts.get("comm.dp_once", 0.0), parts.get("straggler", 0.0)))
-    return out
+    return [_measured_point(runs[run_id]) for run_id in run_ids]
+
+
+def _measured_point(run: MeasuredRun) -> MeasuredPoint:
+    """``run`` predicted under its release's stack profile and the shipped joint calibration."""
+    model, cluster, plan = resolve_run(run)
+    pred = predict_run(model, cluster, plan, profile_for(run.stack, run.release), name=run.id)
+    parts = pred.breakdown
+    return MeasuredPoint(run.id, run.gpus, plan.n_microbatches, pred.tokens_per_s_per_gpu,
+                         run.measured_tokens_per_s_per_gpu, pred.step_time_s,
+                         parts.get("pipeline_bubble", 0.0), parts.get("comm.dp_exposed", 0.0),
+                         parts.get("comm.dp_once", 0.0), parts.get("straggler", 0.0), parts.get("step_fixed", 0.0))
+
+
+def heldout_points(path: Path = SCALE_CHECKS) -> list[MeasuredPoint]:
+    """The held-out runs at ``path`` (the dataset's schema; no fit reads them), predicted as
+    :func:`mlperf_points` predicts the dataset's runs."""
+    return [_measured_point(run) for run in load_runs(path)]
 
 
 def _mlperf_markdown(points: Sequence[MeasuredPoint]) -> list[str]:
@@ -178,20 +191,43 @@ def _mlperf_markdown(points: Sequence[MeasuredPoint]) -> list[str]:
                         ("DP exposed: ZeRO-1 reduce-scatter and first-bucket all-gather (`comm.dp_exposed`)",
                          "dp_exposed_s"),
                         ("DP once-per-step reductions (`comm.dp_once`)", "dp_once_s"),
-                        ("stragglers (`straggler`)", "straggler_s")):
+                        ("stragglers (`straggler`)", "straggler_s"),
+                        ("the step boundary, fixed per step (`step_fixed`, joint `step.fixed_s`)", "fixed_s")):
         a, b = getattr(small, attr), getattr(large, attr)
         lines.append(f"| {label} | {a:.4f} | {b:.4f} |")
-    totals = [sum((p.bubble_s, p.dp_exposed_s, p.dp_once_s, p.straggler_s)) for p in (small, large)]
-    lines += [f"| all four, share of the step | {totals[0] / small.step_s * 100:.1f}% | "
+    totals = [sum((p.bubble_s, p.dp_exposed_s, p.dp_once_s, p.straggler_s, p.fixed_s)) for p in (small, large)]
+    lines += [f"| all five, share of the step | {totals[0] / small.step_s * 100:.1f}% | "
               f"{totals[1] / large.step_s * 100:.1f}% |", ""]
     return lines
 
 
+def _heldout_markdown(points: Sequence[MeasuredPoint]) -> list[str]:
+    """The held-out section: the same recipe at sizes no fit has seen."""
+    if not points:
+        return []
+    lines = ["## Held-out MLPerf runs (never fitted)", "",
+             "NVIDIA's other MLPerf Training v6.0 DeepSeek-V3 results: the GB200 recipe above at 4,096 and 8,192 "
+             "GPUs (16,384 sequences per step) and the GB300 recipe (TP1, no recompute) at 256 and 512 GPUs "
+             "(`studies/data/scale_checks.toml`, with the result logs and configs they come from). They are not "
+             "in the dataset and no fit reads them; each is predicted as the dataset's runs are.", "",
+             "| run | GPUs | microbatches per rank | predicted step s | predicted tok/s/GPU | measured tok/s/GPU | "
+             "error |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for p in points:
+        lines.append(f"| `{p.run_id}` | {p.gpus:,} | {p.microbatches} | {p.step_s:.2f} | "
+                     f"{p.predicted_tokens_per_s_per_gpu:.0f} | {p.measured_tokens_per_s_per_gpu:.0f} | "
+                     f"{p.error * 100:+.1f}% |")
+    return lines + [""]
+
+
 def scaling_markdown(points: Sequence[ScalePoint] | None = None,
-                     measured: Sequence[MeasuredPoint] | None = None) -> str:
-    """docs/scaling.md from today's code (``points``, ``measured``: precomputed, else predicted now)."""
+                     measured: Sequence[MeasuredPoint] | None = None,
+                     heldout: Sequence[MeasuredPoint] | None = None) -> str:
+    """docs/scaling.md from today's code (``points``, ``measured``, ``heldout``: precomputed, else predicted
+    now)."""
     points = list(points) if points is not None else scaling_points()
     measured = list(measured) if measured is not None else mlperf_points()
+    heldout = list(heldout) if heldout is not None else heldout_points()
     lines = [
         "# Scaling DeepSeek-V3 at a fixed global batch",
         "",
@@ -201,8 +237,9 @@ def scaling_markdown(points: Sequence[ScalePoint] | None = None,
         f"`{STACK}` stack, each system on its Megatron-Bridge 26.04 recipe plan (GB200 NVL72: PP4 VP4 EP64, "
         "64 ranks per rack; HGX B200: PP16 EP8), HybridEP. Adding GPUs grows data parallelism only, so each "
         "pipeline rank runs fewer microbatches: the bubble's share grows, the step's data-parallel "
-        "gathers and reductions span more ranks and switch layers, and the slowest of more ranks sets the "
-        "step (stragglers; `sim/predict/dp_scale.py`). Nothing is refitted along the curve; "
+        "gathers and reductions span more ranks and switch layers, the slowest of more ranks sets the "
+        "step (stragglers; `sim/predict/dp_scale.py`), and the step boundary's fixed seconds weigh more in a "
+        "shorter step. Nothing is refitted along the curve; "
         "the 256-GPU points sit near the measured recipe runs (docs/stack-protocol.md), the rest is "
         "prediction.",
         "",
@@ -229,6 +266,7 @@ def scaling_markdown(points: Sequence[ScalePoint] | None = None,
                   f", the bubble taking {hgx.bubble_share * 100:.0f}% of its step. At that scale a planner would "
                   "raise the global batch, interleave or shorten the pipeline (`moesim plan` searches those).", ""]
     lines += _mlperf_markdown(measured)
+    lines += _heldout_markdown(heldout)
     return "\n".join(lines)
 
 

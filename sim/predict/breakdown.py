@@ -11,8 +11,9 @@ Categories: ``compute.<op class>``, exposed communication (``comm.a2a``: exposed
 a peer or another stream with nothing running), ``host_sync`` (GPU idle behind a blocking host copy),
 ``pipeline_bubble``, ``optimizer``, and data-parallel work at scale (:mod:`sim.predict.dp_scale`):
 ``comm.dp_exposed`` (ZeRO-1 buckets not hidden), ``comm.dp_once`` (once-per-step reductions) and
-``straggler``. Hidden communication (run under compute, so not on the step's
-path) is reported apart, in :attr:`sim.predict.Prediction.hidden_comm`.
+``straggler``; ``step_fixed``, the step boundary's fixed seconds (``StackProfile.step_fixed_s``). Hidden
+communication (run under compute, so not on the step's path) is reported apart, in
+:attr:`sim.predict.Prediction.hidden_comm`.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ BOTTLENECKS = {
     "comm.wait": "wait (idle on a peer or another stream)",
     "comm.other": "comm.other",
     "host_sync": "host",
+    "step_fixed": "the step boundary (per-step fixed work)",
     "pipeline_bubble": "pipeline bubble",
 }
 
@@ -82,7 +84,7 @@ def breakdown(step: Step) -> tuple[dict[str, float], dict[str, float]]:
         out["comm.dp"] += step.dp_ar
     out["optimizer"] += step.opt
     for key, v in (("comm.dp_exposed", step.dp.exposed_comm_s), ("comm.dp_once", step.dp.once_s),
-                   ("straggler", step.dp.straggler_s)):  # sim.predict.dp_scale
+                   ("straggler", step.dp.straggler_s), ("step_fixed", step.fixed_s)):  # sim.predict.dp_scale
         if v:
             out[key] += v
     out["pipeline_bubble"] = max(0.0, pipe.makespan - pipe.busy(rank) - fsdp_ag)

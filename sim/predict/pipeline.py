@@ -74,6 +74,8 @@ class Step:
     #: data-parallel work at scale (:mod:`sim.predict.dp_scale`): exposed buckets, once-per-step reductions,
     #: stragglers; with ZeRO-1 its bucketed reduce-scatter replaces ``rs_tail``
     dp: DpScale = field(default_factory=DpScale)
+    #: the step boundary's fixed seconds (:attr:`sim.stacks.StackProfile.step_fixed_s`)
+    fixed_s: float = 0.0
 
 
 def _chunks(ctx: Context, layer_res: dict[tuple[str, str], SimResult]) -> list[Chunk]:
@@ -195,9 +197,10 @@ def assemble(ctx: Context) -> Step:
     else:
         rs_tail = chunk_rs[last_stage] if ctx.plan.pp > 1 else sum(chunk_rs)
     dp_ar, opt = _fixed_tail(ctx, chunks)
-    step = pipe.makespan + rs_tail + dp_ar + opt + dp.total_s
+    fixed = ctx.stack.step_fixed_s
+    step = pipe.makespan + rs_tail + dp_ar + opt + dp.total_s + fixed
     return Step(layer_res, pairs, chunks, pipe, first_ag=list(spec.first_f_extra_s), rs_tail=rs_tail, dp_ar=dp_ar,
-                opt=opt, step_s=step, dp=dp)
+                opt=opt, step_s=step, dp=dp, fixed_s=fixed)
 
 
 def step_lower_bound_s(ctx: Context) -> float:

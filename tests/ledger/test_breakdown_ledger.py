@@ -22,7 +22,7 @@ MODEL = load_model("deepseek-v3-16b")
 CLUSTER = load_cluster("hgx-b200", n_gpus=16)
 COUNTS = count_params(MODEL)
 PLAN = ParallelPlan(ep=8, dp_shard=16, seq_len=1024, global_batch=32)
-CATEGORIES = ("compute.", "comm.", "host_sync", "optimizer", "pipeline_bubble")
+CATEGORIES = ("compute.", "comm.", "host_sync", "optimizer", "pipeline_bubble", "straggler", "step_fixed")
 
 
 def test_categories_are_known_finite_and_non_negative() -> None:

@@ -219,8 +219,10 @@ def test_partial_cuda_graphs_cost_no_more_than_none_on_a_compiled_stack() -> Non
 
 @pytest.mark.parametrize("stack", ["torchtitan", "megatron-26.04"])
 def test_equal_launch_costs_make_cuda_graphs_irrelevant(stack: str) -> None:
+    """With every launch mode at one cost and free host syncs (a full-iteration graph has none), the graph scope
+    changes nothing."""
     cluster = load_cluster("hgx-b200", n_gpus=8)
-    v = _params(**{"launch.eager_s": 3e-6, "launch.compiled_s": 3e-6, "launch.graphs_s": 3e-6})
+    v = _params(**{"launch.eager_s": 3e-6, "launch.compiled_s": 3e-6, "launch.graphs_s": 3e-6, "host.sync_s": 0.0})
     steps = {g: predict(DEBUG, cluster, _plan(8, cuda_graphs=g), stack=stack, params=v).step_time_s
              for g in ("stack", "none", "partial", "full")}
     assert len(set(steps.values())) == 1, steps
@@ -237,6 +239,38 @@ def test_a_free_host_sync_takes_no_time(backend: str, gpu: str) -> None:
     assert base.breakdown.get("host_sync", 0.0) > 0
     assert "host_sync" not in free.breakdown and "host_sync" not in free.hidden_comm
     assert free.step_time_s < base.step_time_s
+
+
+@pytest.mark.parametrize(("backend", "stack"), [("nccl", "megatron-26.04"), ("hybridep", "megatron-26.04"),
+                                              ("deepep", "torchtitan")])
+def test_a_full_iteration_graph_never_blocks_the_host(backend: str, stack: str) -> None:
+    """Stream capture forbids a synchronising copy: under ``cuda_graphs = "full"`` no dispatch waits on the
+    host, whatever the backend; the same plan launched eagerly does."""
+    cluster = load_cluster("hgx-b200", n_gpus=16)
+    eager = predict(DEBUG, cluster, _plan(16, ep_backend=backend, cuda_graphs="none"), stack=stack)
+    graphed = predict(DEBUG, cluster, _plan(16, ep_backend=backend, cuda_graphs="full"), stack=stack)
+    assert eager.breakdown.get("host_sync", 0.0) > 0
+    assert "host_sync" not in graphed.breakdown and "host_sync" not in graphed.hidden_comm
+
+
+@pytest.mark.parametrize("stack", ["torchtitan", "megatron-26.04"])
+@pytest.mark.parametrize("microbatches", [1, 4])
+def test_the_step_boundary_costs_its_seconds_once_per_step(stack: str, microbatches: int) -> None:
+    """``step.fixed_s`` adds once to the step, whatever its microbatch count, and shows as ``step_fixed``."""
+    cluster = load_cluster("hgx-b200", n_gpus=8)
+    plan = _plan(8, global_batch=8 * microbatches, micro_batch=1)
+    none = predict(DEBUG, cluster, plan, stack=stack, params=_params(**{"step.fixed_s": 0.0}))
+    some = predict(DEBUG, cluster, plan, stack=stack, params=_params(**{"step.fixed_s": 0.25}))
+    assert some.step_time_s - none.step_time_s == pytest.approx(0.25, rel=1e-9)
+    assert some.breakdown["step_fixed"] == pytest.approx(0.25) and "step_fixed" not in none.breakdown
+
+
+def test_a_users_own_stack_keeps_its_step_boundary() -> None:
+    """The joint value applies to the shipped releases; a changed copy keeps the seconds its file gives."""
+    own = dataclasses.replace(load_stack("megatron-26.04"), step_fixed_s=0.5)
+    cluster = load_cluster("hgx-b200", n_gpus=8)
+    p = predict(DEBUG, cluster, _plan(8), stack=own, params=_params(**{"step.fixed_s": 2.0}))
+    assert p.breakdown["step_fixed"] == pytest.approx(0.5)
 
 
 @pytest.mark.parametrize("sync_s", [0.0, 50e-6, 400e-6, 2e-3])

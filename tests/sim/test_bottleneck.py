@@ -15,6 +15,7 @@ from moesim.predict_cmd import main as predict_main
 from sim import comm
 from sim.catalog import load_cluster, load_model
 from sim.comm import CommCosts, moe_alltoall
+from sim.joint import shipped_values
 from sim.predict import predict
 from sim.predict.breakdown import BOTTLENECKS
 from sim.specs import ParallelPlan
@@ -179,11 +180,17 @@ def test_bottleneck_is_the_largest_share_of_the_breakdown() -> None:
     """EP32 over 4 HGX nodes at 1,024 tokens: the all-to-all's exposed seconds against compute's (FSDP's NCCL
     channels included); the bottleneck is the larger, with its share of the step."""
     model, cluster = load_model("deepseek-v3-16b"), load_cluster("hgx-b200", n_gpus=32)
-    p = predict(model, cluster, ParallelPlan(ep=32, dp_shard=32, global_batch=64, seq_len=1024))
+    plan = ParallelPlan(ep=32, dp_shard=32, global_batch=64, seq_len=1024)
+    no_boundary = dict(shipped_values(), **{"step.fixed_s": 0.0})  # this one-second step: the boundary aside
+    p = predict(model, cluster, plan, params=no_boundary)
     compute = sum(v for k, v in p.breakdown.items() if k.startswith("compute.") or k == "optimizer")
     a2a = p.breakdown["comm.a2a"]
     assert p.bottleneck == (BOTTLENECKS["comm.a2a"] if a2a > compute else "compute")
     assert p.bottleneck_share == pytest.approx(max(a2a, compute) / p.step_time_s)
+    shipped = predict(model, cluster, plan)  # the step boundary's fixed seconds, when the largest share, are named
+    boundary = shipped.breakdown.get("step_fixed", 0.0)
+    if boundary > max(a2a, compute):
+        assert shipped.bottleneck == BOTTLENECKS["step_fixed"]
 
 
 def test_trace_comm_slices_carry_what_bounds_them() -> None:

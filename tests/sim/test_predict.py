@@ -38,38 +38,28 @@ def test_seed_scenario_orders_and_fits(seed_preds):
     assert all(p.fits_in_memory for p in seed_preds)
 
 
-# Issue 27 Must show 4: the seed's BF16 row within 5% (in the joint fit, not fitted alone). It held (-1.1%) while
-# forced balance took the real router's EP-barrier spread; with that mechanism off (it lowers no run's
-# leave-one-group-out error) the TorchTitan release scalar followed the DeepEP rows down (-7.5%). With TorchTitan's
-# DeepEP path dispatching every token on every TP rank, NCCL's all-to-all at its fitted share of the network and
-# TorchTitan's document mask on C4, it is -4.2%.
-def test_seed_bf16_row_within_five_percent(seed_preds):
-    assert seed_preds[0].tokens_per_s_per_gpu == pytest.approx(651, rel=0.05)
+# Issue 27 Must show 4: the seed's three runs within 5% and both speedups within 3 points, in the joint fit (no row
+# fitted alone). The BF16 row held (-1.1%) while forced balance took the real router's EP-barrier spread; with that
+# mechanism off (it lowers no run's leave-one-group-out error) the TorchTitan release scalar followed the DeepEP
+# rows down (-7.5%). With TorchTitan's DeepEP path dispatching every token on every TP rank, NCCL's all-to-all at its
+# fitted share of the network, TorchTitan's document mask on C4 and the step boundary's fixed seconds
+# (step.fixed_s) the rows are -3.8% / -3.8% / +2.1%.
+@pytest.mark.parametrize(("row", "measured"), [(0, 651), (1, 859), (2, 918)])
+def test_seed_row_within_five_percent(seed_preds, row, measured):
+    assert seed_preds[row].tokens_per_s_per_gpu == pytest.approx(measured, rel=0.05)
 
 
-# The seed's DeepEP rows within 10% and both speedups within 5 points held while DeepEP's internode kernels
-# were scaled by constants read off DeepSeek's DualPipe trace (x1.98 / x1.46 and a 2,036 us notify on every
-# kernel of every plan). With those constants replaced by mechanisms (issue 14) the seed's DeepEP rows came
-# out up to 12.8% fast and the speedups +54% / +67% against +32% / +41%; with TorchTitan's DeepEP path dispatching
-# every token on every TP rank (deepep_tp_token_split, issue 27) and the document mask the rows are -5.8% / 0.0% and
-# the DeepEP speedup +29.7%. MXFP8's stays open (+47% against +41%).
-def test_seed_deepep_row_within_ten_percent(seed_preds):
-    _, deepep, _, _ = seed_preds
-    assert deepep.tokens_per_s_per_gpu == pytest.approx(859, rel=0.10)
-
-
-def test_seed_mxfp8_deepep_row_within_ten_percent(seed_preds):
-    _, _, mx, _ = seed_preds
-    assert mx.tokens_per_s_per_gpu == pytest.approx(918, rel=0.10)
-
-
-def test_seed_deepep_speedup_within_five_points(seed_preds):
+# The DeepEP speedup within 3 points (Must show 4). It held within 5 while DeepEP's internode kernels were scaled by
+# constants read off DeepSeek's DualPipe trace (x1.98 / x1.46 and a 2,036 us notify on every kernel of every plan);
+# with those constants replaced by mechanisms (issue 14) the speedups came out +54% / +67% against +32% / +41%; with
+# TorchTitan's DeepEP path dispatching every token on every TP rank (deepep_tp_token_split, issue 27) it is +31.9%.
+def test_seed_deepep_speedup_within_three_points(seed_preds):
     base, deepep, _, _ = seed_preds
-    assert abs(deepep.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu - 1.32) < 0.05
+    assert abs(deepep.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu - 1.32) < 0.03
 
 
 # Issue 7 item 3: with literal round-robin routing the MXFP8+DeepEP speedup was within 5 points of +41%.
-@pytest.mark.xfail(strict=True, reason="issue 27: predicted MXFP8+DeepEP speedup +47% against +41% measured (the "
+@pytest.mark.xfail(strict=True, reason="issue 27: predicted MXFP8+DeepEP speedup +50% against +41% measured (the "
                                        "experts, computed twice under TP2, are half the step)")
 def test_seed_mxfp8_speedup_within_five_points(seed_preds):
     base, _, mx, _ = seed_preds

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import pytest
 
+from studies.dataset import load_runs
 from studies.scaling import (
     DOC,
     MLPERF_RUNS,
     SYSTEMS,
+    heldout_points,
     mlperf_points,
     scaling_markdown,
     scaling_points,
@@ -28,9 +30,27 @@ def measured():  # type: ignore[no-untyped-def]
     return mlperf_points()
 
 
-def test_the_scaling_doc_is_fresh(points, measured) -> None:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def heldout():  # type: ignore[no-untyped-def]
+    return heldout_points()
+
+
+def test_the_scaling_doc_is_fresh(points, measured, heldout) -> None:  # type: ignore[no-untyped-def]
     """Fails on drift: run `python -m studies.scaling --write` and review the diff."""
-    assert DOC.read_text(encoding="utf-8") == scaling_markdown(points, measured)
+    assert DOC.read_text(encoding="utf-8") == scaling_markdown(points, measured, heldout)
+
+
+def test_heldout_runs_are_outside_the_dataset_and_follow_their_logs(heldout) -> None:  # type: ignore[no-untyped-def]
+    """The held-out MLPerf runs are no run of the dataset (no fit reads them): the GB200 recipe at 4,096 and 8,192
+    GPUs with 16,384 sequences per step and the GB300 recipe at 256 and 512 with 15,360, each measured rate its
+    batch of 4,096-token sequences over its logged step time."""
+    ids = {r.id for r in load_runs()}
+    assert [p.gpus for p in heldout] == [4096, 8192, 256, 512] and not ids & {p.run_id for p in heldout}
+    for p, batch, tp, step_s in zip(heldout, (16384, 16384, 15360, 15360), (2, 2, 1, 1), (5.42, 3.49, 38.96, 19.93),
+                                    strict=True):
+        assert p.microbatches == batch // (p.gpus // (tp * 4))  # PP4: gpus / (tp x 4) data-parallel ranks
+        assert p.measured_tokens_per_s_per_gpu == pytest.approx(batch * 4096 / step_s / p.gpus, rel=5e-4)
+    assert "Held-out MLPerf runs" in scaling_markdown([], [], heldout)
 
 
 def test_shares_count_the_scale_mechanisms(points) -> None:  # type: ignore[no-untyped-def]
@@ -47,7 +67,7 @@ def test_mlperf_points_are_the_measured_runs(measured) -> None:  # type: ignore[
     assert large.measured_tokens_per_s_per_gpu / small.measured_tokens_per_s_per_gpu == pytest.approx(0.844,
                                                                                                       abs=5e-4)
     assert large.bubble_s < small.bubble_s  # fewer microbatches, shorter step: a smaller bubble in seconds
-    text = scaling_markdown([], measured)
+    text = scaling_markdown([], measured, [])
     ratio = large.predicted_tokens_per_s_per_gpu / small.predicted_tokens_per_s_per_gpu
     assert "0.844 of the 512-GPU throughput measured" in text and f"{ratio:.3f} predicted" in text
     with pytest.raises(KeyError, match="no-such-run"):
@@ -68,3 +88,14 @@ def test_fewer_microbatches_never_raise_throughput_per_gpu(points) -> None:  # t
         tps = [p.tokens_per_s_per_gpu for p in points if p.system == system]
         assert all(b <= a * 1.001 for a, b in zip(tps, tps[1:])), (system, tps)
         assert tps[-1] < tps[0]
+
+
+def test_mlperf_runs_and_their_per_gpu_ratio(measured, heldout) -> None:  # type: ignore[no-untyped-def]
+    """Issue 27 Must show 3: both MLPerf GB200 runs within 10% and the 2,048/512 per-GPU ratio within 5%; the
+    same recipe at 4,096 and 8,192 GPUs, held out of every fit, within 10% too."""
+    small, large = measured
+    assert abs(small.error) < 0.10 and abs(large.error) < 0.10
+    pred = large.predicted_tokens_per_s_per_gpu / small.predicted_tokens_per_s_per_gpu
+    meas = large.measured_tokens_per_s_per_gpu / small.measured_tokens_per_s_per_gpu
+    assert abs(pred / meas - 1) < 0.05
+    assert all(abs(p.error) < 0.10 for p in heldout if p.run_id.endswith("xgb200"))
