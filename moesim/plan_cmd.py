@@ -71,6 +71,15 @@ def assumptions(args: argparse.Namespace) -> list[str]:
         lines.append("DeepEP with TP > 1: every TP rank dispatches, and its experts compute, every token of the "
                      "microbatch, as this stack's release does (deepep_tp_token_split = false): such plans carry "
                      "twice the routed-expert work")
+    if profile is not None:
+        from sim.joint import joint_fit_record
+
+        params = joint_fit_record().get("params", {})
+        rec = params.get("step.fixed_s", {})
+        if f"release.{profile.name}" in params and rec.get("value"):  # the releases the joint fit covers
+            lines.append(f"step boundary: {rec['value']:.2f} s (+- {rec.get('sigma') or 0:.2f}) each step spends once, "
+                         "whatever its microbatches and data-parallel size (joint step.fixed_s; it weighs most on "
+                         "short steps: many GPUs for a small global batch)")
     if profile is not None and profile.document_mask:
         lines.append("attention: masked at document boundaries, documents of C4's lengths (this stack's "
                      "FlexAttention block_causal mask; sim.documents); longer documents cost more attention")

@@ -206,3 +206,6 @@ def test_the_assumptions_say_when_the_stacks_deepep_path_duplicates_tokens_over_
     assert not any("every TP rank dispatches" in a for a in lines("/no/such/stack.toml", "deepep"))
     assert any("document boundaries" in a for a in lines("torchtitan", "nccl"))
     assert not any("document boundaries" in a for a in lines("megatron", "nccl"))
+    # the step boundary's fixed seconds: for the releases the joint fit covers, not for DeepSeek's trace stack
+    assert any("step boundary" in a for a in lines("megatron", "nccl"))
+    assert not any("step boundary" in a for a in lines("deepseek", "deepep"))
