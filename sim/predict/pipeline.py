@@ -206,7 +206,8 @@ def assemble(ctx: Context) -> Step:
 def step_lower_bound_s(ctx: Context) -> float:
     """Seconds :func:`assemble`'s step takes at least, without simulating an overlapped pair: the same
     schedule with each pair at the busiest of its serial streams (compute, which communication only slows,
-    and the all-to-all and TP streams), plus the tail that does not depend on the timeline. The
+    and the all-to-all and TP streams), plus the tail that does not depend on the timeline (the step boundary's
+    fixed seconds among it). The
     schedule's makespan only grows with its durations (a fixed-order list schedule), so this is a bound."""
     chunks = _chunks(ctx, _layer_results(ctx))
     spec, _ = _pipeline_spec(ctx, chunks)
@@ -215,7 +216,8 @@ def step_lower_bound_s(ctx: Context) -> float:
              for i, j in overlapped_pairs(spec)}
     dp_ar, opt = _fixed_tail(ctx, chunks)
     dp_floor = dp_floor_s(ctx, [c.layers for c in chunks])
-    return simulate_makespan(dataclasses.replace(spec, pair_s=floor)) + dp_ar + opt + dp_floor
+    fixed = ctx.stack.step_fixed_s  # the step boundary: every plan of this stack pays it once
+    return simulate_makespan(dataclasses.replace(spec, pair_s=floor)) + dp_ar + opt + dp_floor + fixed
 
 
 def _pair_compute_s(ctx: Context, f_kinds: list[str], b_kinds: list[str],
