@@ -202,7 +202,7 @@ def _mlperf_markdown(points: Sequence[MeasuredPoint]) -> list[str]:
 
 
 def _heldout_markdown(points: Sequence[MeasuredPoint]) -> list[str]:
-    """The held-out section: the same recipe at sizes no fit has seen."""
+    """The held-out section: NVIDIA's other MLPerf results (other sizes, another GPU class), which no fit reads."""
     if not points:
         return []
     lines = ["## Held-out MLPerf runs (never fitted)", "",

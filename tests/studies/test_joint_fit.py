@@ -174,3 +174,19 @@ def test_validate_json_reports_logo_and_the_layer_cells() -> None:
     for c in cells:
         assert c["kind"] == "moe-layer"
         assert set(c["measured"]) == set(c["predicted"]) == {"forward_ms", "backward_ms"}
+
+
+def _fake_row(item):  # type: ignore[no-untyped-def]
+    """A stand-in ablation row: (the values' count, the row's max_nfev), quick to compute in a worker."""
+    return (float(len(item[2])), float(item[4]))
+
+
+def test_ablation_rows_in_workers_match_the_serial_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--workers`` runs the rows in processes; every row comes back once, with the serial run's result."""
+    import studies.joint_fit as jf
+
+    monkeypatch.setattr(jf, "_ablation_row", _fake_row)
+    items = [(f"row {i}", "param", {"x": float(i)} if i % 2 else {}, {}, i) for i in range(5)]
+    serial = dict(jf._ablation_rows(items, 1))
+    parallel = dict(jf._ablation_rows(items, 2))
+    assert serial == parallel and set(serial) == {f"row {i}" for i in range(5)}
