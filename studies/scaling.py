@@ -209,7 +209,8 @@ def _heldout_markdown(points: Sequence[MeasuredPoint]) -> list[str]:
              "NVIDIA's other MLPerf Training v6.0 DeepSeek-V3 results: the GB200 recipe above at 4,096 and 8,192 "
              "GPUs (16,384 sequences per step) and the GB300 recipe (TP1, no recompute) at 256 and 512 GPUs "
              "(`studies/data/scale_checks.toml`, with the result logs and configs they come from). They are not "
-             "in the dataset and no fit reads them; each is predicted as the dataset's runs are.", "",
+             "in the dataset and no fit reads them; each is predicted as the dataset's runs are (`moesim validate "
+             "studies/data/scale_checks.toml` prints them with their p10-p90 intervals).", "",
              "| run | GPUs | microbatches per rank | predicted step s | predicted tok/s/GPU | measured tok/s/GPU | "
              "error |",
              "|---|---:|---:|---:|---:|---:|---:|"]
