@@ -72,11 +72,10 @@ def assumptions(args: argparse.Namespace) -> list[str]:
                      "microbatch, as this stack's release does (deepep_tp_token_split = false): such plans carry "
                      "twice the routed-expert work")
     if profile is not None:
-        from sim.joint import joint_fit_record
+        from sim.joint import covers, joint_fit_record, shipped_values
 
-        params = joint_fit_record().get("params", {})
-        rec = params.get("step.fixed_s", {})
-        if f"release.{profile.name}" in params and rec.get("value"):  # the releases the joint fit covers
+        rec = joint_fit_record().get("params", {}).get("step.fixed_s", {})
+        if covers(profile, shipped_values()) and rec.get("value"):
             lines.append(f"step boundary: {rec['value']:.2f} s (+- {rec.get('sigma') or 0:.2f}) each step spends once, "
                          "whatever its microbatches and data-parallel size (joint step.fixed_s; it weighs most on "
                          "short steps: many GPUs for a small global batch)")

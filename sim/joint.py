@@ -58,7 +58,7 @@ from sim.specs import ClusterSpec, GPUSpec, ParallelPlan
 from sim.stacks import StackProfile
 
 __all__ = ["ParamSpec", "PARAMS", "PARAM_NAMES", "prior_values", "shipped_values", "apply_params",
-           "launch_mode", "te_grouped_large", "half_rows_on", "REF_TENSOR_FLOPS_PER_SM", "JOINT_FIT_FILE", "NVL72_PARTS", "BALANCED_ARRIVAL_CV", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s"]
+           "launch_mode", "te_grouped_large", "half_rows_on", "REF_TENSOR_FLOPS_PER_SM", "JOINT_FIT_FILE", "NVL72_PARTS", "BALANCED_ARRIVAL_CV", "covers", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s"]
 
 #: The registry of fitted numbers (values, uncertainties, correlations, constraining runs, LOGO folds).
 JOINT_FIT_FILE = "data/joint_fit.json"
@@ -291,19 +291,24 @@ def _is_shipped(stack: StackProfile) -> bool:
         return False
 
 
+def covers(stack: StackProfile, values: Mapping[str, float]) -> bool:
+    """Whether the joint parameters ``values`` apply to ``stack``: a release the fit covers, as shipped (a user's
+    own stack file, or a changed copy of a shipped one, keeps its numbers)."""
+    return f"release.{stack.name}" in values and _is_shipped(stack)
+
+
 def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostModel, stack: StackProfile,
                  plan: ParallelPlan) -> tuple[ClusterSpec, CostModel, StackProfile]:
     """The cluster, costs and stack a prediction runs with under joint parameters ``values``.
 
-    Release scalars, launch and host-sync costs apply to the stack releases the joint fit covers, as shipped (a
-    user's own stack file, or a changed copy of a shipped one, keeps its numbers); chip rates to the parts they name; the grouped-GEMM roll-off to the default
+    Release scalars, launch, host-sync and step-boundary costs apply to the stack releases the joint fit covers
+    (:func:`covers`); chip rates to the parts they name; the grouped-GEMM roll-off to the default
     (datasheet-and-microbenchmark) cost model, never to a calibration fitted from a trace.
     """
-    release = f"release.{stack.name}"
     gpu = cluster.gpu
-    if release in values and _is_shipped(stack):
+    if covers(stack, values):
         per_kernel = launch_s(launch_mode(stack, plan), values, base=stack.launch)
-        stack = replace(stack, efficiency={"*": {"default": float(values[release])}},
+        stack = replace(stack, efficiency={"*": {"default": float(values[f"release.{stack.name}"])}},
                         kernel_overhead_s=float(per_kernel), host_sync_s=float(values["host.sync_s"]),
                         step_fixed_s=float(values["step.fixed_s"]))
     rate = 1.0

@@ -84,9 +84,11 @@ def breakdown(step: Step) -> tuple[dict[str, float], dict[str, float]]:
         out["comm.dp"] += step.dp_ar
     out["optimizer"] += step.opt
     for key, v in (("comm.dp_exposed", step.dp.exposed_comm_s), ("comm.dp_once", step.dp.once_s),
-                   ("straggler", step.dp.straggler_s), ("step_fixed", step.fixed_s)):  # sim.predict.dp_scale
+                   ("straggler", step.dp.straggler_s)):  # sim.predict.dp_scale
         if v:
             out[key] += v
+    if step.fixed_s:
+        out["step_fixed"] += step.fixed_s
     out["pipeline_bubble"] = max(0.0, pipe.makespan - pipe.busy(rank) - fsdp_ag)
     total = sum(out.values())
     if abs(total - step.step_s) > 1e-9 * max(1.0, step.step_s):

@@ -159,8 +159,9 @@ def _pipeline_spec(ctx: Context, chunks: list[Chunk]) -> tuple[PipelineSpec, lis
     return spec, chunk_rs
 
 
-def _fixed_tail(ctx: Context, chunks: list[Chunk]) -> tuple[float, float]:
-    """(replica all-reduce, optimizer) seconds after the pipeline: they do not depend on its timeline."""
+def _fixed_tail(ctx: Context, chunks: list[Chunk]) -> tuple[float, float, float]:
+    """(replica all-reduce, optimizer, step boundary) seconds after the pipeline: they do not depend on its
+    timeline (the step boundary is :attr:`sim.stacks.StackProfile.step_fixed_s`, paid once per step)."""
     plan, cluster, stack = ctx.plan, ctx.cluster, ctx.stack
     local_params = sum(sum(ctx.layer_shards(k)) for ch in chunks for k in ch.layers) / max(1, plan.pp)
     dp_ar = ctx.collective("ar", local_params * ctx.wl.stack.grad_bytes, "rep") if plan.dp_replicate > 1 else 0.0
@@ -170,7 +171,7 @@ def _fixed_tail(ctx: Context, chunks: list[Chunk]) -> tuple[float, float]:
     opt = ctx.costs.memory_time(shard * optimizer_step_bytes_per_param(ctx.wl.stack), cluster.gpu.hbm_bw_bytes_per_s,
                                 kernels=1, overhead_s=stack.kernel_overhead_s) / stack.eff(cluster.gpu.arch, "mem")
     opt += sum(ctx.costs.op_seconds(op, cluster.gpu, stack) for op in ctx.wl.step_ops())  # per-step weight quant
-    return dp_ar, opt
+    return dp_ar, opt, stack.step_fixed_s
 
 
 def assemble(ctx: Context) -> Step:
@@ -196,8 +197,7 @@ def assemble(ctx: Context) -> Step:
         rs_tail = 0.0  # the buckets: dp.grad_rs_s
     else:
         rs_tail = chunk_rs[last_stage] if ctx.plan.pp > 1 else sum(chunk_rs)
-    dp_ar, opt = _fixed_tail(ctx, chunks)
-    fixed = ctx.stack.step_fixed_s
+    dp_ar, opt, fixed = _fixed_tail(ctx, chunks)
     step = pipe.makespan + rs_tail + dp_ar + opt + dp.total_s + fixed
     return Step(layer_res, pairs, chunks, pipe, first_ag=list(spec.first_f_extra_s), rs_tail=rs_tail, dp_ar=dp_ar,
                 opt=opt, step_s=step, dp=dp, fixed_s=fixed)
@@ -206,18 +206,15 @@ def assemble(ctx: Context) -> Step:
 def step_lower_bound_s(ctx: Context) -> float:
     """Seconds :func:`assemble`'s step takes at least, without simulating an overlapped pair: the same
     schedule with each pair at the busiest of its serial streams (compute, which communication only slows,
-    and the all-to-all and TP streams), plus the tail that does not depend on the timeline (the step boundary's
-    fixed seconds among it). The
+    and the all-to-all and TP streams), plus the tail that does not depend on the timeline. The
     schedule's makespan only grows with its durations (a fixed-order list schedule), so this is a bound."""
     chunks = _chunks(ctx, _layer_results(ctx))
     spec, _ = _pipeline_spec(ctx, chunks)
     sums: dict[tuple[tuple[str, str], int, bool], dict[str, float]] = {}
     floor = {(i, j): _pair_compute_s(ctx, chunks[i].layers, chunks[j].layers, sums)
              for i, j in overlapped_pairs(spec)}
-    dp_ar, opt = _fixed_tail(ctx, chunks)
     dp_floor = dp_floor_s(ctx, [c.layers for c in chunks])
-    fixed = ctx.stack.step_fixed_s  # the step boundary: every plan of this stack pays it once
-    return simulate_makespan(dataclasses.replace(spec, pair_s=floor)) + dp_ar + opt + dp_floor + fixed
+    return simulate_makespan(dataclasses.replace(spec, pair_s=floor)) + sum(_fixed_tail(ctx, chunks)) + dp_floor
 
 
 def _pair_compute_s(ctx: Context, f_kinds: list[str], b_kinds: list[str],
