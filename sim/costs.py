@@ -46,6 +46,12 @@ __all__ = [
 CALIBRATION_VERSION = 1
 
 
+def _launch_s(op: Any, stack: KernelRates) -> float:
+    """Seconds one kernel of ``op`` adds for reaching the GPU: a graph node's when it replays from a CUDA graph
+    (``op.graphed``), else the stack's launch gap."""
+    return stack.graph_node_s if getattr(op, "graphed", False) else stack.kernel_overhead_s
+
+
 class KernelRates(Protocol):
     """What a framework contributes to a kernel's time (a :class:`sim.stacks.StackProfile` is one): the
     fraction of this cost model's rates its kernels reach per op class and architecture, and a per-kernel gap.
@@ -53,6 +59,9 @@ class KernelRates(Protocol):
 
     @property
     def kernel_overhead_s(self) -> float: ...
+
+    @property
+    def graph_node_s(self) -> float: ...
 
     def eff(self, arch: str, op_class: str) -> float: ...
 
@@ -264,7 +273,7 @@ class CostModel:
             t, cls = self.grouped_gemm_time(op.flops * f, op.rows * f * self.grouped_work_scale(op.k_in, op.n_out), peak,
                                             key, groups=op.groups), "grouped_gemm"
             # An empty grouped GEMM still launches (every EP rank runs its experts' kernels).
-            return t / stack.eff(gpu.arch, cls) + int(op.launches) * stack.kernel_overhead_s
+            return t / stack.eff(gpu.arch, cls) + int(op.launches) * _launch_s(op, stack)
         elif k == "attn":
             t = self.attention_time(op.flops, gpu.bf16_flops, op.backward, exps=op.elems, exp_per_s=gpu.exp_per_s)
             cls = "attn.bwd" if op.backward else "attn.fwd"
@@ -278,7 +287,7 @@ class CostModel:
             raise ValueError(f"op {op.name!r}: kind {k!r} is not a compute op")
         if t <= 0:
             return 0.0
-        return t / stack.eff(gpu.arch, cls) + stack.kernel_overhead_s
+        return t / stack.eff(gpu.arch, cls) + _launch_s(op, stack)
 
     def grouped_work_scale(self, k_in: float, n_out: float) -> float:
         """The factor on a grouped GEMM's rows per expert at which its curve is read: the curve's half-point over

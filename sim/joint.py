@@ -15,8 +15,8 @@ Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where n
   fraction of its datasheet rate (its datasheet says +11% over the HGX part; same-plan runs say ~0);
 - ``chip.sm103_clock``: Blackwell Ultra's sustained tensor clock over Blackwell's (B300 2032 MHz / B200 1965 MHz);
 - ``chip.gb300_clock``: a GB300's clock over a B300's (2070 MHz at 1400 W / 2032 MHz at 1100 W);
-- ``launch.<mode>_s``: time per kernel by launch mode (eager, compiled, CUDA graphs; Megatron's partial TE
-  scopes are half and half);
+- ``launch.<mode>_s``: time per kernel by launch mode (eager, compiled, CUDA graphs; under Megatron's partial TE
+  scopes the captured ops, ``OpSpec.graphed``, cost a graph node and the rest launch as the stack does);
 - ``host.sync_s``: the GPU idle time of one blocking device-to-host sync (copy, then the CPU relaunching);
 - ``nccl.a2a_net_fraction``: the share of the network rate NCCL's all-to-all reaches across NVLink domains;
 - ``dp.straggler_cv``: how much a microbatch's time varies across data-parallel ranks (the step waits for the
@@ -205,13 +205,13 @@ def launch_mode(stack: StackProfile, plan: ParallelPlan) -> str:
 
 
 def launch_s(mode: str, values: Mapping[str, float], base: str = "eager") -> float:
-    """Seconds per kernel for launch ``mode`` (eager, compiled, graphs, or partial: Megatron's TE scopes graph
-    attention, router and preprocess, about half the kernels; the other half launch as the stack's ``base``
-    mode, eager or compiled)."""
+    """Seconds per kernel for launch ``mode`` (eager, compiled, graphs) of the kernels that are not captured; under
+    ``partial`` (Megatron's TE scopes) those launch as the stack's ``base`` mode, eager or compiled, while the
+    captured scopes' kernels (``OpSpec.graphed``) cost ``launch.graphs_s`` (``StackProfile.graph_node_s``)."""
     if mode == "graphs":
         return values["launch.graphs_s"]
     if mode == "partial":
-        return 0.5 * (launch_s("compiled" if base == "compiled" else "eager", values) + values["launch.graphs_s"])
+        return launch_s("compiled" if base == "compiled" else "eager", values)
     return values["launch.compiled_s" if mode == "compiled" else "launch.eager_s"]
 
 
@@ -305,11 +305,12 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
     (:func:`covers`); chip rates to the parts they name; the grouped-GEMM roll-off to the default
     (datasheet-and-microbenchmark) cost model, never to a calibration fitted from a trace.
     """
-    gpu = cluster.gpu
+    gpu = datasheet_gpu = cluster.gpu
     if covers(stack, values):
         per_kernel = launch_s(launch_mode(stack, plan), values, base=stack.launch)
         stack = replace(stack, efficiency={"*": {"default": float(values[f"release.{stack.name}"])}},
-                        kernel_overhead_s=float(per_kernel), host_sync_s=float(values["host.sync_s"]),
+                        kernel_overhead_s=float(per_kernel), graph_node_s=float(values["launch.graphs_s"]),
+                        host_sync_s=float(values["host.sync_s"]),
                         step_fixed_s=float(values["step.fixed_s"]))
     rate = 1.0
     if gpu.name in NVL72_PARTS:
@@ -332,7 +333,9 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
     if comm != costs.comm:
         costs = replace(costs, comm=comm)
     if costs.provenance.startswith("moesim defaults"):  # a trace-fitted calibration keeps its measured curves
-        half = half_rows_on(gpu, values["grouped.half_rows"])
+        # The chip-rate factors above are sustained clocks: a faster clock shortens a tile's fixed time per SM as
+        # much as its math, so the rows that amortise it follow the datasheet rate per SM, not the clock.
+        half = half_rows_on(datasheet_gpu, values["grouped.half_rows"])
         te = stack.quantize_weights == "per_step"
         large = te_grouped_large(costs) if te else {}
         base = costs.grouped_gemm_eff

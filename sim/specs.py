@@ -49,6 +49,7 @@ __all__ = [
     "RECOMPUTE_MODULES",
     "GRAD_REDUCE_DTYPES",
     "GRAD_REDUCE_BYTES",
+    "TE_GRAPH_SCOPES",
 ]
 
 PP_SCHEDULES = ("1f1b", "interleaved-1f1b", "dualpipe", "dualpipev")
@@ -340,6 +341,10 @@ class ClusterSpec:
 
 #: CUDA-graph scopes a plan may name (``ParallelPlan.cuda_graphs``).
 CUDA_GRAPH_SCOPES = ("stack", "none", "partial", "full")
+#: Transformer Engine graph scopes of Megatron-Core's ``cuda_graph_scope`` that a partial plan may list
+#: (``ParallelPlan.cuda_graph_scope``): the attention block, the router (with the MoE block's norm) and the
+#: dispatcher's preprocessing (its sender-side permutation). The expert GEMMs of dropless MoE never are.
+TE_GRAPH_SCOPES = ("attn", "moe_router", "moe_preprocess")
 
 
 @dataclass(frozen=True)
@@ -391,6 +396,9 @@ class ParallelPlan:
     #: CUDA-graph scope of the run's recipe: "stack" (the stack's launch mode), "none" (eager launches),
     #: "partial" (Megatron's TE scopes: attention, router, preprocess) or "full" (full-iteration graphs).
     cuda_graphs: str = "stack"
+    #: with ``cuda_graphs = "partial"``: the comma-separated Transformer Engine scopes the recipe captures
+    #: (:data:`TE_GRAPH_SCOPES`; Megatron ``cuda_graph_scope``); "" = all three, Megatron-Bridge's usual preset.
+    cuda_graph_scope: str = ""
 
     def __post_init__(self) -> None:
         owner = "plan"
@@ -421,6 +429,13 @@ class ParallelPlan:
         _require_choice(owner, "precision", self.precision, PRECISIONS)
         _require_choice(owner, "ep_backend", self.ep_backend, EP_BACKENDS)
         _require_choice(owner, "cuda_graphs", self.cuda_graphs, CUDA_GRAPH_SCOPES)
+        if not isinstance(self.cuda_graph_scope, str):
+            raise ConfigError(f"plan: cuda_graph_scope must be a comma-separated string, got {self.cuda_graph_scope!r}")
+        for scope in self._scope_list():
+            _require_choice(owner, "cuda_graph_scope", scope, TE_GRAPH_SCOPES)
+        if self.cuda_graph_scope and self.cuda_graphs != "partial":
+            raise ConfigError(f"plan: cuda_graph_scope ({self.cuda_graph_scope!r}) needs cuda_graphs 'partial', "
+                              f"got cuda_graphs {self.cuda_graphs!r}")
         if self.etp not in (1, self.tp):
             raise ConfigError(f"plan: etp ({self.etp}) must be 1 or equal to tp ({self.tp})")
         if self.pp_schedule == "1f1b" and self.vpp != 1:
@@ -458,6 +473,23 @@ class ParallelPlan:
     def recompute_module_list(self) -> tuple[str, ...]:
         """``recompute_modules`` as a tuple of names (empty: the stack's)."""
         return tuple(m.strip() for m in self.recompute_modules.split(",") if m.strip())
+
+    def _scope_list(self) -> tuple[str, ...]:
+        return tuple(x.strip() for x in self.cuda_graph_scope.split(",") if x.strip())
+
+    @property
+    def graph_scopes(self) -> frozenset[str]:
+        """The Transformer Engine scopes whose kernels replay from CUDA graphs: ``cuda_graph_scope`` (all of
+        :data:`TE_GRAPH_SCOPES` when empty) under ``cuda_graphs = "partial"``, none otherwise.
+
+        >>> sorted(ParallelPlan(cuda_graphs="partial", cuda_graph_scope="moe_router").graph_scopes)
+        ['moe_router']
+        >>> len(ParallelPlan(cuda_graphs="partial").graph_scopes), len(ParallelPlan().graph_scopes)
+        (3, 0)
+        """
+        if self.cuda_graphs != "partial":
+            return frozenset()
+        return frozenset(self._scope_list() or TE_GRAPH_SCOPES)
 
     @property
     def world_size(self) -> int:

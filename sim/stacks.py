@@ -158,6 +158,9 @@ class StackProfile:
     moment_bytes: int = 8
     # --- host ------------------------------------------------------------------------------------
     kernel_overhead_s: float = 4e-6
+    #: device time of one kernel that replays from a CUDA graph (a captured scope of a partial plan: the ops
+    #: marked ``OpSpec.graphed``): Megatron-LM PR #6064, 1.34 us per serialized node (published.md s8).
+    graph_node_s: float = 1.34e-6
     host_sync_s: float = 100e-6
     #: seconds each training step spends once, whatever its microbatch count and data-parallel size, beyond the
     #: per-step work modelled apart (pipeline fill and drain, exposed data-parallel buckets, the optimizer, the
@@ -215,7 +218,7 @@ class StackProfile:
             if module not in RECOMPUTE_MODULES:
                 raise ConfigError(f"stack {self.name!r}: recompute_modules: unknown module {module!r} "
                                   f"(known: {', '.join(RECOMPUTE_MODULES)})")
-        for fname in ("kernel_overhead_s", "host_sync_s", "step_fixed_s"):
+        for fname in ("kernel_overhead_s", "graph_node_s", "host_sync_s", "step_fixed_s"):
             value = getattr(self, fname)
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"stack {self.name!r}: {fname} must be a finite number >= 0, got {value!r}")
@@ -366,7 +369,7 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
                            "launch": str, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
-                           "kernel_overhead_s": float, "host_sync_s": float, "step_fixed_s": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "sort_single_local_expert": bool, "fused_permute": bool, "fused_gate_up": bool, "grouped_gemm_per_expert": bool, "blocking_p2p": bool, "provenance": str}
+                           "kernel_overhead_s": float, "graph_node_s": float, "host_sync_s": float, "step_fixed_s": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "sort_single_local_expert": bool, "fused_permute": bool, "fused_gate_up": bool, "grouped_gemm_per_expert": bool, "blocking_p2p": bool, "provenance": str}
 assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file type"
 _TABLES = ("stack", "efficiency", "sources")
 

@@ -53,7 +53,7 @@ from sim.pp_layout import split_layers
 from sim.specs import ModelSpec, ParallelPlan
 from sim.stacks import StackProfile, default_stack
 
-__all__ = ["OpSpec", "Workload", "LAYER_KINDS", "chunk_layers"]
+__all__ = ["OpSpec", "Workload", "LAYER_KINDS", "chunk_layers", "GRAPH_SCOPE_OF", "graph_scope"]
 
 #: ``mtp``: an MTP module's input side (embedding of the next tokens, two norms, the 2D -> D projection);
 #: ``mtp_head``: its loss through the shared output head. Its block is a ``moe`` (or ``dense``) layer.
@@ -101,6 +101,29 @@ class OpSpec:
     #: quant: FP8 copies one kernel writes per read of its BF16 input (Transformer Engine writes the row- and
     #: column-wise copies of a weight in one pass: MXFP8 BIDIMENSIONAL cast, blockwise quantize-transpose)
     copies: int = 1
+    #: the kernel replays from a CUDA graph (a captured scope of a partial plan, :data:`GRAPH_SCOPE_OF`): it
+    #: costs a graph node's time instead of the stack's launch gap
+    graphed: bool = False
+
+
+#: The Transformer Engine graph scope (``ParallelPlan.cuda_graph_scope``) that captures each op, by op name:
+#: Megatron-Core's ``attn`` scope is the self-attention block (its norm, projections and core), ``moe_router``
+#: the MoE block's pre-norm and router, ``moe_preprocess`` the dispatcher's preprocessing (the sender-side
+#: permutation). Ops not named here (experts, dispatch and combine, shared experts) launch as the stack does.
+GRAPH_SCOPE_OF: dict[str, str] = {
+    ops.ATTN_NORM: "attn", ops.ATTN_Q_PROJ: "attn", ops.ATTN_KV_PROJ: "attn", ops.ATTN_CORE: "attn",
+    ops.ATTN_O_PROJ: "attn", ops.MOE_NORM: "moe_router", ops.MOE_ROUTER: "moe_router",
+    ops.MOE_PERMUTE: "moe_preprocess",
+}
+
+
+def graph_scope(op: OpSpec) -> str:
+    """The Transformer Engine graph scope that captures ``op`` ("" for none, :data:`GRAPH_SCOPE_OF`): compute
+    kernels only, and of the permutations only the sender-side one before the dispatch (the receiver-side sort
+    after it, scaled by the rank's routed load, is the dispatcher's postprocessing)."""
+    if op.kind in ("comm", "host_sync") or (op.name == ops.MOE_PERMUTE and op.load_scaled):
+        return ""
+    return GRAPH_SCOPE_OF.get(op.name, "")
 
 
 def chunk_layers(model: ModelSpec, plan: ParallelPlan) -> list[list[int]]:
@@ -286,6 +309,9 @@ class Workload:
                 out = self._recompute(fwd)
             else:
                 raise ValueError(f"unknown phase {phase!r}")
+            scopes = self.plan.graph_scopes
+            if scopes:
+                out = [replace(op, graphed=True) if graph_scope(op) in scopes else op for op in out]
             self._cache[key] = out
         return self._cache[key]
 

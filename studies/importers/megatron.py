@@ -4,7 +4,6 @@ key sits; and Megatron-Core's own pipeline split as a :mod:`sim.pp_layout` strin
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 from sim.catalog import load_model, model_names
 from sim.errors import ConfigError
 from sim.fileio import read_input
-from sim.specs import ParallelPlan
+from sim.specs import TE_GRAPH_SCOPES, ParallelPlan
 from studies.importers.common import (
     ImportedConfig,
     Keys,
@@ -203,23 +202,31 @@ def _megatron_layout_string(m: _Leaves, value: Any) -> str:
     raise m.fail("pipeline_model_parallel_layout", value, "must be a layout string or a list of chunks")
 
 
-def _megatron_cuda_graphs(m: _Leaves) -> str | None:
-    """The plan's CUDA-graph scope from ``cuda_graph_impl`` / ``cuda_graph_scope`` (or the older
-    ``enable_cuda_graph`` / ``external_cuda_graph``): "none", "full" (full-iteration) or "partial" (per-layer
-    or Transformer Engine scopes). None when the plan has no such field (the keys are then listed as ignored)."""
-    if "cuda_graphs" not in {f.name for f in dataclasses.fields(ParallelPlan)}:
-        return None
+def _megatron_cuda_graphs(m: _Leaves, notes: list[str]) -> tuple[str, str] | None:
+    """The plan's CUDA-graph mode and scope from ``cuda_graph_impl`` / ``cuda_graph_scope`` (or the older
+    ``enable_cuda_graph`` / ``external_cuda_graph``): ("none" | "full" | "partial", the captured Transformer
+    Engine scopes moesim models, "" for all of them). None when the recipe says nothing. Scopes moesim does not
+    model (``mlp``, ``moe``, ``mamba``) are noted and simulated uncaptured."""
     impl = m.get("cuda_graph_impl")
     if impl is None:
         if m.flag("enable_cuda_graph") or m.flag("external_cuda_graph"):
-            return "partial"
-        return "none" if m.paths.get("cuda_graph_impl") else None
+            return "partial", ""
+        return ("none", "") if m.paths.get("cuda_graph_impl") else None
     if impl not in ("none", "local", "transformer_engine"):
         raise m.fail("cuda_graph_impl", impl, "must be none, local or transformer_engine")
     scopes = str_list(m.get("cuda_graph_scope", []))
     if impl == "none":
-        return "none"
-    return "full" if "full_iteration" in scopes else "partial"
+        return "none", ""
+    if "full_iteration" in scopes:
+        return "full", ""
+    known = [x for x in scopes if x in TE_GRAPH_SCOPES]
+    other = [x for x in scopes if x not in TE_GRAPH_SCOPES]
+    if other:
+        notes.append(f"note: cuda_graph_scope {', '.join(other)} is not modelled; those kernels are simulated "
+                     "with the stack's launches")
+    if scopes and not known:
+        return "none", ""
+    return "partial", "" if not scopes or set(known) == set(TE_GRAPH_SCOPES) else ",".join(known)
 
 
 def from_megatron(path: str) -> ImportedConfig:
@@ -283,9 +290,11 @@ def from_megatron(path: str) -> ImportedConfig:
     if overlap is not None:
         f["ep_overlap"] = overlap
     m.get("delay_wgrad_compute")
-    graphs = _megatron_cuda_graphs(m)
+    graphs = _megatron_cuda_graphs(m, notes)
     if graphs is not None:
-        f["cuda_graphs"] = graphs
+        f["cuda_graphs"] = graphs[0]
+        if graphs[1]:
+            f["cuda_graph_scope"] = graphs[1]
     if m.paths.get("mtp_num_layers"):
         mtp = m.get("mtp_num_layers")
         f["mtp_layers"] = 0 if mtp is None else int_value(keys, m.path("mtp_num_layers"), mtp, minimum=0)

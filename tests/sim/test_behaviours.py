@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -26,11 +27,12 @@ from sim import comm
 from sim.calibration import load_calibration, to_cost_model
 from sim.catalog import gpu_names, load_cluster, load_gpu, load_model
 from sim.costs import CostModel, default_costs
+from sim.errors import ConfigError
 from sim.joint import grouped_curve, shipped_values
 from sim.predict import Prediction, predict
 from sim.specs import ClusterSpec, ParallelPlan
 from sim.stacks import load_stack
-from sim.workload import OpSpec
+from sim.workload import OpSpec, Workload
 
 FEW = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DEBUG = load_model("debug")
@@ -215,6 +217,30 @@ def test_partial_cuda_graphs_cost_no_more_than_none_on_a_compiled_stack() -> Non
     steps = {g: predict(DEBUG, cluster, _plan(8, cuda_graphs=g), stack="torchtitan").step_time_s
              for g in ("full", "partial", "none")}
     assert steps["full"] <= steps["partial"] <= steps["none"], steps
+
+
+def test_each_captured_te_scope_saves_launch_time_and_the_experts_never_replay() -> None:
+    """Under partial graphs only the captured scopes' kernels cost a graph node (Megatron-Bridge's presets differ
+    per GPU: attention captured on B200, not on B300 or GB200 MXFP8); dropless experts always launch eagerly."""
+    cluster = load_cluster("hgx-b200", n_gpus=8)
+    steps = {s: predict(DEBUG, cluster, _plan(8, cuda_graphs="partial", cuda_graph_scope=s), stack="megatron-26.04")
+             .step_time_s for s in ("moe_router", "attn,moe_router", "attn,moe_router,moe_preprocess")}
+    none = predict(DEBUG, cluster, _plan(8, cuda_graphs="none"), stack="megatron-26.04").step_time_s
+    assert steps["attn,moe_router,moe_preprocess"] <= steps["attn,moe_router"] < steps["moe_router"] < none, steps
+    work = Workload(DEBUG, _plan(8, cuda_graphs="partial", cuda_graph_scope="moe_router"), load_stack("megatron-26.04"))
+    layer = work.layer_ops("moe", "fwd") + work.layer_ops("moe", "bwd")
+    graphed = {op.name for op in layer if op.graphed}
+    assert graphed == {"moe.norm", "moe.router"}, graphed
+    assert not any(op.graphed for op in layer if op.kind == "grouped_gemm")
+
+
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"cuda_graph_scope": "attn"}, "cuda_graph_scope ('attn') needs cuda_graphs 'partial'"),
+    ({"cuda_graphs": "partial", "cuda_graph_scope": "attn,mlp"}, "cuda_graph_scope"),
+])
+def test_a_graph_scope_outside_partial_graphs_is_refused(fields: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        ParallelPlan(**fields)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("stack", ["torchtitan", "megatron-26.04"])

@@ -178,3 +178,22 @@ def test_explicit_model_must_agree_with_the_configs_shape(tmp_path: Path, capsys
     assert import_config(path, "megatron").model is None
     assert predict_main(["--from-megatron", str(path), "--gpu", "gb200", "--gpus", "256"]) == 2
     assert "model.num_layers = 30" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("scope", "graphs", "captured", "noted"), [
+    ('["attn", "moe_router", "moe_preprocess"]', "partial", None, False),
+    ('["moe_router", "moe_preprocess"]', "partial", "moe_router,moe_preprocess", False),
+    ('["attn", "mlp"]', "partial", "attn", True),
+    ('["mlp"]', "none", None, True),
+    ('["full_iteration"]', "full", None, False),
+])
+def test_megatron_cuda_graph_scope_becomes_the_plans(tmp_path: Path, scope: str, graphs: str, captured: str | None,
+                                                     noted: bool) -> None:
+    """Megatron-Bridge's per-GPU presets capture different Transformer Engine scopes (v0.4.x Qwen3-30B: B200 attn,
+    moe_router, moe_preprocess; B300 and GB200 MXFP8 only moe_router, moe_preprocess): the plan keeps which."""
+    path = tmp_path / "r.yaml"
+    path.write_text(f"model:\n  cuda_graph_impl: transformer_engine\n  cuda_graph_scope: {scope}\n")
+    cfg = import_config(path, "megatron")
+    assert cfg.fields["cuda_graphs"] == graphs
+    assert cfg.fields.get("cuda_graph_scope") == captured
+    assert any("cuda_graph_scope mlp is not modelled" in n for n in cfg.notes) == noted

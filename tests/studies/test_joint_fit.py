@@ -109,7 +109,10 @@ def test_grouped_roll_off_follows_rows_per_expert_and_spares_trace_calibrations(
 
 def test_cuda_graphs_cost_less_per_kernel_than_eager() -> None:
     v = prior_values()
-    assert launch_s("graphs", v) < launch_s("partial", v) < launch_s("eager", v)
+    assert launch_s("graphs", v) < launch_s("eager", v)
+    # under partial graphs the uncaptured kernels launch as the stack does (the captured ones: OpSpec.graphed)
+    assert launch_s("partial", v) == launch_s("eager", v) and launch_s("partial", v, base="compiled") == launch_s(
+        "compiled", v)
     stack = load_stack("megatron")
     assert launch_mode(stack, ParallelPlan(cuda_graphs="full")) == "graphs"
     assert launch_mode(stack, ParallelPlan()) == stack.launch
