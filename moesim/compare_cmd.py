@@ -30,8 +30,7 @@ __all__ = ["JSON_SCHEMA_VERSION", "add_compare", "compare", "format_compare", "r
 
 JSON_SCHEMA_VERSION = 1
 GIB = float(1 << 30)
-_PLAN_NAMES = (*predict_cmd._PLAN_INTS, "pp_schedule", "ac", "recompute_modules", "pp_layout", "precision",
-               "ep_backend", "routing", "ep_overlap", "grad_reduce_dtype")
+_PLAN_NAMES = predict_cmd.PLAN_FLAG_FIELDS
 
 
 def add_compare(subparsers: Any) -> None:

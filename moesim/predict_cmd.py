@@ -36,14 +36,16 @@ from sim.loaders import (
 from sim.scenarios import DEFAULT_SCENARIO, load_scenario, run_scenario
 from sim.specs import (
     AC_MODES,
+    CUDA_GRAPH_SCOPES,
     EP_BACKENDS,
     GRAD_REDUCE_DTYPES,
     PP_SCHEDULES,
     PRECISIONS,
+    TE_GRAPH_SCOPES,
     ClusterSpec,
 )
 
-__all__ = ["add_predict_arguments", "run_predict", "format_table", "main", "JSON_SCHEMA_VERSION"]
+__all__ = ["add_predict_arguments", "run_predict", "format_table", "main", "JSON_SCHEMA_VERSION", "PLAN_FLAG_FIELDS"]
 
 JSON_SCHEMA_VERSION = 2
 """Version of ``moesim predict --json``'s layout (2: adds schema_version, moesim_version, provenance,
@@ -68,6 +70,9 @@ _PLAN_HELP = {
     "mtp_layers": "multi-token-prediction modules trained, in the last pipeline stage (default: the model's "
                   "n_mtp_layers if the stack's recipe trains MTP, else 0)",
 }
+#: Plan fields ``moesim predict`` takes a flag for (``compare`` variants may set these and no others).
+PLAN_FLAG_FIELDS = (*_PLAN_INTS, "pp_schedule", "ac", "recompute_modules", "pp_layout", "precision", "ep_backend",
+                    "routing", "ep_overlap", "grad_reduce_dtype", "cuda_graphs", "cuda_graph_scope", "fp8_output_proj")
 GIB = float(1 << 30)
 _NIC_GBPS_MAX = 8e6  # 8 Pb/s: sim.limits.CLUSTER_BOUNDS nic_bw_bytes_per_s maximum, in Gb/s
 
@@ -109,6 +114,14 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--ep-overlap", action="store_true", default=None, dest="ep_overlap",
                    help="Megatron combined 1F1B: overlap one microbatch's all-to-alls with another's compute")
     p.add_argument("--routing", help="balanced | round-robin | zipf:<s> | dirichlet:<alpha> | tokens-per-expert file")
+    p.add_argument("--cuda-graphs", choices=CUDA_GRAPH_SCOPES, dest="cuda_graphs",
+                   help="CUDA graphs of the recipe: none, partial (Transformer Engine scopes), full (full iteration); "
+                        "default: the stack's launch mode")
+    p.add_argument("--cuda-graph-scope", dest="cuda_graph_scope",
+                   help=f"with --cuda-graphs partial: comma-separated scopes captured ({', '.join(TE_GRAPH_SCOPES)}; "
+                        "default: all)")
+    p.add_argument("--fp8-output-proj", action="store_true", default=None, dest="fp8_output_proj",
+                   help="the output layer (LM head) in MXFP8 too (Megatron fp8_output_proj; default: BF16)")
     o = parser.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON object with a 'predictions' list")
     o.add_argument("--wide", action="store_true", help="exposed and hidden seconds of every communication kind")
@@ -142,8 +155,7 @@ def _cluster(args: argparse.Namespace, name: str | None, gpus: int, gpu: str | N
 
 def _plan_fields(args: argparse.Namespace) -> dict[str, Any]:
     out = {}
-    for name in (*_PLAN_INTS, "pp_schedule", "ac", "recompute_modules", "pp_layout", "precision", "ep_backend",
-                 "routing", "ep_overlap", "grad_reduce_dtype"):
+    for name in PLAN_FLAG_FIELDS:
         v = getattr(args, name, None)
         if v is not None:
             out[name] = v

@@ -13,7 +13,8 @@ Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where n
   (every op class alike), fitted over that release's runs on every GPU class;
 - ``chip.nvl72_rate``: the tensor rate a 1200 W Grace-Blackwell part (GB200, GB300) sustains in training, as a
   fraction of its datasheet rate (its datasheet says +11% over the HGX part; same-plan runs say ~0);
-- ``chip.sm103_clock``: Blackwell Ultra's sustained tensor clock over Blackwell's (B300 2032 MHz / B200 1965 MHz);
+- ``chip.sm103_clock``: Blackwell Ultra's sustained tensor rate over Blackwell's in training (prior: the clock
+  ratio, B300 2032 MHz / B200 1965 MHz; fitted on the same-plan B300 runs);
 - ``chip.gb300_clock``: a GB300's clock over a B300's (2070 MHz at 1400 W / 2032 MHz at 1100 W);
 - ``launch.<mode>_s``: time per kernel by launch mode (eager, compiled, CUDA graphs; under Megatron's partial TE
   scopes the captured ops, ``OpSpec.graphed``, cost a graph node and the rest launch as the stack does);
@@ -95,10 +96,13 @@ PARAMS: tuple[ParamSpec, ...] = (
               "docs/transfer.md) but puts GB200 7-9% ahead of B200 at the same plan: it stands in for rack "
               "mechanisms the model lacks, so it is not used", fitted=False),
     ParamSpec("chip.sm103_clock", 2032 / 1965, 0.9, 1.3, "Blackwell Ultra (sm103) tensor rate over its datasheet "
-              "(the same dense TFLOPS as B200): its sustained clock", "sglang PR #28460 (published.md s7): "
-              "B300 1100 W 2032 MHz, B200 1000 W 1965 MHz; not fitted: on the given runs it trades off against "
-              "chip.nvl72_rate (GB300 is both), and freed it overfits the GB300 runs (LOGO B300 +33%)",
-              fitted=False),
+              "(the same dense TFLOPS as B200) in training: its sustained clock under load", "prior: sglang PR #28460 "
+              "(published.md s7), the maximum clocks B300 1100 W 2032 MHz / B200 1000 W 1965 MHz. Fitted: the B300 and "
+              "GB300 runs constrain it, most the same-plan ones (DeepSeek-V3 TP1 PP16 EP8 B300/B200 1.109-1.112 in "
+              "three containers; Qwen3-30B at MBS 8 vs 4, measured-runs.md s5); a pair outside the dataset agrees "
+              "(GPT-OSS-120B BF16 EP8 MBS4, B300/B200 1.095-1.159, Megatron-Bridge performance-summary-archive.md "
+              "@067f987). What it holds beyond the clock ratio is not identified (the 1100 W power class under MXFP8 "
+              "GEMMs; attention's doubled exponential rate, 10.7 vs 5 Tera-exp/s)"),
     ParamSpec("chip.gb300_clock", 2070 / 2032, 0.9, 1.3, "GB300 (NVL72, 1400 W) tensor rate over a B300's (HGX, "
               "1100 W): its higher sustained clock", "facebookexperimental/triton PR #2023: a GB300 locks its 2070 MHz "
               "maximum clock at its 1400 W rated power (measured cuBLAS GEMM 1600-2174 TFLOPS there); sglang PR #28460 "

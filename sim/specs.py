@@ -399,6 +399,11 @@ class ParallelPlan:
     #: with ``cuda_graphs = "partial"``: the comma-separated Transformer Engine scopes the recipe captures
     #: (:data:`TE_GRAPH_SCOPES`; Megatron ``cuda_graph_scope``); "" = all three, Megatron-Bridge's usual preset.
     cuda_graph_scope: str = ""
+    #: the output layer (LM head, and the MTP heads) in the plan's FP8 recipe: Megatron ``fp8_output_proj``
+    #: (MXFP8 only; Transformer Engine's LM-head linear). False: BF16, as Megatron-Core builds the output layer
+    #: by default (a plain ``ColumnParallelLinear``), TorchTitan's float8/MX converters leave it and the DeepSeek-V3
+    #: report keeps it.
+    fp8_output_proj: bool = False
 
     def __post_init__(self) -> None:
         owner = "plan"
@@ -440,6 +445,11 @@ class ParallelPlan:
             raise ConfigError(f"plan: etp ({self.etp}) must be 1 or equal to tp ({self.tp})")
         if self.pp_schedule == "1f1b" and self.vpp != 1:
             raise ConfigError(f"plan: vpp ({self.vpp}) must be 1 with pp_schedule '1f1b'")
+        if not isinstance(self.fp8_output_proj, bool):
+            raise ConfigError(f"plan: fp8_output_proj must be true or false, got {self.fp8_output_proj!r}")
+        if self.fp8_output_proj and self.precision != "mxfp8":
+            raise ConfigError(f"plan: fp8_output_proj needs precision 'mxfp8' (Megatron-Core: MXFP8 only), "
+                              f"got precision {self.precision!r}")
         if not isinstance(self.ep_overlap, bool):
             raise ConfigError(f"plan: ep_overlap must be true or false, got {self.ep_overlap!r}")
         if self.ep_overlap and self.ep == 1:

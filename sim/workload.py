@@ -200,6 +200,12 @@ class Workload:
                 "fp8-current": "fp8"}[self.plan.precision]
 
     @property
+    def head_dtype(self) -> str:
+        """The output layer's GEMM dtype: the linears' under ``fp8_output_proj``, else BF16 (Megatron-Core's
+        default ``ColumnParallelLinear`` output layer; TorchTitan's converters skip it)."""
+        return self.linear_dtype if self.plan.fp8_output_proj else "bf16"
+
+    @property
     def in_place_dispatch(self) -> bool:
         """DeepEP / HybridEP reading tokens in place (no sender-side permute / unpermute)."""
         return self.plan.ep > 1 and self.plan.ep_backend != "nccl" and self.stack.deepep_in_place
@@ -327,8 +333,8 @@ class Workload:
         return out
 
     def _linear(self, name: str, tokens: float, d_in: float, d_out: float, *, useful: float = 1.0,
-                module: str = "") -> list[OpSpec]:
-        dtype = self.linear_dtype
+                module: str = "", dtype: str | None = None) -> list[OpSpec]:
+        dtype = dtype or self.linear_dtype
         ops_: list[OpSpec] = []
         if dtype != "bf16":
             # TE's forward quantisation writes the row-wise copy and the column-wise one kept for wgrad.
@@ -476,7 +482,7 @@ class Workload:
     def _head(self) -> list[OpSpec]:
         m, t, T = self.model, self.plan.tp, self.tokens
         out = [self._norm(ops.LOSS, self.tokens_sp)] + self._tp("ag")
-        out += self._linear(ops.LOSS, T, m.dim, m.vocab_size / t)
+        out += self._linear(ops.LOSS, T, m.dim, m.vocab_size / t, dtype=self.head_dtype)
         out.append(OpSpec(ops.LOSS, "mem", nbytes=3 * 4 * T * m.vocab_size / t))
         return out
 

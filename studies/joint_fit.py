@@ -25,7 +25,7 @@ import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ from studies.dataset import MEASURED_RUNS, load_runs
 from studies.layer_cells import LayerCell, load_cells
 
 __all__ = ["RunCase", "JointFit", "load_cases", "group_of", "fit_joint", "logo", "predict_cases", "main",
-           "ABLATIONS", "STACK_ABLATIONS", "dataset_digest", "write_release_scalars"]
+           "ABLATIONS", "STACK_ABLATIONS", "PLAN_ABLATIONS", "plan_variant", "dataset_digest", "write_release_scalars"]
 
 #: A Jacobian column whose largest entry (log error per unit relative change) is below this constrains nothing.
 _CONSTRAINED = 0.02
@@ -272,6 +272,25 @@ STACK_ABLATIONS: dict[str, dict[str, Any]] = {
     "TorchTitan's document mask on C4 (off: causal over the packed sequence)": {"document_mask": False},
 }
 
+#: Recipe facts switched off for the ablation: plan fields every run is resolved with (where its plan takes the
+#: value); the former, simpler model of each.
+PLAN_ABLATIONS: dict[str, dict[str, Any]] = {
+    "Megatron-Bridge presets' CUDA-graph scopes per GPU (off: every partial plan captures attn, moe_router, "
+    "moe_preprocess)": {"cuda_graph_scope": ""},
+    "the LM head in BF16 unless fp8_output_proj (off: in the linears' MXFP8, the former model)":
+        {"fp8_output_proj": True},
+}
+
+
+def plan_variant(plan: ParallelPlan, change: Mapping[str, Any]) -> ParallelPlan:
+    """``plan`` with each field of ``change`` it can take (a field its other fields refuse is left as it is)."""
+    for name, value in change.items():
+        try:
+            plan = replace(plan, **{name: value})
+        except ConfigError:
+            continue
+    return plan
+
 
 def _ablation_fixed(fit: JointFit, fixed: Mapping[str, float]) -> dict[str, float]:
     out = dict(fixed)
@@ -347,6 +366,10 @@ def _ablation_row(item: AblationItem) -> tuple[float, float]:
         cases = load_cases()
         fit = fit_joint(cases, start=start, fixed=change, max_nfev=max_nfev)
         return logo_summary(logo(cases, fit))
+    if kind == "plan":
+        variant = [replace(c, plan=plan_variant(c.plan, change)) for c in load_cases()]
+        fit = fit_joint(variant, start=start, max_nfev=max_nfev)
+        return logo_summary(logo(variant, fit))
     with builtin_overrides(**change):
         variant = load_cases()
         fit = fit_joint(variant, start=start, max_nfev=max_nfev)
@@ -395,6 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         items = [(label, "param", _ablation_fixed(fit, fixed), fit.values, args.max_nfev)
                  for label, fixed in ABLATIONS.items()]
         items += [(label, "stack", dict(changes), fit.values, args.max_nfev) for label, changes in STACK_ABLATIONS.items()]
+        items += [(label, "plan", dict(changes), fit.values, args.max_nfev) for label, changes in PLAN_ABLATIONS.items()]
         done = dict(_ablation_rows(items, args.workers))
         rows: dict[str, dict[str, float]] = {"(every mechanism on)": {"logo_mape": mape, "logo_max": mx}}
         for label, *_ in items:  # in the table's order, whichever row finished first

@@ -12,7 +12,7 @@ from typing import Any
 from sim.catalog import load_model, model_names
 from sim.errors import ConfigError
 from sim.fileio import read_input
-from sim.specs import TE_GRAPH_SCOPES, ParallelPlan
+from sim.specs import TE_GRAPH_SCOPES
 from studies.importers.common import (
     ImportedConfig,
     Keys,
@@ -290,6 +290,12 @@ def from_megatron(path: str) -> ImportedConfig:
     if overlap is not None:
         f["ep_overlap"] = overlap
     m.get("delay_wgrad_compute")
+    fp8_head = m.flag("fp8_output_proj")
+    if fp8_head is not None:
+        f["fp8_output_proj"] = bool(fp8_head) and f["precision"] == "mxfp8"
+        if fp8_head and f["precision"] != "mxfp8":
+            notes.append("note: fp8_output_proj applies to MXFP8 only (Megatron-Core); the output layer is simulated "
+                         "in BF16")
     graphs = _megatron_cuda_graphs(m, notes)
     if graphs is not None:
         f["cuda_graphs"] = graphs[0]

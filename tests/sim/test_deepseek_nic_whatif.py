@@ -38,8 +38,9 @@ def test_twice_the_nic_gains_under_8_percent(steps: dict[int, dict]) -> None:  #
 
 
 def test_the_pair_stays_compute_bound(steps: dict[int, dict]) -> None:  # type: ignore[type-arg]
-    """Most of the all-to-all is hidden under compute, and compute is most of the step."""
+    """Compute is most of the step and the exposed all-to-all a small part of it (on the pacing last stage, with
+    its BF16 output head, as on a middle one), so the NIC's rate moves the step little."""
     p = steps[400]
     compute = sum(v for k, v in p["breakdown"].items() if k.startswith("compute"))
     assert compute > 0.75 * p["step_time_s"]
-    assert p["hidden_comm"]["comm.a2a"] > 4 * p["breakdown"]["comm.a2a"]
+    assert p["breakdown"]["comm.a2a"] < 0.15 * p["step_time_s"] and p["hidden_comm"]["comm.a2a"] > 0

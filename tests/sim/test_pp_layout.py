@@ -80,15 +80,16 @@ def b200() -> tuple:  # type: ignore[type-arg]
 
 def test_the_recipe_layout_puts_mtp_in_a_light_last_stage(b200: tuple) -> None:  # type: ignore[type-arg]
     """Megatron-Bridge's DeepSeek-V3 layout gives the last stage 1 layer beside the MTP module and the loss,
-    so training MTP costs about its FLOPs; the even split puts it on a full stage, which then paces every
-    microbatch."""
+    so training MTP costs little more than its FLOPs (that stage's two BF16 output heads, 0.93 G parameters each,
+    make it a little heavier than four MXFP8 layers); the even split puts it on a full stage, which then paces
+    every microbatch."""
     model, cluster, plan = b200
     tps = {name: predict(model, cluster, p, stack="megatron").tokens_per_s_per_gpu for name, p in {
         "no mtp": plan,
         "mtp, even": dataclasses.replace(plan, mtp_layers=1),
         "mtp, recipe": dataclasses.replace(plan, mtp_layers=1, pp_layout=RECIPE_16),
     }.items()}
-    assert tps["mtp, recipe"] == pytest.approx(tps["no mtp"], rel=0.02)
+    assert 0.9 * tps["no mtp"] < tps["mtp, recipe"] < tps["no mtp"]
     assert tps["mtp, even"] < 0.85 * tps["mtp, recipe"]
     laid = dataclasses.replace(plan, mtp_layers=1, pp_layout=RECIPE_16)
     assert stage_layers(model, laid)[-1] == [60] and chunk_layers(model, laid)[0] == [0, 1, 2, 3]

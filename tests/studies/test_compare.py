@@ -177,7 +177,8 @@ def test_predictions_are_moesim_predicts(capsys: pytest.CaptureFixture[str], exa
                  "256", "--stack", "megatron-26.04", "--tp", "1", "--pp", "8", "--pp-schedule", "interleaved-1f1b",
                  "--vpp", "3", "--ep", "32", "--seq-len", "4096", "--global-batch", "8192", "--micro-batch", "1",
                  "--ac", "none", "--precision", "mxfp8", "--ep-backend", "hybridep", "--deepep-sms", "32",
-                 "--routing", "balanced", "--pp-layout", "Et*3|(t*4|)*22t*3L", "--json"]) == 0
+                 "--routing", "balanced", "--pp-layout", "Et*3|(t*4|)*22t*3L", "--cuda-graphs", "partial",
+                 "--json"]) == 0
     predicted = _strict_json(capsys.readouterr().out)["predictions"][0]
     assert predicted["tokens_per_s_per_gpu"] == example["variants"][1]["tokens_per_s_per_gpu"]
     assert predicted["step_time_s"] == example["variants"][1]["step_time_s"]
