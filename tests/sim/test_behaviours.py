@@ -373,3 +373,17 @@ def _parts_sum(memory: Mapping[str, object]) -> float:
 def test_memory_total_is_the_sum_of_its_parts(stack: str) -> None:
     p = predict(DEBUG, load_cluster("hgx-b200", n_gpus=8), _plan(8), stack=stack)
     assert p.peak_memory_bytes == pytest.approx(_parts_sum(p.memory), rel=1e-12)
+
+
+def test_an_fp8_lm_head_is_faster_than_the_default_bf16_one() -> None:
+    """Megatron's ``fp8_output_proj`` (MXFP8 only) moves the output layer's GEMMs to the FP8 rate; by default the
+    head runs in BF16 whatever the linears' recipe (Megatron-Core, TorchTitan's converters, DeepSeek-V3)."""
+    model, cluster = load_model("deepseek-v3-16b"), load_cluster("hgx-b200", n_gpus=8)
+    plan = ParallelPlan(ep=8, dp_shard=8, global_batch=16, seq_len=2048, precision="mxfp8", ac="none")
+    bf16 = predict(model, cluster, plan, stack="megatron-26.04")
+    fp8 = predict(model, cluster, dataclasses.replace(plan, fp8_output_proj=True), stack="megatron-26.04")
+    assert fp8.breakdown["compute.loss"] < bf16.breakdown["compute.loss"]
+    head = Workload(model, plan, load_stack("megatron-26.04")).layer_ops("head", "fwd")
+    assert {op.dtype for op in head if op.kind == "gemm"} == {"bf16"}
+    with pytest.raises(ConfigError, match="fp8_output_proj needs precision 'mxfp8'"):
+        dataclasses.replace(plan, precision="bf16", fp8_output_proj=True)

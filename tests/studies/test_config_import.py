@@ -197,3 +197,17 @@ def test_megatron_cuda_graph_scope_becomes_the_plans(tmp_path: Path, scope: str,
     assert cfg.fields["cuda_graphs"] == graphs
     assert cfg.fields.get("cuda_graph_scope") == captured
     assert any("cuda_graph_scope mlp is not modelled" in n for n in cfg.notes) == noted
+
+
+@pytest.mark.parametrize(("precision", "head_fp8", "noted"), [
+    ("bf16_with_mxfp8_mixed", True, False),
+    ("bf16_mixed", False, True),
+])
+def test_megatron_fp8_output_proj_puts_the_lm_head_in_mxfp8_only(tmp_path: Path, precision: str, head_fp8: bool,
+                                                                noted: bool) -> None:
+    """Megatron-Core's output layer runs in BF16 unless ``fp8_output_proj`` (an MXFP8-only switch)."""
+    path = tmp_path / "r.yaml"
+    path.write_text(f"mixed_precision: {precision}\nmodel:\n  fp8_output_proj: true\n")
+    cfg = import_config(path, "megatron")
+    assert cfg.fields["fp8_output_proj"] is head_fp8
+    assert any("fp8_output_proj applies to MXFP8 only" in n for n in cfg.notes) == noted
