@@ -148,6 +148,12 @@ def _release_scalar(name: str) -> str:
     return f"{shipped_values()[f'release.{name}']:.4f}"
 
 
+def _param(name: str, fmt: str) -> str:
+    from sim.joint import shipped_values
+
+    return fmt.format(shipped_values()[name])
+
+
 @cache
 def logo() -> dict[str, Any]:
     from studies.validate import logo_validation
@@ -248,6 +254,10 @@ FIGURES: list[Figure] = [
         r"PP16 plan\n(\S+x vs \S+x);", r"512 GB200 per GPU (\S+x vs \S+x)\."))),
     Figure("held-out GB200 MLPerf runs", "README.md", r"no fit reads\n.*?comes out ([+-][\d.]+% and [+-][\d.]+%);",
            lambda: _heldout("gb200")),
+    Figure("step boundary (README)", "README.md", r"\(`step.fixed_s`, ([\d.]+) s, fitted jointly",
+           lambda: _param("step.fixed_s", "{:.2f}")),
+    Figure("Blackwell Ultra rate (README)", "README.md", r"\(`chip.sm103_clock`,\n?([\d.]+)x;",
+           lambda: _param("chip.sm103_clock", "{:.3f}")),
     Figure("held-out GB300 MLPerf runs", "README.md", r"also held out, ([+-][\d.]+% and [+-][\d.]+%):",
            lambda: _heldout("gb300")),
     Figure("LOGO interval coverage", "README.md", r"as if each run's group were unseen: \*\*(.*?)\*\*",
