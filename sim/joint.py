@@ -59,7 +59,7 @@ from sim.specs import ClusterSpec, GPUSpec, ParallelPlan
 from sim.stacks import StackProfile
 
 __all__ = ["ParamSpec", "PARAMS", "PARAM_NAMES", "prior_values", "shipped_values", "apply_params",
-           "launch_mode", "te_grouped_large", "half_rows_on", "REF_TENSOR_FLOPS_PER_SM", "JOINT_FIT_FILE", "NVL72_PARTS", "BALANCED_ARRIVAL_CV", "covers", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s"]
+           "launch_mode", "te_grouped_large", "half_rows_on", "REF_TENSOR_FLOPS_PER_SM", "JOINT_FIT_FILE", "NVL72_PARTS", "BALANCED_ARRIVAL_CV", "covers", "step_fixed_s", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s"]
 
 #: The registry of fitted numbers (values, uncertainties, correlations, constraining runs, LOGO folds).
 JOINT_FIT_FILE = "data/joint_fit.json"
@@ -301,6 +301,12 @@ def covers(stack: StackProfile, values: Mapping[str, float]) -> bool:
     return f"release.{stack.name}" in values and _is_shipped(stack)
 
 
+def step_fixed_s(stack: StackProfile, values: Mapping[str, float]) -> float:
+    """Seconds every step of ``stack`` pays once at its boundary under ``values``: the joint ``step.fixed_s`` for
+    a release the fit covers (:func:`covers`), else the stack's own ``step_fixed_s``."""
+    return float(values["step.fixed_s"]) if covers(stack, values) else stack.step_fixed_s
+
+
 def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostModel, stack: StackProfile,
                  plan: ParallelPlan) -> tuple[ClusterSpec, CostModel, StackProfile]:
     """The cluster, costs and stack a prediction runs with under joint parameters ``values``.
@@ -315,7 +321,7 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
         stack = replace(stack, efficiency={"*": {"default": float(values[f"release.{stack.name}"])}},
                         kernel_overhead_s=float(per_kernel), graph_node_s=float(values["launch.graphs_s"]),
                         host_sync_s=float(values["host.sync_s"]),
-                        step_fixed_s=float(values["step.fixed_s"]))
+                        step_fixed_s=step_fixed_s(stack, values))
     rate = 1.0
     if gpu.name in NVL72_PARTS:
         rate *= values["chip.nvl72_rate"]

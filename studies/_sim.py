@@ -37,6 +37,15 @@ def stack_profile(name: str) -> StackProfile:
     return load_stack(name)
 
 
+@cache
+def step_boundary_seconds(stack_name: str) -> float:
+    """Seconds every step of stack ``stack_name`` pays at its boundary under the shipped joint parameters
+    (:func:`sim.joint.step_fixed_s`): a term of every prediction of the stack, so of every lower bound too."""
+    from sim.joint import shipped_values, step_fixed_s
+
+    return step_fixed_s(stack_profile(stack_name), shipped_values())
+
+
 #: A line for reports: how stacks reach the simulator.
 STACK_NOTE = "stack profiles: applied per run (sim.stacks; predict(stack=...))"
 

@@ -15,7 +15,8 @@ checks them against predictions over generated plans):
   overlapped pairs at their compute. Summed per pipeline rank, plus the
   pipeline's unavoidable fill and drain: a rank cannot start before microbatch 0's forward has crossed
   the chunks before its first, and (schedules without deferred weight gradients) after its last backward
-  the same microbatch's backward must still cross those chunks. The compute-only times
+  the same microbatch's backward must still cross those chunks; plus the step boundary every step of the
+  stack pays (:func:`studies._sim.step_boundary_seconds`). The compute-only times
   (:func:`studies._sim.layer_compute_seconds`) are a cheaper first bound for every schedule.
 - :func:`schedule_bound_s` (the simulator's own schedule): the plan's pipeline schedule run on its
   simulated chunks, each overlapped pair at the compute its busiest symmetry class runs (the compute stream
@@ -40,7 +41,12 @@ from sim.predict import SimMemo
 from sim.schedule import dual_work
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 from sim.workload import chunk_layers
-from studies._sim import layer_compute_seconds, layer_sim_seconds, step_bound_seconds
+from studies._sim import (
+    layer_compute_seconds,
+    layer_sim_seconds,
+    step_bound_seconds,
+    step_boundary_seconds,
+)
 
 __all__ = ["peak_bound_s", "pipeline_compute_bound_s", "chunk_ranks", "layer_times", "compute_only_times",
            "LayerTimes", "rate_bound_tokens_per_s_per_gpu"]
@@ -137,8 +143,9 @@ def pipeline_compute_bound_s(model: ModelSpec, cluster: ClusterSpec, plan: Paral
     fwd, bwd = cols[fi], cols[bi]
     fwd_alone, bwd_alone, fwd_comm, bwd_comm = cols[0], cols[1], cols[4], cols[5]
     m = plan.n_microbatches
+    boundary = step_boundary_seconds(stack_name)  # paid once by every step of the stack, whatever its plan
     if dual:
-        return _dual_bound(plan, fwd, bwd, fwd_alone, bwd_alone, fwd_comm, bwd_comm)
+        return _dual_bound(plan, fwd, bwd, fwd_alone, bwd_alone, fwd_comm, bwd_comm) + boundary
     ranks = chunk_ranks(plan, len(chunks))
     assert ranks is not None  # None only for DualPipe, bounded above
     deferred_w = plan.pp_schedule == "dualpipev"
@@ -150,7 +157,7 @@ def pipeline_compute_bound_s(model: ModelSpec, cluster: ClusterSpec, plan: Paral
         start = sum(fwd[:first])
         end = 0.0 if deferred_w else sum(bwd[:first])
         best = max(best, start + work + end)
-    return best
+    return best + boundary
 
 
 def _dual_bound(plan: ParallelPlan, fwd: list[float], bwd: list[float], fwd_alone: list[float],

@@ -70,3 +70,17 @@ def test_nothing_fits_gives_no_best() -> None:
     space = PlanSpace(tp=(1,), pp=(1,), ep=(64,), ac=("none",), micro_batch=(1,), seq_len=2048, global_batch=128)
     r = search(MODEL, load_cluster("hgx-b200", n_gpus=8), space)  # ep 64 > 8 GPUs: no valid plan
     assert r.best is None and r.counts["valid"] == 0 and r.counts["invalid"] > 0
+
+
+def test_the_compute_bound_carries_the_step_boundary_every_step_pays() -> None:
+    """Every prediction of a covered release pays ``step.fixed_s`` once; the cheap bound adds it (without it a
+    one-second step of a small model is bounded a second low and nothing is pruned), and stays below the step."""
+    from sim.joint import shipped_values
+    from studies._sim import predict_run, step_boundary_seconds
+
+    model, cluster = load_model("debug"), load_cluster("hgx-b200", n_gpus=8)
+    plan = ParallelPlan(ep=4, dp_shard=8, global_batch=16, seq_len=512)
+    boundary = step_boundary_seconds("megatron-26.04")
+    assert boundary == shipped_values()["step.fixed_s"] > 0
+    bound = pipeline_compute_bound_s(model, cluster, plan, "megatron-26.04")
+    assert boundary < bound <= predict_run(model, cluster, plan, "megatron-26.04").step_time_s
