@@ -287,7 +287,7 @@ class CostModel:
             raise ValueError(f"op {op.name!r}: kind {k!r} is not a compute op")
         if t <= 0:
             return 0.0
-        return t / stack.eff(gpu.arch, cls) + _launch_s(op, stack)
+        return t / stack.eff(gpu.arch, cls) + int(getattr(op, "launches", 1)) * _launch_s(op, stack)
 
     def grouped_work_scale(self, k_in: float, n_out: float) -> float:
         """The factor on a grouped GEMM's rows per expert at which its curve is read: the curve's half-point over

@@ -96,7 +96,8 @@ class OpSpec:
     #: mem: a cast (FP8 copies of an activation written by a separate kernel or its producer) whose gradient
     #: needs no backward kernel of its own (the backward's quantisation comes with the GEMM's backward passes)
     backward_free: bool = False
-    #: grouped_gemm: kernels the call launches (Transformer Engine: one cuBLAS GEMM per local expert)
+    #: kernels the op launches, each paying the stack's launch gap (grouped_gemm: Transformer Engine runs one cuBLAS
+    #: GEMM per local expert; TE's casts: one per expert split, three under current scaling)
     launches: int = 1
     #: quant: FP8 copies one kernel writes per read of its BF16 input (Transformer Engine writes the row- and
     #: column-wise copies of a weight in one pass: MXFP8 BIDIMENSIONAL cast, blockwise quantize-transpose)
@@ -200,6 +201,12 @@ class Workload:
                 "fp8-current": "fp8"}[self.plan.precision]
 
     @property
+    def expert_splits(self) -> int:
+        """Pieces a grouped GEMM's input is quantised in: one per local expert where the stack runs one GEMM per
+        expert (Transformer Engine's GroupedLinear), else the whole tensor at once."""
+        return self.local_experts if self.stack.grouped_gemm_per_expert else 1
+
+    @property
     def head_dtype(self) -> str:
         """The output layer's GEMM dtype: the linears' under ``fp8_output_proj``, else BF16 (Megatron-Core's
         default ``ColumnParallelLinear`` output layer; TorchTitan's converters skip it)."""
@@ -251,20 +258,24 @@ class Workload:
         return (2 * copies + (2 * tokens if unpermute else 0)) * BF16 * D
 
     def _act_quant(self, name: str, elems: float, *, module: str = "", load_scaled: bool = False,
-                   backward: bool = False, copies: int = 1, useful: float = 1.0, reads_input: bool = False) -> list[OpSpec]:
+                   backward: bool = False, copies: int = 1, useful: float = 1.0, reads_input: bool = False,
+                   splits: int = 1) -> list[OpSpec]:
         """Quantisation of an activation (or gradient) of ``elems``: a separate kernel (TorchAO), or the
         producer writing ``copies`` FP8 copies with their scales (fused, TE). ``reads_input``: under TE the
-        tensor comes from a kernel that writes BF16 (an all-to-all, Megatron's SwiGLU), so the cast reads it too."""
+        tensor comes from a kernel that writes BF16 (an all-to-all, Megatron's SwiGLU), so the cast reads it too.
+        ``splits``: the per-expert pieces TE's grouped linear quantises one by one (``tex.split_quantize`` ->
+        ``multi_tensor_quantize_impl``, which fuses the pieces only under delayed scaling), each its own kernels."""
         if self.stack.fused_act_quant and self.plan.precision == "fp8-current":
             # Per-tensor current scaling: the scale needs the whole tensor's amax first, so TE runs an amax
-            # reduction (nvte_compute_amax: one read of the BF16 tensor) and then a separate cast (read it again,
-            # write the FP8 copies) -- TransformerEngine tests/cpp/operator/test_cast_current_scaling.cu.
+            # reduction (nvte_compute_amax: one read of the BF16 tensor), the scale from it and then a separate cast
+            # (read it again, write the FP8 copies): three kernels per quantised tensor
+            # (Float8CurrentScalingQuantizer::quantize_impl; tests/cpp/operator/test_cast_current_scaling.cu).
             return [OpSpec(name, "mem", nbytes=elems * (2 + 2 + copies), module=module, load_scaled=load_scaled,
-                           backward=backward, useful_frac=useful, backward_free=True)]
+                           backward=backward, useful_frac=useful, backward_free=True, launches=3 * splits)]
         if self.stack.fused_act_quant:
             read = BF16 * elems if reads_input else 0.0
             return [OpSpec(name, "mem", nbytes=read + copies * elems * (1 + 1 / 32), module=module, load_scaled=load_scaled,
-                           backward=backward, useful_frac=useful, backward_free=True)]
+                           backward=backward, useful_frac=useful, backward_free=True, launches=splits)]
         return [OpSpec(name, "quant", elems=elems, module=module, load_scaled=load_scaled, backward=backward,
                        useful_frac=useful)]
 
@@ -450,6 +461,7 @@ class Workload:
             if dtype != "bf16":
                 copies = 2 if self.stack.fp8_act_cache else 1
                 out += self._act_quant(ops.MOE_QUANTIZE, rows * k_in, module="moe", load_scaled=True, copies=copies,
+                                       splits=self.expert_splits,
                                        reads_input=True)
                 if per_call:
                     out.append(OpSpec(ops.MOE_QUANTIZE, "quant", elems=e * n_out * k_in, module="moe"))
@@ -556,6 +568,7 @@ class Workload:
                     # combine's backward all-to-all wrote.
                     if gpass == "dgrad":
                         out += self._act_quant(ops.MOE_QUANTIZE, op.rows * op.n_out, copies=2, load_scaled=True, reads_input=True,
+                                               splits=self.expert_splits,
                                                backward=True, module=op.module)
                     elif not st.fp8_act_cache:
                         out.append(OpSpec(ops.MOE_QUANTIZE, "quant", elems=op.rows * op.k_in, load_scaled=True,

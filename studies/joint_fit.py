@@ -264,7 +264,8 @@ ABLATIONS: dict[str, dict[str, float]] = {
 #: Framework behaviours switched off for the ablation: stack-profile fields every built-in release reads with
 #: (:func:`sim.stacks.builtin_overrides`); the runs are resolved again under them.
 STACK_ABLATIONS: dict[str, dict[str, Any]] = {
-    "TE grouped GEMM's per-expert launches (one launch per call)": {"grouped_gemm_per_expert": False},
+    "TE grouped GEMM's per-expert launches and casts (one GEMM and one cast launch per call)":
+        {"grouped_gemm_per_expert": False},
     "Megatron's fused gate/up GEMM (two GEMMs, two input casts)": {"fused_gate_up": False},
     "TE's fused top-K permute (an index gather and a scatter-add)": {"fused_permute": False},
     "TorchTitan's DeepEP path dispatching every token on every TP rank (off: each TP rank its share)":

@@ -387,3 +387,20 @@ def test_an_fp8_lm_head_is_faster_than_the_default_bf16_one() -> None:
     assert {op.dtype for op in head if op.kind == "gemm"} == {"bf16"}
     with pytest.raises(ConfigError, match="fp8_output_proj needs precision 'mxfp8'"):
         dataclasses.replace(plan, precision="bf16", fp8_output_proj=True)
+
+
+@pytest.mark.parametrize(("precision", "per_split"), [("mxfp8", 1), ("fp8-current", 3)])
+def test_te_casts_a_grouped_linears_input_expert_by_expert(precision: str, per_split: int) -> None:
+    """Transformer Engine's grouped linear quantises its input one expert split at a time (``split_quantize`` ->
+    ``multi_tensor_quantize_impl``, fused only under delayed scaling): one kernel per split, three under current
+    scaling (amax, scale, cast); a dense linear's cast is one tensor. TorchAO quantises the whole tensor at once."""
+    plan = ParallelPlan(ep=8, dp_shard=8, global_batch=16, seq_len=512, precision=precision, ac="none")
+    work = Workload(load_model("deepseek-v3-16b"), plan, load_stack("megatron-26.04"))
+    fwd = work.layer_ops("moe", "fwd")
+    casts = [op for op in fwd if op.name == "moe.quantize"]
+    assert casts and {op.launches for op in casts} == {per_split * work.local_experts}
+    attn_casts = [op for op in fwd if op.name == "attn.q_proj" and op.kind == "mem"]
+    assert attn_casts and {op.launches for op in attn_casts} == {per_split}
+    if precision == "mxfp8":
+        titan = Workload(load_model("deepseek-v3-16b"), plan, load_stack("torchtitan"))
+        assert {op.launches for op in titan.layer_ops("moe", "fwd") if op.name == "moe.quantize"} == {1}
