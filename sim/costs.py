@@ -49,7 +49,7 @@ CALIBRATION_VERSION = 1
 def _launch_s(op: Any, stack: KernelRates) -> float:
     """Seconds one kernel of ``op`` adds for reaching the GPU: a graph node's when it replays from a CUDA graph
     (``op.graphed``), else the stack's launch gap."""
-    return stack.graph_node_s if getattr(op, "graphed", False) else stack.kernel_overhead_s
+    return stack.graph_node_s if op.graphed else stack.kernel_overhead_s
 
 
 class KernelRates(Protocol):
@@ -287,7 +287,7 @@ class CostModel:
             raise ValueError(f"op {op.name!r}: kind {k!r} is not a compute op")
         if t <= 0:
             return 0.0
-        return t / stack.eff(gpu.arch, cls) + int(getattr(op, "launches", 1)) * _launch_s(op, stack)
+        return t / stack.eff(gpu.arch, cls) + int(op.launches) * _launch_s(op, stack)
 
     def grouped_work_scale(self, k_in: float, n_out: float) -> float:
         """The factor on a grouped GEMM's rows per expert at which its curve is read: the curve's half-point over

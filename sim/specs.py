@@ -347,6 +347,11 @@ CUDA_GRAPH_SCOPES = ("stack", "none", "partial", "full")
 TE_GRAPH_SCOPES = ("attn", "moe_router", "moe_preprocess")
 
 
+def _names(text: str) -> tuple[str, ...]:
+    """A comma-separated plan field (``recompute_modules``, ``cuda_graph_scope``) as its names."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
 @dataclass(frozen=True)
 class ParallelPlan:
     """How one step is split over the GPUs, TorchTitan style.
@@ -436,7 +441,7 @@ class ParallelPlan:
         _require_choice(owner, "cuda_graphs", self.cuda_graphs, CUDA_GRAPH_SCOPES)
         if not isinstance(self.cuda_graph_scope, str):
             raise ConfigError(f"plan: cuda_graph_scope must be a comma-separated string, got {self.cuda_graph_scope!r}")
-        for scope in self._scope_list():
+        for scope in _names(self.cuda_graph_scope):
             _require_choice(owner, "cuda_graph_scope", scope, TE_GRAPH_SCOPES)
         if self.cuda_graph_scope and self.cuda_graphs != "partial":
             raise ConfigError(f"plan: cuda_graph_scope ({self.cuda_graph_scope!r}) needs cuda_graphs 'partial', "
@@ -482,10 +487,7 @@ class ParallelPlan:
     @property
     def recompute_module_list(self) -> tuple[str, ...]:
         """``recompute_modules`` as a tuple of names (empty: the stack's)."""
-        return tuple(m.strip() for m in self.recompute_modules.split(",") if m.strip())
-
-    def _scope_list(self) -> tuple[str, ...]:
-        return tuple(x.strip() for x in self.cuda_graph_scope.split(",") if x.strip())
+        return _names(self.recompute_modules)
 
     @property
     def graph_scopes(self) -> frozenset[str]:
@@ -499,7 +501,7 @@ class ParallelPlan:
         """
         if self.cuda_graphs != "partial":
             return frozenset()
-        return frozenset(self._scope_list() or TE_GRAPH_SCOPES)
+        return frozenset(_names(self.cuda_graph_scope) or TE_GRAPH_SCOPES)
 
     @property
     def world_size(self) -> int:

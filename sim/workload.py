@@ -473,7 +473,7 @@ class Workload:
                                       module="moe"))
             out.append(OpSpec(name, "grouped_gemm", flops=2 * rows * k_in * n_out, rows=rows, dtype=dtype,
                               load_scaled=True, k_in=k_in, n_out=n_out, groups=e, module="moe",
-                              launches=e if self.stack.grouped_gemm_per_expert else 1))
+                              launches=self.expert_splits))
         if self.receiver_sort:
             out.append(self._permutation(ops.MOE_UNPERMUTE, 2 * BF16 * rows * D, load_scaled=True))
         if p.ep > 1:
