@@ -7,7 +7,7 @@ Pure functions of the specs; no simulation. Two FLOP counts, each named for what
   shared experts count fully, attention without the causal halving).
 - :func:`exact_flops_per_token`: the per-op count the simulator uses (every matmul of forward,
   input-gradient and weight-gradient, the output head, and causal attention over ``(S + 1) / 2`` keys
-  on average). Recompute is not included: it is a property of the plan, not of the model.
+  on average, fewer in sliding-window layers: :meth:`~sim.specs.ModelSpec.mean_attended_keys`). Recompute is not included: it is a property of the plan, not of the model.
 
 Memory (:func:`memory_per_gpu`) follows the stack (:class:`~sim.stacks.StackProfile`): TorchTitan's
 FSDP2 mixed precision (fp32 master weights, gradients and moments sharded over ``tp * dp_shard * cp``,
@@ -220,7 +220,7 @@ def forward_matmul_flops_per_token(model: ModelSpec, seq_len: int) -> dict[str, 
     attention_proj = 2 * _attention_params(model) - (2 * 2 * model.head_dim if model.qk_norm else 0)
     if model.attention == "mla":
         attention_proj -= 2 * (model.q_lora_rank + model.kv_lora_rank)  # norm weights are not matmuls
-    mean_keys = (seq_len + 1) / 2
+    mean_keys = model.mean_attended_keys(seq_len, (seq_len + 1) / 2)
     attention_core = 2 * h * (model.qk_head_dim + model.attn_v_head_dim) * mean_keys
     swiglu = 3 * 2 * d
     return {

@@ -86,6 +86,8 @@ MODEL_BOUNDS: dict[str, Bound] = {
     "topk_group": (1, 1 << 16),
     "route_scale": (1e-6, 1e6),
     "n_mtp_layers": (0, 64),
+    "sliding_window": (0, 1 << 24),
+    "full_attention_interval": (0, 4096),
 }
 
 GPU_BOUNDS: dict[str, Bound] = {

@@ -322,20 +322,47 @@ _HF_MIXTRAL = {
     "num_experts_per_tok": "top_k",
     "intermediate_size": "moe_inter_dim",
 }
+_HF_GPT_OSS = {
+    **_HF_COMMON,
+    "num_key_value_heads": "n_kv_heads",
+    "head_dim": "head_dim",
+    "num_local_experts": "n_routed_experts",
+    "num_experts_per_tok": "top_k",
+    "intermediate_size": "moe_inter_dim",
+    "sliding_window": "sliding_window",
+}
 _HF_FAMILIES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
     "deepseek_v3": (_HF_DEEPSEEK, {"attention": "mla", "score_func": "sigmoid"}),
     "kimi_k2": (_HF_DEEPSEEK, {"attention": "mla", "score_func": "sigmoid"}),
     "deepseek_v2": (_HF_DEEPSEEK, {"attention": "mla", "score_func": "softmax"}),
     "qwen3_moe": (_HF_QWEN3_MOE, {"attention": "gqa", "score_func": "softmax", "qk_norm": True}),
     "mixtral": (_HF_MIXTRAL, {"attention": "gqa", "score_func": "softmax", "norm_topk_prob": True}),
+    "gpt_oss": (_HF_GPT_OSS, {"attention": "gqa", "score_func": "softmax", "norm_topk_prob": True}),
 }
+
+
+def _full_attention_interval(owner: str, layer_types: Any) -> int:
+    """``full_attention_interval`` from a config's ``layer_types`` (``"sliding_attention"`` /
+    ``"full_attention"`` per layer): every n-th layer full, or 0 when none is."""
+    if not isinstance(layer_types, list) or not all(t in ("sliding_attention", "full_attention") for t in layer_types):
+        raise ConfigError(f"{owner}: layer_types must be a list of 'sliding_attention' / 'full_attention', "
+                          f"got {layer_types!r}"[:300])
+    full = [i for i, t in enumerate(layer_types) if t == "full_attention"]
+    if not full:
+        return 0
+    every = full[0] + 1
+    if full != list(range(every - 1, len(layer_types), every)):
+        raise ConfigError(f"{owner}: layer_types has full-attention layers at {full}, not every n-th layer: "
+                          "not supported")
+    return every
 
 
 _MODEL_HINTS = typing.get_type_hints(ModelSpec)
 
 
 def model_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
-    """A :class:`ModelSpec` from a HuggingFace ``config.json`` (DeepSeek-V3/V2, Kimi-K2, Qwen3-MoE, Mixtral).
+    """A :class:`ModelSpec` from a HuggingFace ``config.json`` (DeepSeek-V3/V2, Kimi-K2, Qwen3-MoE, Mixtral,
+    GPT-OSS).
 
     The family comes from ``model_type``. DeepSeek's ``q_lora_rank: null`` means no query compression;
     ``scoring_func: "noaux_tc"``-style topk methods keep the sigmoid/softmax score function given.
@@ -360,6 +387,10 @@ def model_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
         data[field] = _coerce(owner, hf_key, value, _MODEL_HINTS.get(field), MODEL_BOUNDS.get(field))
     if model_type in ("qwen3_moe", "mixtral") and "head_dim" not in data and "dim" in data and "n_heads" in data:
         data["head_dim"] = data["dim"] // data["n_heads"]
+    if model_type == "gpt_oss" and data.get("sliding_window"):
+        data["full_attention_interval"] = _full_attention_interval(owner, config.get("layer_types", []))
+        if not data["full_attention_interval"] and "layer_types" not in config:
+            raise ConfigError(f"{owner}: sliding_window without layer_types: which layers are windowed is unknown")
     if model_type == "qwen3_moe" and config.get("decoder_sparse_step", 1) not in (1, None):
         raise ConfigError(f"{owner}: decoder_sparse_step {config['decoder_sparse_step']} is not supported (only 1)")
     for field in ("n_layers", "dim", "n_heads", "vocab_size", "n_routed_experts", "top_k", "moe_inter_dim"):

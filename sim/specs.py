@@ -94,6 +94,10 @@ class ModelSpec:
     dense SwiGLU FFN of ``dense_inter_dim``; the rest are MoE layers with ``n_routed_experts`` experts of
     hidden size ``moe_inter_dim``, ``top_k`` selected per token, plus ``n_shared_experts`` always-on
     experts of the same size. ``n_group``/``topk_group`` limit the groups (nodes) a token may reach.
+
+    ``sliding_window`` > 0 makes layers attend only to the last ``sliding_window`` positions (GPT-OSS: 128),
+    except every ``full_attention_interval``-th layer, which attends over the whole causal prefix (GPT-OSS: 2,
+    alternating; 0: every layer windowed). Attention sinks and projection biases cost no modelled time.
     """
 
     name: str
@@ -123,6 +127,8 @@ class ModelSpec:
     norm_topk_prob: bool = True
     n_mtp_layers: int = 0
     tie_embeddings: bool = False
+    sliding_window: int = 0
+    full_attention_interval: int = 0
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -148,7 +154,12 @@ class ModelSpec:
             n_shared_experts=self.n_shared_experts,
             q_lora_rank=self.q_lora_rank,
             n_mtp_layers=self.n_mtp_layers,
+            sliding_window=self.sliding_window,
+            full_attention_interval=self.full_attention_interval,
         )
+        if self.full_attention_interval and not self.sliding_window:
+            raise ConfigError(f"{owner}: full_attention_interval ({self.full_attention_interval}) needs a "
+                              f"sliding_window > 0 (0: every layer attends over the whole causal prefix)")
         _require_choice(owner, "attention", self.attention, ATTENTION_KINDS)
         _require_choice(owner, "score_func", self.score_func, SCORE_FUNCS)
         if self.attention == "mla":
@@ -209,6 +220,34 @@ class ModelSpec:
     def attn_v_head_dim(self) -> int:
         """Per-head value width."""
         return self.v_head_dim if self.attention == "mla" else self.head_dim
+
+    @property
+    def n_windowed_layers(self) -> int:
+        """Layers that attend within ``sliding_window`` (every layer but each ``full_attention_interval``-th).
+
+        >>> m = ModelSpec("m", n_layers=36, dim=64, n_heads=8, vocab_size=10, n_routed_experts=4, top_k=1,
+        ...               moe_inter_dim=8, attention="gqa", n_kv_heads=1, head_dim=8, sliding_window=128,
+        ...               full_attention_interval=2)
+        >>> m.n_windowed_layers, round(m.mean_attended_keys(4096, 2048.5), 2)
+        (18, 1087.26)
+        """
+        if not self.sliding_window:
+            return 0
+        if not self.full_attention_interval:
+            return self.n_layers
+        return self.n_layers - self.n_layers // self.full_attention_interval
+
+    def mean_attended_keys(self, seq_len: int, full_keys: float) -> float:
+        """Keys per query averaged over the layers: ``full_keys`` (what a full-attention layer's query sees:
+        the causal mean, or a document mask's) in full layers; in windowed layers the exact causal mean of
+        ``min(position + 1, sliding_window)``, at most ``full_keys``. The per-layer work is linear in the keys,
+        so one layer at this mean costs what the model's layers cost on average."""
+        windowed = self.n_windowed_layers
+        if not windowed:
+            return full_keys
+        w = min(self.sliding_window, seq_len)
+        window_keys = min(full_keys, (w * (w + 1) / 2 + (seq_len - w) * w) / seq_len)
+        return ((self.n_layers - windowed) * full_keys + windowed * window_keys) / self.n_layers
 
 
 @dataclass(frozen=True)

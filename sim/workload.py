@@ -403,8 +403,10 @@ class Workload:
             out += self._linear(ops.ATTN_Q_PROJ, T, D, H * qk / t)
             out += self._linear(ops.ATTN_KV_PROJ, T, D, 2 * max(1, m.n_kv_heads // t) * m.head_dim)
         # Causal core: each query sees (S+1)/2 keys on average (CP keeps that mean); under a document mask, the keys
-        # of its own document that the block-sparse kernel computes.
-        mean_keys = attended_keys(self.plan.seq_len) if self.stack.document_mask else (self.plan.seq_len + 1) / 2
+        # of its own document that the block-sparse kernel computes; in sliding-window layers at most the window
+        # (one layer at the mean over the model's layers: ModelSpec.mean_attended_keys).
+        full_keys = attended_keys(self.plan.seq_len) if self.stack.document_mask else (self.plan.seq_len + 1) / 2
+        mean_keys = m.mean_attended_keys(self.plan.seq_len, full_keys)
         out.append(OpSpec(ops.ATTN_CORE, "attn", flops=2 * T * H / t * (qk + v) * mean_keys,
                           elems=T * H / t * mean_keys, module="core_attn"))
         out += self._linear(ops.ATTN_O_PROJ, T, H * v / t, D)

@@ -1,0 +1,43 @@
+"""The held-out model family (GPT-OSS-120B): kept out of every fit, predicted with the shipped calibration, and
+reported in docs/transfer.md with its errors, intervals and same-plan ratios."""
+
+from __future__ import annotations
+
+import math
+
+from studies.dataset import load_runs
+from studies.heldout_models import (
+    HELDOUT_MODELS,
+    SAME_PLAN_PAIRS,
+    heldout_markdown,
+    heldout_rows,
+)
+
+
+def test_the_held_out_runs_are_not_in_the_fitted_dataset() -> None:
+    held = load_runs(HELDOUT_MODELS)
+    shipped = load_runs()
+    assert {r.model for r in held} == {"gpt-oss-120b"}
+    assert not {r.model for r in shipped} & {r.model for r in held}
+    assert not {r.id for r in shipped} & {r.id for r in held}
+
+
+def test_every_held_out_run_is_predicted_with_an_interval() -> None:
+    rows = heldout_rows()
+    assert len(rows) == 15
+    for r in rows:
+        assert r.predicted_tokens_per_s_per_gpu is not None and math.isfinite(r.predicted_tokens_per_s_per_gpu)
+        assert r.interval is not None and r.interval[0] < r.predicted_tokens_per_s_per_gpu < r.interval[1]
+        assert r.fits_in_memory, r.run_id  # every published run ran
+
+
+def test_the_section_states_each_run_and_each_same_plan_pair() -> None:
+    lines = heldout_markdown()
+    text = "\n".join(lines)
+    rows = heldout_rows()
+    errors = [r.predicted_tokens_per_s_per_gpu / r.measured_tokens_per_s_per_gpu - 1 for r in rows]  # type: ignore[operator]
+    assert f"mean |error| **{sum(abs(e) for e in errors) / len(errors) * 100:.1f}%**" in text
+    for r in rows:
+        assert f"| {r.run_id} |" in text
+    pairs = [line for line in lines if line.startswith("| megatron-bridge")]
+    assert len(pairs) == 3 * len(SAME_PLAN_PAIRS)
