@@ -195,6 +195,37 @@ def _heldout(gpu: str) -> str:
     return " and ".join(f"{p.error * 100:+.1f}%" for p in heldout_points() if p.run_id.endswith(f"x{gpu}"))
 
 
+@cache
+def _heldout_model_rows() -> list[Any]:
+    from studies.heldout_models import heldout_rows
+
+    return heldout_rows()
+
+
+def _heldout_model_errors() -> str:
+    errs = [abs(r.predicted_tokens_per_s_per_gpu / r.measured_tokens_per_s_per_gpu - 1) for r in _heldout_model_rows()]
+    return f"{sum(errs) / len(errs) * 100:.1f}%, max {max(errs) * 100:.1f}%"
+
+
+def _heldout_model_signed() -> str:
+    errs = [r.predicted_tokens_per_s_per_gpu / r.measured_tokens_per_s_per_gpu - 1 for r in _heldout_model_rows()]
+    return f"{sum(errs) / len(errs) * 100:.1f}%"
+
+
+def _lomo_range() -> str:
+    from sim.joint import joint_fit_record
+
+    means = [sum(abs(e) for e in f["errors"]) / len(f["errors"]) for f in joint_fit_record()["lomo"].values()]
+    return f"{min(means) * 100:.1f}-{max(means) * 100:.1f}%"
+
+
+def _heldout_model_coverage() -> str:
+    rows = _heldout_model_rows()
+    inside = sum(r.interval is not None and r.interval[0] <= r.measured_tokens_per_s_per_gpu <= r.interval[1]
+                 for r in rows)
+    return f"{inside} of {len(rows)}"
+
+
 def _logo_coverage() -> str:
     from studies.validate import logo_intervals
 
@@ -262,6 +293,14 @@ FIGURES: list[Figure] = [
            lambda: _heldout("gb300")),
     Figure("LOGO interval coverage", "README.md", r"as if each run's group were unseen: \*\*(.*?)\*\*",
            _logo_coverage),
+    Figure("held-out model family errors", "README.md", r"mean \|error\| \*\*([\d.]+%, max [\d.]+%)\*\* \(predicted too",
+           _heldout_model_errors),
+    Figure("held-out model family bias", "README.md", r"\(predicted too fast by ([\d.]+%) on average",
+           _heldout_model_signed),
+    Figure("leave-one-model-out range", "README.md", r"Leaving each fitted model out in turn gives ([\d.]+-[\d.]+%)",
+           _lomo_range),
+    Figure("held-out model family coverage", "README.md", r"inside it: \*\*(\d+ of \d+)\*\* of the GPT-OSS",
+           _heldout_model_coverage),
     Figure("LOGO by group", "README.md", r"Leave-one-group-out by group: ([^\n]*)\n", _logo_by_group),
     Figure("layer cells range", "README.md", r"the cells come out ([+-]\d+% to [+-]\d+%)\n", _layer_cell_range),
     Figure("layer cells mean", "README.md", r"\(mean \|error\| (\d+)%;", _layer_cell_mean),

@@ -11,8 +11,9 @@ the run's group, a group = system class x stack): :mod:`sim.interval_data`. Resi
   in-sample residuals pooled with every run's;
 - **new group** (a new GPU or rack class, a new stack): the Student-t interval of all LOGO residuals --
   what the calibration does on a group it never saw;
-- **beyond the envelope** (past 2x the largest GPU count measured on its class, or a backend or precision
-  never measured there): the LOGO interval widened by :data:`BEYOND_FACTOR` in log space;
+- **beyond the envelope** (past 2x the largest GPU count measured on its class, a backend or precision
+  never measured there, or a model no run measured): the LOGO interval widened by :data:`BEYOND_FACTOR` in log
+  space;
 
 so the width grows with distance. The calibration's own spread adds in quadrature. The point is the model's
 prediction, never shifted; the interval sits where the residuals put it and is widened where needed so that
@@ -222,12 +223,14 @@ class Placement:
 
 
 def classify(rows: Sequence[Any], cluster: str, family: str, n_gpus: int, ep_backend: str,
-             precision: str) -> Placement:
-    """The distance of a plan (system class ``cluster``, stack ``family``, GPU count, EP backend, precision)
-    from the measured ``rows`` (:class:`sim.interval_data.ResidualRow`):
+             precision: str, model: str = "") -> Placement:
+    """The distance of a plan (system class ``cluster``, stack ``family``, GPU count, EP backend, precision,
+    catalog ``model`` name) from the measured ``rows`` (:class:`sim.interval_data.ResidualRow`):
 
-    - "beyond the envelope": more than 2x the largest GPU count measured on its class, or a backend or
-      precision never measured on its class (a class never measured is compared with every measured run);
+    - "beyond the envelope": more than 2x the largest GPU count measured on its class, a backend or
+      precision never measured on its class (a class never measured is compared with every measured run), or
+      a model no run measured (its shapes were never checked: GPT-OSS-120B's held-out runs,
+      ``docs/transfer.md``, err by 13% on average where the measured models' groups err by 4%);
     - "measured group": same class and stack family as a measured run, within [0.5x, 2x] of one of that
       group's GPU counts;
     - "new group" otherwise (a new GPU or rack class, a new stack, a scale between the group's).
@@ -240,6 +243,10 @@ def classify(rows: Sequence[Any], cluster: str, family: str, n_gpus: int, ep_bac
     'new group'
     >>> classify(rows, "hgx-b200", "megatron", 1024, "nccl", "mxfp8").reasons
     ('1024 GPUs is beyond 2x the largest count measured on hgx-b200 (256)',)
+    >>> rows = [R(cluster="hgx-b200", family="megatron", gpus=256, ep_backend="nccl", precision="mxfp8",
+    ...           model="deepseek-v3-671b")]
+    >>> classify(rows, "hgx-b200", "megatron", 256, "nccl", "mxfp8", "gpt-oss-120b").reasons
+    ('model gpt-oss-120b was never measured (measured: deepseek-v3-671b)',)
     """
     of_class = [r for r in rows if r.cluster == cluster]
     ref = of_class or list(rows)
@@ -253,6 +260,9 @@ def classify(rows: Sequence[Any], cluster: str, family: str, n_gpus: int, ep_bac
             seen = sorted({getattr(r, "ep_backend" if what == "EP backend" else "precision") for r in ref})
             if value and value not in seen:
                 reasons.append(f"{what} {value} was never measured on {where} (measured: {', '.join(seen)})")
+    models = sorted({m for m in (getattr(r, "model", "") for r in rows) if m})
+    if model and models and model not in models:
+        reasons.append(f"model {model} was never measured (measured: {', '.join(models)})")
     if reasons:
         return Placement(cluster, family, DISTANCES[2], tuple(reasons))
     group = [r for r in of_class if r.family == family]
@@ -366,7 +376,7 @@ def prediction_interval(pred: Any, *, calibration_sd: float = 0.0, data: Any = N
     # where the plan sits is judged against every measured run (its own included: it was measured); its own
     # residuals are left out of the spread
     place = classify(data.runs, cls, family, int(pred.n_gpus), str(pred.plan.get("ep_backend", "")),
-                     str(pred.plan.get("precision", "")))
+                     str(pred.plan.get("precision", "")), str(pred.model))
     group = [r.log_residual for r in rows if r.cluster == cls and r.family == family]
     pool = [r.log_residual for r in rows]
     logo = [x for x in (r.logo_log_residual for r in rows) if math.isfinite(x)]
