@@ -22,6 +22,8 @@ README_COMMANDS = (
     "--cuda-graph-scope moe_router,moe_preprocess --fp8-output-proj",
     "--model deepseek-v3-671b --gpu h800 --gpus 2048 --stack deepseek --pp 16 --pp-schedule dualpipe --ep 64 --tp 1 "
     "--seq-len 4096 --global-batch 15360 --precision fp8-blockwise --ep-backend deepep --ac selective",
+    "--model gpt-oss-120b --gpu b200 --gpus 64 --ep 8 --seq-len 4096 --global-batch 1280 --micro-batch 4 "
+    "--precision bf16 --stack megatron",
 )
 
 
