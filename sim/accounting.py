@@ -7,7 +7,8 @@ Pure functions of the specs; no simulation. Two FLOP counts, each named for what
   shared experts count fully, attention without the causal halving).
 - :func:`exact_flops_per_token`: the per-op count the simulator uses (every matmul of forward,
   input-gradient and weight-gradient, the output head, and causal attention over ``(S + 1) / 2`` keys
-  on average, fewer in sliding-window layers: :meth:`~sim.specs.ModelSpec.mean_attended_keys`). Recompute is not included: it is a property of the plan, not of the model.
+  on average, fewer in sliding-window layers: :meth:`~sim.specs.ModelSpec.mean_attended_keys`). Recompute
+  is not included: it is a property of the plan, not of the model.
 
 Memory (:func:`memory_per_gpu`) follows the stack (:class:`~sim.stacks.StackProfile`): TorchTitan's
 FSDP2 mixed precision (fp32 master weights, gradients and moments sharded over ``tp * dp_shard * cp``,

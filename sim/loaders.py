@@ -388,9 +388,12 @@ def model_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
     if model_type in ("qwen3_moe", "mixtral") and "head_dim" not in data and "dim" in data and "n_heads" in data:
         data["head_dim"] = data["dim"] // data["n_heads"]
     if model_type == "gpt_oss" and data.get("sliding_window"):
-        data["full_attention_interval"] = _full_attention_interval(owner, config.get("layer_types", []))
-        if not data["full_attention_interval"] and "layer_types" not in config:
+        if "layer_types" not in config:
             raise ConfigError(f"{owner}: sliding_window without layer_types: which layers are windowed is unknown")
+        data["full_attention_interval"] = _full_attention_interval(owner, config["layer_types"])
+        if len(config["layer_types"]) != data.get("n_layers"):
+            raise ConfigError(f"{owner}: layer_types has {len(config['layer_types'])} entries for "
+                              f"num_hidden_layers {data.get('n_layers')}")
     if model_type == "qwen3_moe" and config.get("decoder_sparse_step", 1) not in (1, None):
         raise ConfigError(f"{owner}: decoder_sparse_step {config['decoder_sparse_step']} is not supported (only 1)")
     for field in ("n_layers", "dim", "n_heads", "vocab_size", "n_routed_experts", "top_k", "moe_inter_dim"):

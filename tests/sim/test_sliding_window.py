@@ -85,6 +85,7 @@ def test_gpt_oss_config_json_gives_the_catalog_model(tmp_path: Path) -> None:
     (["full_attention", "sliding_attention"] * 18, "not every n-th layer"),
     (["sliding_attention", "global"] * 18, "layer_types must be a list"),
     (None, "without layer_types"),
+    (["sliding_attention", "full_attention"] * 17, "34 entries for num_hidden_layers 36"),
 ])
 def test_gpt_oss_config_with_an_unsupported_window_pattern_names_it(tmp_path: Path, layer_types: object,
                                                                     message: str) -> None:
