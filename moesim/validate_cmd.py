@@ -82,6 +82,7 @@ def run_validate(args: argparse.Namespace) -> int:
         out["thresholds"] = None if limits is None else vars(limits)
         out["threshold_failures"] = failures
         out["logo_mape"], out["logo_max"] = logo["logo_mape"], logo["logo_max"]
+        out["lomo_mape"], out["lomo_max"] = logo["lomo_mape"], logo["lomo_max"]
         out["logo"] = logo
         out["logo_interval_coverage"] = coverage["logo_interval_coverage"]
         out["median_p90_p10_ratio"] = coverage["median_p90_p10_ratio"]

@@ -311,7 +311,9 @@ def logo_validation(path: str | Path | None = None) -> dict[str, Any]:
     (the folds stored by ``python -m studies.joint_fit --write`` in ``sim/data/joint_fit.json``); a user's own
     dataset (``path``) was never seen by the fit, so its runs are predicted with the shipped parameters.
     Returns ``{"logo_mape", "logo_max", "runs": [{"id", "group", "measured", "predicted", "error"}],
-    "params": the shipped parameters with their uncertainty and constraining runs, "stale": bool}``.
+    "params": the shipped parameters with their uncertainty and constraining runs, "stale": bool,
+    "lomo_mape", "lomo_max"}`` (leave-one-model-out over the shipped dataset's models, from the stored folds;
+    None for a user's dataset, whose runs no fit saw).
     """
     from sim.joint import joint_fit_record, shipped_values
     from studies.joint_fit import dataset_digest, load_cases, predict_cases
@@ -334,6 +336,8 @@ def logo_validation(path: str | Path | None = None) -> dict[str, Any]:
                      "error": pred / meas - 1, "held_out_fold": bool(fold)})
     errs = [abs(r["error"]) for r in runs if "error" in r]
     return {"logo_mape": sum(errs) / len(errs) if errs else None, "logo_max": max(errs) if errs else None,
+            "lomo_mape": record.get("lomo_mape") if path is None else None,
+            "lomo_max": record.get("lomo_max") if path is None else None,
             "runs": runs, "params": record.get("params", {}), "stale": stale,
             "note": ("each run predicted by the joint calibration refitted without its group "
                      "(python -m studies.joint_fit; docs/transfer.md)" if path is None else
@@ -348,6 +352,9 @@ def format_logo(logo: Mapping[str, Any], cells: Sequence[Mapping[str, Any]] = ()
         lines.append(f"leave-one-group-out (groups = system class x stack; {logo['note']}): "
                      f"MAPE {logo['logo_mape']:.1%}, max |error| {logo['logo_max']:.1%} ({worst['id']})"
                      + ("  [STALE joint fit: run python -m studies.joint_fit --write]" if logo.get("stale") else ""))
+    if logo.get("lomo_mape") is not None:
+        lines.append(f"leave-one-model-out (each model's runs predicted by the calibration refitted without that "
+                     f"model): MAPE {logo['lomo_mape']:.1%}, max |error| {logo['lomo_max']:.1%}")
     for c in cells:
         m, p = c["measured"], c["predicted"]
         lines.append(f"moe-layer {c['id']}: forward {p['forward_ms']:.2f} ms vs {m['forward_ms']:.2f} "

@@ -164,12 +164,24 @@ def test_logo_predicts_each_group_without_its_runs(small_cases: list[RunCase]) -
         assert all(math.isfinite(e) for e in fold["errors"])
 
 
+def test_leave_one_model_out_holds_out_every_run_of_one_model(small_cases: list[RunCase]) -> None:
+    by_id = {c.run.id: c for c in load_cases()}
+    cases = [*small_cases[:2], by_id["mcore-26.04.01-qwen3-235b-256xb200"]]  # two models
+    fit = fit_joint(cases, start=shipped_values(), max_nfev=3)
+    folds = logo(cases, fit, by="model")
+    assert set(folds) == {"qwen3-30b-a3b", "qwen3-235b-a22b"}
+    for model, fold in folds.items():
+        assert sorted(fold["runs"]) == sorted(c.run.id for c in cases if c.run.model == model)
+        assert all(math.isfinite(e) for e in fold["errors"])
+
+
 def test_validate_json_reports_logo_and_the_layer_cells() -> None:
     out = subprocess.run([sys.executable, "-m", "moesim", "validate", "--json"], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode in (0, 1), out.stderr
     data = json.loads(out.stdout)
     assert 0 < data["logo_mape"] <= data["logo_max"]
+    assert 0 < data["lomo_mape"] <= data["lomo_max"]  # leave one model out (the stored folds)
     runs = data["logo"]["runs"]
     assert len(runs) >= 28 and all(r["held_out_fold"] for r in runs)
     cells = data["layer_cells"]
