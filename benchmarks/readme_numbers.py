@@ -196,10 +196,16 @@ def _heldout(gpu: str) -> str:
 
 
 @cache
-def _heldout_model_rows() -> list[Any]:
+def _heldout_model_rows(model: str = "gpt-oss-120b") -> list[Any]:
     from studies.heldout_models import heldout_rows
 
-    return heldout_rows()
+    return [r for r in heldout_rows() if r.model == model]
+
+
+def _kimi_mean() -> str:
+    errs = [abs(r.predicted_tokens_per_s_per_gpu / r.measured_tokens_per_s_per_gpu - 1)
+            for r in _heldout_model_rows("kimi-k2")]
+    return f"{sum(errs) / len(errs) * 100:.1f}%"
 
 
 def _heldout_model_errors() -> str:
@@ -295,6 +301,7 @@ FIGURES: list[Figure] = [
            _logo_coverage),
     Figure("held-out model family errors", "README.md", r"mean \|error\| \*\*([\d.]+%, max [\d.]+%)\*\* \(predicted too",
            _heldout_model_errors),
+    Figure("held-out Kimi-K2 errors", "README.md", r"three held-out GB300 runs\) comes out\n\*\*([\d.]+%)\*\*", _kimi_mean),
     Figure("held-out model family bias", "README.md", r"\(predicted too fast by ([\d.]+%) on average",
            _heldout_model_signed),
     Figure("leave-one-model-out range", "README.md", r"Leaving each fitted model out in turn gives ([\d.]+-[\d.]+%)",
