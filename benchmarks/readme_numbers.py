@@ -197,9 +197,29 @@ def _heldout(gpu: str) -> str:
 
 @cache
 def _heldout_model_rows(model: str = "gpt-oss-120b") -> list[Any]:
-    from studies.heldout_models import heldout_rows
+    from studies.heldout import heldout_rows
 
     return [r for r in heldout_rows() if r.model == model]
+
+
+@cache
+def _heldout_table_summary() -> dict[str, dict[str, float]]:
+    from studies.heldout import HELDOUT_RUNS, heldout_rows, summary
+
+    rows = heldout_rows(HELDOUT_RUNS)
+    return {**summary(rows, lambda r: "all"), **summary(rows, lambda r: r.gpu)}
+
+
+def _heldout_table_mean(key: str) -> str:
+    return f"{_heldout_table_summary()[key]['mean_abs'] * 100:.1f}%"
+
+
+def _heldout_table_errors(*run_ids: str, digits: int = 0) -> str:
+    from studies.heldout import HELDOUT_RUNS, heldout_rows
+
+    rows = {r.run_id: r for r in heldout_rows(HELDOUT_RUNS)}
+    return " and ".join(f"{(rows[i].predicted_tokens_per_s_per_gpu / rows[i].measured_tokens_per_s_per_gpu - 1) * 100:+.{digits}f}%"
+                        for i in run_ids)
 
 
 def _kimi_mean() -> str:
@@ -302,6 +322,16 @@ FIGURES: list[Figure] = [
     Figure("held-out model family errors", "README.md", r"mean \|error\| \*\*([\d.]+%, max [\d.]+%)\*\* \(predicted too",
            _heldout_model_errors),
     Figure("held-out Kimi-K2 errors", "README.md", r"three held-out GB300 runs\) comes out\n\*\*([\d.]+%)\*\*", _kimi_mean),
+    Figure("held-out table rows", "README.md", r"no fit reads them\) come\nout mean \|error\| \*\*([\d.]+%)\*\*",
+           lambda: _heldout_table_mean("all")),
+    Figure("held-out table rows GB200", "README.md", r"\*\*: GB200 \*\*([\d.]+%)\*\*", lambda: _heldout_table_mean("gb200")),
+    Figure("held-out table rows GB300", "README.md", r"and GB300 \*\*([\d.]+%)\*\*, while", lambda: _heldout_table_mean("gb300")),
+    Figure("held-out table rows: Qwen3-235B B300 at 26.02", "README.md", r"B300 at 26\.02, ([+-]\d+% and [+-]\d+%);",
+           lambda: _heldout_table_errors("mcore-26.02-qwen3-235b-256xb300", "mcore-26.02.01-qwen3-235b-256xb300")),
+    Figure("held-out table rows: Qwen3-30B at 26.02", "README.md", r"on\nH100, ([+-]\d+% and [+-]\d+%)\)",
+           lambda: _heldout_table_errors("mcore-26.02-qwen3-30b-8xb200", "mcore-26.02-qwen3-30b-16xh100")),
+    Figure("held-out table rows: DeepSeek-V3 26.04.01 B200", "README.md", r"overlap\) runs (\d+%) faster than predicted",
+           lambda: _heldout_table_errors("mcore-26.04.01-dsv3-256xb200").lstrip("+-")),
     Figure("held-out model family bias", "README.md", r"\(predicted too fast by ([\d.]+%) on average",
            _heldout_model_signed),
     Figure("leave-one-model-out range", "README.md", r"Leaving each fitted model out in turn gives ([\d.]+-[\d.]+%)",

@@ -1,7 +1,7 @@
 """The transfer table (``docs/transfer.md``): the joint calibration's parameters with their uncertainty and the
 runs that constrain them, every run predicted by a calibration that did not see its group (leave-one-group-out),
 the ablation of each mechanism, ratios between runs, every run's error grouped by architecture, fabric,
-all-to-all backend and stack, and a model family no fit has seen (:mod:`studies.heldout_models`). A number says nothing until runs it was not fitted to are predicted with it;
+all-to-all backend and stack, and runs no fit reads (:mod:`studies.heldout`). A number says nothing until runs it was not fitted to are predicted with it;
 this table is that check, regenerated from today's code and data:
 
     python -m studies.transfer            # print the table
@@ -19,7 +19,7 @@ from typing import Any
 
 from sim.stacks import profile_for
 from studies.dataset import MeasuredRun, load_runs
-from studies.heldout_models import heldout_markdown
+from studies.heldout import heldout_markdown, heldout_runs_markdown
 from studies.validate import ValidationRow, validate_runs
 
 __all__ = ["transfer_markdown", "joint_markdown", "RATIO_CHECKS", "DOC"]
@@ -180,6 +180,7 @@ def transfer_markdown() -> str:
         lines.append("")
     lines += _across_gpus(rows, runs)
     lines += heldout_markdown()
+    lines += heldout_runs_markdown()
     lines += _layer_cells()
     return "\n".join(lines).rstrip() + "\n"
 

@@ -1,16 +1,18 @@
-"""The held-out model family (GPT-OSS-120B): kept out of every fit, predicted with the shipped calibration, and
-reported in docs/transfer.md with its errors, intervals and same-plan ratios."""
+"""Runs no fit reads (models never fitted: GPT-OSS-120B, Kimi-K2; other table rows of the fitted models), predicted
+with the shipped calibration and reported in docs/transfer.md with their errors, intervals and same-plan ratios."""
 
 from __future__ import annotations
 
 import math
 
 from studies.dataset import load_runs
-from studies.heldout_models import (
+from studies.heldout import (
     HELDOUT_MODELS,
+    HELDOUT_RUNS,
     SAME_PLAN_PAIRS,
     heldout_markdown,
     heldout_rows,
+    heldout_runs_markdown,
 )
 
 
@@ -43,3 +45,23 @@ def test_the_section_states_each_run_and_each_same_plan_pair() -> None:
         assert f"| {r.run_id} |" in text
     pairs = [line for line in lines if line.startswith("| megatron-bridge")]
     assert len(pairs) == 3 * len(SAME_PLAN_PAIRS)
+
+
+def test_the_held_out_table_rows_are_other_runs_of_the_fitted_models() -> None:
+    held = load_runs(HELDOUT_RUNS)
+    shipped = load_runs()
+    assert len(held) == 33
+    assert {r.model for r in held} <= {r.model for r in shipped}
+    assert not {r.id for r in shipped} & {r.id for r in held}
+    signature = {(r.model, r.gpu, r.gpus, r.release) for r in shipped}
+    assert not {(r.model, r.gpu, r.gpus, r.release) for r in held} & signature  # no row of the dataset twice
+
+
+def test_the_table_rows_section_lists_every_run_with_its_summary() -> None:
+    text = "\n".join(heldout_runs_markdown())
+    rows = heldout_rows(HELDOUT_RUNS)
+    assert all(r.predicted_tokens_per_s_per_gpu is not None for r in rows)
+    for r in rows:
+        assert f"| {r.run_id} |" in text
+    for gpu in ("b200", "b300", "gb200", "gb300", "h100"):
+        assert f"| {gpu} |" in text

@@ -1,0 +1,154 @@
+"""Runs no fit reads, predicted with the shipped calibration: how far its answers carry.
+
+Two files in the dataset's schema: ``studies/data/heldout_models.toml``, models no fit has seen (GPT-OSS-120B's and
+Kimi-K2's Megatron-Bridge runs), and ``studies/data/heldout_runs.toml``, the other rows of the Megatron-Bridge
+performance tables for the fitted models (containers, GPUs and plans the fit did not read).
+
+The joint calibration is fitted on DeepSeek-V3 and Qwen3 runs. GPT-OSS-120B differs where the cost model is
+least tied down (64-wide attention heads, every other layer in a 128-token window, 128 experts of 2880 in BF16,
+EP64 over a whole NVL72 rack); Kimi-K2 is DeepSeek-V3's architecture at 384 experts and 64 heads (MXFP8 on GB300,
+trained with Muon). Their runs, predicted with the shipped calibration and nothing refitted, say how far a
+prediction for a new model can be trusted. ``docs/transfer.md`` carries both sections
+(``python -m studies.transfer --write``); ``moesim validate studies/data/heldout_models.toml`` (or
+``heldout_runs.toml``) gives the rows.
+
+>>> rows = heldout_rows()
+>>> len(rows), sorted({r.model for r in rows})
+(18, ['gpt-oss-120b', 'kimi-k2'])
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from studies.dataset import MeasuredRun, load_runs
+from studies.validate import ValidationRow, validate_runs
+
+__all__ = ["HELDOUT_MODELS", "HELDOUT_RUNS", "heldout_rows", "heldout_markdown", "heldout_runs_markdown", "summary",
+           "SAME_PLAN_PAIRS"]
+
+#: Runs of models no fitted run uses (the dataset's schema; no fit reads them).
+HELDOUT_MODELS = Path(__file__).resolve().parent / "data" / "heldout_models.toml"
+#: Other Megatron-Bridge table rows of the fitted models (the dataset's schema; no fit reads them).
+HELDOUT_RUNS = Path(__file__).resolve().parent / "data" / "heldout_runs.toml"
+#: (GPU, over GPU) pairs of GPT-OSS-120B that run the same plan in every container (EP8 on HGX, EP64 on the rack).
+SAME_PLAN_PAIRS = (("b300", "b200"), ("gb300", "gb200"))
+PAIRS_MODEL = "gpt-oss-120b"
+
+
+def heldout_rows(path: Path = HELDOUT_MODELS) -> list[ValidationRow]:
+    """Every held-out run predicted with the shipped calibration (:func:`studies.validate.validate_runs`)."""
+    return validate_runs(path).rows
+
+
+def _error(row: ValidationRow) -> float:
+    assert row.predicted_tokens_per_s_per_gpu is not None
+    return row.predicted_tokens_per_s_per_gpu / row.measured_tokens_per_s_per_gpu - 1
+
+
+def _inside(row: ValidationRow) -> str:
+    if row.interval is None:
+        return "-"
+    low, high = row.interval
+    return "yes" if low <= row.measured_tokens_per_s_per_gpu <= high else "no"
+
+
+def _plan(run: MeasuredRun) -> str:
+    p = run.plan
+    parts = [f"PP{p.get('pp', 1)} EP{p.get('ep', 1)} MBS{p.get('micro_batch', 1)}", str(p.get("ep_backend", "nccl"))]
+    if p.get("ep_overlap"):
+        parts.append("a2a overlap")
+    if p.get("cuda_graphs") == "partial":
+        parts.append("TE graphs")
+    if p.get("recompute_modules"):
+        parts.append(f"recompute {p['recompute_modules']}")
+    return ", ".join(parts)
+
+
+def summary(rows: Sequence[ValidationRow], key: Callable[[ValidationRow], str]) -> dict[str, dict[str, float]]:
+    """Per ``key`` (a model, a GPU): runs, mean |error|, max |error|, mean signed error, runs inside their
+    p10-p90 interval."""
+    out: dict[str, dict[str, float]] = {}
+    for name in sorted({key(r) for r in rows}):
+        mine = [r for r in rows if key(r) == name]
+        errors = [_error(r) for r in mine]
+        out[name] = {"runs": len(mine), "mean_abs": statistics.fmean(abs(e) for e in errors),
+                     "max_abs": max(abs(e) for e in errors), "mean": statistics.fmean(errors),
+                     "inside": sum(_inside(r) == "yes" for r in mine)}
+    return out
+
+
+def _summary_lines(title: str, table: dict[str, dict[str, float]]) -> list[str]:
+    lines = [f"| {title} | runs | mean abs error | max abs error | mean signed | inside p10-p90 |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, s in table.items():
+        lines.append(f"| {name} | {s['runs']:.0f} | **{s['mean_abs'] * 100:.1f}%** | {s['max_abs'] * 100:.1f}% | "
+                     f"{s['mean'] * 100:+.1f}% | {s['inside']:.0f} of {s['runs']:.0f} |")
+    return lines
+
+
+def _run_lines(rows: Sequence[ValidationRow], runs: dict[str, MeasuredRun]) -> list[str]:
+    lines = ["| run | GPU | plan | predicted | measured | error | inside p10-p90 |", "|---|---|---|---:|---:|---:|---|"]
+    for r in rows:
+        run = runs[r.run_id]
+        assert r.predicted_tokens_per_s_per_gpu is not None
+        lines.append(f"| {r.run_id} | {run.gpu} | {_plan(run)} | {r.predicted_tokens_per_s_per_gpu:.0f} | "
+                     f"{r.measured_tokens_per_s_per_gpu:.0f} | {_error(r) * 100:+.1f}% | {_inside(r)} |")
+    return lines
+
+
+def _predicted(path: Path) -> tuple[dict[str, MeasuredRun], list[ValidationRow]]:
+    runs = {r.id: r for r in load_runs(path)}
+    return runs, [r for r in heldout_rows(path) if r.predicted_tokens_per_s_per_gpu is not None]
+
+
+def heldout_markdown(path: Path = HELDOUT_MODELS) -> list[str]:
+    """The held-out models' section of ``docs/transfer.md``: per model the summary, each run's error and p10-p90
+    interval, and the same-plan chip ratios."""
+    runs, rows = _predicted(path)
+    lines = ["## Models the fit never saw (held out)", "",
+             f"`{path.relative_to(path.parents[2])}`: Megatron-Bridge's runs of two models no fitted run uses, each "
+             "with its container's published preset (sources in the file): GPT-OSS-120B in BF16 on 64 GPUs of five "
+             "systems in three containers, Kimi-K2 in MXFP8 on 256 GB300 in three. Predicted with the shipped joint "
+             "calibration; no parameter was refitted and no run of these models was looked at while fitting. A plan "
+             "on a model no run measured is placed beyond the validated envelope (its interval widened).", "",
+             *_summary_lines("model", summary(rows, lambda r: r.model)), "", *_run_lines(rows, runs),
+             "", "GPT-OSS-120B, same plan on two chips (per-GPU throughput ratio, predicted against measured):", "",
+             "| container | pair | predicted | measured | error |", "|---|---|---:|---:|---:|"]
+    lines += _pair_lines(rows, runs)
+    return lines + [""]
+
+
+def heldout_runs_markdown(path: Path = HELDOUT_RUNS) -> list[str]:
+    """The held-out table rows' section of ``docs/transfer.md``: the summary by model and by GPU, each run."""
+    runs, rows = _predicted(path)
+    every = summary(rows, lambda r: "all")["all"]
+    return ["## Other table rows of the fitted models (held out)", "",
+            f"`{path.relative_to(path.parents[2])}`: the rows of Megatron-Bridge's performance tables (26.02 to "
+            "26.04.01 containers) for DeepSeek-V3, Qwen3-235B and Qwen3-30B that the dataset does not hold, each "
+            "with its container's published preset (sources in the file). No fit reads them; their models, "
+            "releases and systems are fitted, so they say how well the calibration carries to the plans, GPUs "
+            "and containers next to its runs.", "",
+            f"{every['runs']:.0f} runs: mean |error| **{every['mean_abs'] * 100:.1f}%**, max "
+            f"**{every['max_abs'] * 100:.1f}%**, mean signed {every['mean'] * 100:+.1f}%, inside p10-p90 "
+            f"{every['inside']:.0f} of {every['runs']:.0f}.", "",
+            *_summary_lines("model", summary(rows, lambda r: r.model)), "",
+            *_summary_lines("GPU", summary(rows, lambda r: r.gpu)), "", *_run_lines(rows, runs), ""]
+
+
+def _pair_lines(rows: Sequence[ValidationRow], runs: dict[str, MeasuredRun]) -> list[str]:
+    by_key = {(runs[r.run_id].release, runs[r.run_id].gpu): r for r in rows if r.model == PAIRS_MODEL}
+    out = []
+    for release in sorted({k[0] for k in by_key}):
+        for gpu, base in SAME_PLAN_PAIRS:
+            a, b = by_key.get((release, gpu)), by_key.get((release, base))
+            if a is None or b is None:
+                continue
+            assert a.predicted_tokens_per_s_per_gpu is not None and b.predicted_tokens_per_s_per_gpu is not None
+            predicted = a.predicted_tokens_per_s_per_gpu / b.predicted_tokens_per_s_per_gpu
+            measured = a.measured_tokens_per_s_per_gpu / b.measured_tokens_per_s_per_gpu
+            out.append(f"| {release} | {gpu} / {base} | {predicted:.3f}x | {measured:.3f}x | "
+                       f"{(predicted / measured - 1) * 100:+.1f}% |")
+    return out
