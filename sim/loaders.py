@@ -343,18 +343,19 @@ _HF_FAMILIES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
 
 def _full_attention_interval(owner: str, layer_types: Any) -> int:
     """``full_attention_interval`` from a config's ``layer_types`` (``"sliding_attention"`` /
-    ``"full_attention"`` per layer): every n-th layer full, or 0 when none is."""
+    ``"full_attention"`` per layer): the n whose every-n-th-layer pattern has as many full layers (the
+    simulator prices the mean over the layers, so where they sit does not matter), or 0 when none is."""
     if not isinstance(layer_types, list) or not all(t in ("sliding_attention", "full_attention") for t in layer_types):
         raise ConfigError(f"{owner}: layer_types must be a list of 'sliding_attention' / 'full_attention', "
                           f"got {layer_types!r}"[:300])
-    full = [i for i, t in enumerate(layer_types) if t == "full_attention"]
+    full = sum(t == "full_attention" for t in layer_types)
     if not full:
         return 0
-    every = full[0] + 1
-    if full != list(range(every - 1, len(layer_types), every)):
-        raise ConfigError(f"{owner}: layer_types has full-attention layers at {full}, not every n-th layer: "
-                          "not supported")
-    return every
+    every = [n for n in range(1, len(layer_types) + 1) if len(layer_types) // n == full]
+    if not every:
+        raise ConfigError(f"{owner}: layer_types has {full} full-attention layers of {len(layer_types)}, which no "
+                          "every-n-th-layer pattern gives: not supported")
+    return every[0]
 
 
 _MODEL_HINTS = typing.get_type_hints(ModelSpec)

@@ -82,7 +82,7 @@ def test_gpt_oss_config_json_gives_the_catalog_model(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("layer_types", "message"), [
-    (["full_attention", "sliding_attention"] * 18, "not every n-th layer"),
+    (["full_attention"] * 10 + ["sliding_attention"] * 26, "10 full-attention layers of 36"),
     (["sliding_attention", "global"] * 18, "layer_types must be a list"),
     (None, "without layer_types"),
     (["sliding_attention", "full_attention"] * 17, "34 entries for num_hidden_layers 36"),
@@ -96,6 +96,13 @@ def test_gpt_oss_config_with_an_unsupported_window_pattern_names_it(tmp_path: Pa
     path.write_text(json.dumps(config))
     with pytest.raises(ConfigError, match=message):
         load_model_file(path)
+
+
+def test_a_full_first_alternation_reads_as_the_same_share(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**GPT_OSS_CONFIG, "layer_types": ["full_attention", "sliding_attention"] * 18}))
+    model = load_model_file(path)
+    assert model.full_attention_interval == 2 and model.n_windowed_layers == 18
 
 
 def test_full_attention_interval_needs_a_window() -> None:
