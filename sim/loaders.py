@@ -322,6 +322,23 @@ _HF_MIXTRAL = {
     "num_experts_per_tok": "top_k",
     "intermediate_size": "moe_inter_dim",
 }
+_HF_GLM4_MOE = {
+    **_HF_COMMON,
+    "num_key_value_heads": "n_kv_heads",
+    "head_dim": "head_dim",
+    "use_qk_norm": "qk_norm",
+    "first_k_dense_replace": "n_dense_layers",
+    "intermediate_size": "dense_inter_dim",
+    "n_routed_experts": "n_routed_experts",
+    "n_shared_experts": "n_shared_experts",
+    "num_experts_per_tok": "top_k",
+    "moe_intermediate_size": "moe_inter_dim",
+    "n_group": "n_group",
+    "topk_group": "topk_group",
+    "routed_scaling_factor": "route_scale",
+    "norm_topk_prob": "norm_topk_prob",
+    "num_nextn_predict_layers": "n_mtp_layers",
+}
 _HF_GPT_OSS = {
     **_HF_COMMON,
     "num_key_value_heads": "n_kv_heads",
@@ -338,6 +355,9 @@ _HF_FAMILIES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
     "qwen3_moe": (_HF_QWEN3_MOE, {"attention": "gqa", "score_func": "softmax", "qk_norm": True}),
     "mixtral": (_HF_MIXTRAL, {"attention": "gqa", "score_func": "softmax", "norm_topk_prob": True}),
     "gpt_oss": (_HF_GPT_OSS, {"attention": "gqa", "score_func": "softmax", "norm_topk_prob": True}),
+    # GLM-4.5 / 4.6 (zai-org): GQA with DeepSeek-V3's MoE (sigmoid scores with a correction bias, shared expert,
+    # dense first layers, MTP); partial rotary embedding costs no modelled time
+    "glm4_moe": (_HF_GLM4_MOE, {"attention": "gqa", "score_func": "sigmoid"}),
 }
 
 
@@ -363,7 +383,7 @@ _MODEL_HINTS = typing.get_type_hints(ModelSpec)
 
 def model_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
     """A :class:`ModelSpec` from a HuggingFace ``config.json`` (DeepSeek-V3/V2, Kimi-K2, Qwen3-MoE, Mixtral,
-    GPT-OSS).
+    GPT-OSS, GLM-4.5).
 
     The family comes from ``model_type``. DeepSeek's ``q_lora_rank: null`` means no query compression;
     ``scoring_func: "noaux_tc"``-style topk methods keep the sigmoid/softmax score function given.

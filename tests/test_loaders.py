@@ -182,3 +182,22 @@ def test_derived_degrees_are_integers() -> None:
     f = derive_plan_fields({"tp": 2, "pp": 2}, 64)
     assert type(f["dp_shard"]) is int and f["dp_shard"] == 16
     assert type(derive_plan_fields({"tp": 2, "dp_shard": 4}, 64)["dp_replicate"]) is int
+
+
+def test_glm45_config_gives_its_model_card(tmp_path: Path) -> None:
+    """GLM-4.5 (zai-org, model_type glm4_moe): GQA with DeepSeek-V3's MoE; 355 B in all with its MTP layer, 32 B active."""
+    config = {"model_type": "glm4_moe", "first_k_dense_replace": 3, "head_dim": 128, "hidden_size": 5120,
+              "intermediate_size": 12288, "moe_intermediate_size": 1536, "n_group": 1, "n_routed_experts": 160,
+              "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 96, "num_experts_per_tok": 8,
+              "num_hidden_layers": 92, "num_key_value_heads": 8, "partial_rotary_factor": 0.5,
+              "routed_scaling_factor": 2.5, "topk_group": 1, "use_qk_norm": True, "vocab_size": 151552,
+              "num_nextn_predict_layers": 1, "tie_word_embeddings": False}
+    path = tmp_path / "glm-4.5" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    model = load_model_file(path)
+    counts = count_params(model)
+    assert (model.name, model.attention, model.score_func, model.qk_norm, model.n_mtp_layers) == (
+        "glm-4.5", "gqa", "sigmoid", True, 1)
+    assert counts.total + counts.mtp == pytest.approx(355e9, rel=0.01)
+    assert counts.active - 2 * model.vocab_size * model.dim == pytest.approx(32e9, rel=0.01)  # embedding and head apart
