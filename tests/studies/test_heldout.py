@@ -4,6 +4,7 @@ with the shipped calibration and reported in docs/transfer.md with their errors,
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from studies.dataset import load_runs
 from studies.heldout import (
@@ -14,6 +15,8 @@ from studies.heldout import (
     heldout_rows,
     heldout_runs_markdown,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_held_out_runs_are_not_in_the_fitted_dataset() -> None:
@@ -65,3 +68,19 @@ def test_the_table_rows_section_lists_every_run_with_its_summary() -> None:
         assert f"| {r.run_id} |" in text
     for gpu in ("b200", "b300", "gb200", "gb300", "h100"):
         assert f"| {gpu} |" in text
+
+
+def test_the_held_out_ablation_script_reproduces_the_shipped_rows() -> None:
+    """benchmarks/heldout_ablation.py with nothing held predicts the held-out files as docs/transfer.md does."""
+    import importlib.util
+
+    from studies.heldout import summary
+
+    spec = importlib.util.spec_from_file_location("heldout_ablation", ROOT / "benchmarks" / "heldout_ablation.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = module.row({})
+    models = summary(heldout_rows(), lambda r: r.model)
+    assert out["gpt-oss-120b"]["mape"] == round(models["gpt-oss-120b"]["mean_abs"], 4)
+    assert out["table rows"]["runs"] == 33
