@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -213,7 +213,8 @@ def fit_joint(cases: Sequence[RunCase], start: Mapping[str, float] | None = None
                     {rid: float(x) for rid, x in zip(ids, r, strict=True)}, ids, held, dict(fixed or {}))
 
 
-def logo(cases: Sequence[RunCase], fit: JointFit, max_nfev: int = 4, by: str = "group") -> dict[str, dict[str, Any]]:
+def logo(cases: Sequence[RunCase], fit: JointFit, max_nfev: int = 4,
+         by: Literal["group", "model"] = "group") -> dict[str, dict[str, Any]]:
     """Leave-one-group-out: per group, the parameters refitted without its runs (least squares from the joint
     optimum, ``max_nfev`` evaluations, holding what ``fit`` held) and its runs' errors predicted at them by the
     full simulator. A parameter only the held-out group constrained falls back to its sourced prior.
