@@ -196,10 +196,10 @@ def _heldout(gpu: str) -> str:
 
 
 @cache
-def _heldout_model_rows(model: str = "gpt-oss-120b") -> list[Any]:
-    from studies.heldout import heldout_rows
+def _heldout_model_summary() -> dict[str, dict[str, float]]:
+    from studies.heldout import heldout_rows, summary
 
-    return [r for r in heldout_rows() if r.model == model]
+    return summary(heldout_rows(), lambda r: r.model)
 
 
 @cache
@@ -218,24 +218,20 @@ def _heldout_table_errors(*run_ids: str, digits: int = 0) -> str:
     from studies.heldout import HELDOUT_RUNS, heldout_rows
 
     rows = {r.run_id: r for r in heldout_rows(HELDOUT_RUNS)}
-    return " and ".join(f"{(rows[i].predicted_tokens_per_s_per_gpu / rows[i].measured_tokens_per_s_per_gpu - 1) * 100:+.{digits}f}%"
-                        for i in run_ids)
+    return " and ".join(f"{(rows[i].error or 0.0) * 100:+.{digits}f}%" for i in run_ids)
 
 
 def _kimi_mean() -> str:
-    errs = [abs(r.predicted_tokens_per_s_per_gpu / r.measured_tokens_per_s_per_gpu - 1)
-            for r in _heldout_model_rows("kimi-k2")]
-    return f"{sum(errs) / len(errs) * 100:.1f}%"
+    return f"{_heldout_model_summary()['kimi-k2']['mean_abs'] * 100:.1f}%"
 
 
 def _heldout_model_errors() -> str:
-    errs = [abs(r.predicted_tokens_per_s_per_gpu / r.measured_tokens_per_s_per_gpu - 1) for r in _heldout_model_rows()]
-    return f"{sum(errs) / len(errs) * 100:.1f}%, max {max(errs) * 100:.1f}%"
+    s = _heldout_model_summary()["gpt-oss-120b"]
+    return f"{s['mean_abs'] * 100:.1f}%, max {s['max_abs'] * 100:.1f}%"
 
 
 def _heldout_model_signed() -> str:
-    errs = [r.predicted_tokens_per_s_per_gpu / r.measured_tokens_per_s_per_gpu - 1 for r in _heldout_model_rows()]
-    return f"{sum(errs) / len(errs) * 100:.1f}%"
+    return f"{_heldout_model_summary()['gpt-oss-120b']['mean'] * 100:.1f}%"
 
 
 def _lomo_range() -> str:
@@ -246,10 +242,8 @@ def _lomo_range() -> str:
 
 
 def _heldout_model_coverage() -> str:
-    rows = _heldout_model_rows()
-    inside = sum(r.interval is not None and r.interval[0] <= r.measured_tokens_per_s_per_gpu <= r.interval[1]
-                 for r in rows)
-    return f"{inside} of {len(rows)}"
+    s = _heldout_model_summary()["gpt-oss-120b"]
+    return f"{s['inside']:.0f} of {s['runs']:.0f}"
 
 
 def _logo_coverage() -> str:

@@ -285,15 +285,11 @@ _HF_COMMON = {
     "vocab_size": "vocab_size",
     "tie_word_embeddings": "tie_embeddings",
 }
-_HF_DEEPSEEK = {
-    **_HF_COMMON,
+#: DeepSeek-V3's MoE as its config.json names it (dense first layers, shared experts, group-limited routing, MTP):
+#: DeepSeek's own families and GLM-4.5's, which puts GQA attention in front of it.
+_HF_DEEPSEEK_MOE = {
     "first_k_dense_replace": "n_dense_layers",
     "intermediate_size": "dense_inter_dim",
-    "q_lora_rank": "q_lora_rank",
-    "kv_lora_rank": "kv_lora_rank",
-    "qk_nope_head_dim": "qk_nope_head_dim",
-    "qk_rope_head_dim": "qk_rope_head_dim",
-    "v_head_dim": "v_head_dim",
     "n_routed_experts": "n_routed_experts",
     "n_shared_experts": "n_shared_experts",
     "num_experts_per_tok": "top_k",
@@ -304,6 +300,15 @@ _HF_DEEPSEEK = {
     "routed_scaling_factor": "route_scale",
     "norm_topk_prob": "norm_topk_prob",
     "num_nextn_predict_layers": "n_mtp_layers",
+}
+_HF_DEEPSEEK = {
+    **_HF_COMMON,
+    **_HF_DEEPSEEK_MOE,
+    "q_lora_rank": "q_lora_rank",
+    "kv_lora_rank": "kv_lora_rank",
+    "qk_nope_head_dim": "qk_nope_head_dim",
+    "qk_rope_head_dim": "qk_rope_head_dim",
+    "v_head_dim": "v_head_dim",
 }
 _HF_QWEN3_MOE = {
     **_HF_COMMON,
@@ -324,20 +329,10 @@ _HF_MIXTRAL = {
 }
 _HF_GLM4_MOE = {
     **_HF_COMMON,
+    **_HF_DEEPSEEK_MOE,
     "num_key_value_heads": "n_kv_heads",
     "head_dim": "head_dim",
     "use_qk_norm": "qk_norm",
-    "first_k_dense_replace": "n_dense_layers",
-    "intermediate_size": "dense_inter_dim",
-    "n_routed_experts": "n_routed_experts",
-    "n_shared_experts": "n_shared_experts",
-    "num_experts_per_tok": "top_k",
-    "moe_intermediate_size": "moe_inter_dim",
-    "n_group": "n_group",
-    "topk_group": "topk_group",
-    "routed_scaling_factor": "route_scale",
-    "norm_topk_prob": "norm_topk_prob",
-    "num_nextn_predict_layers": "n_mtp_layers",
 }
 _HF_GPT_OSS = {
     **_HF_COMMON,

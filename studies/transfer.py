@@ -133,8 +133,8 @@ def transfer_markdown() -> str:
     rows = [r for r in result.rows if r.predicted_tokens_per_s_per_gpu is not None]
 
     def err(row: ValidationRow) -> float:
-        assert row.predicted_tokens_per_s_per_gpu is not None
-        return row.predicted_tokens_per_s_per_gpu / row.measured_tokens_per_s_per_gpu - 1
+        assert row.error is not None
+        return row.error
 
     lines = [
         "# Transfer: the joint calibration and the runs it did not see",
