@@ -82,7 +82,7 @@ def compare(spec: CompareFile, points: list[MeasuredPoint]) -> dict[str, Any]:
         args = _predict_args(variant)
         try:
             run = predict_cmd._compute(args)
-            intervals, _ = predict_cmd._intervals(run.predictions, args)
+            intervals, _ = predict_cmd._intervals(run.predictions, args, run.provenance.get("cluster"))
         except MoesimError as err:
             raise ConfigError(f"{spec.path}: variant {variant.name!r}: {err}") from None
         pred = run.predictions[0]

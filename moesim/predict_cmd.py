@@ -221,10 +221,12 @@ def _calibration_sd(cal: Any) -> float:
     return calibration_sd(cal.tables.get("residuals", {}))
 
 
-def _intervals(preds: list[Any], args: argparse.Namespace) -> tuple[list[Any], str]:
+def _intervals(preds: list[Any], args: argparse.Namespace, cluster: str | None = None) -> tuple[list[Any], str]:
     """p10-p90 tokens/s per GPU of every prediction (:func:`sim.uncertainty.prediction_interval`) from the
     stored residuals of the held-out measured runs of its stack (``--intervals FILE``, else the shipped
     :mod:`sim.interval_data` file) and the calibration's residuals; and a note when there are none.
+    ``cluster``: the plan's cluster template, judged as its own system class when the catalog holds it (a
+    user's cluster file is judged by its GPU's default template).
     An explicit ``--intervals`` file that cannot be read is a :class:`ConfigError`; a missing shipped one
     means no interval."""
     from sim import interval_data
@@ -235,7 +237,10 @@ def _intervals(preds: list[Any], args: argparse.Namespace) -> tuple[list[Any], s
     data = interval_data.load(path) if path else interval_data.load_shipped()
     if data is None:
         return [None] * len(preds), interval_data.interval_note()
-    intervals = [prediction_interval(p, calibration_sd=sd, data=data) for p in preds]
+    from sim.catalog import cluster_names
+
+    template = cluster if cluster in cluster_names() else None
+    intervals = [prediction_interval(p, calibration_sd=sd, data=data, cluster=template) for p in preds]
     bare = sorted({p.stack for p, iv in zip(preds, intervals, strict=True) if iv is None})
     note = (f"no p10-p90 interval for stack {', '.join(bare)}: its framework has no held-out measured run and "
             "the calibration no residual spread, so the error is unknown" if bare else "")
@@ -507,7 +512,7 @@ def run_predict(args: argparse.Namespace) -> int:
 
             write_chrome_trace(run.predictions, args.trace, microbatches=getattr(args, "trace_microbatches", None))
             run.notes.extend(_trace_notes(run.predictions, args.trace, getattr(args, "trace_microbatches", None)))
-        intervals, interval_note = _intervals(run.predictions, args)
+        intervals, interval_note = _intervals(run.predictions, args, run.provenance.get("cluster"))
         _apply_flops_formula(run.predictions, getattr(args, "flops_formula", "torchtitan"))
     except MoesimError as err:
         print(f"moesim predict: error: {err}", file=sys.stderr)

@@ -44,6 +44,7 @@ __all__ = [
     "AC_MODES",
     "PRECISIONS",
     "EP_BACKENDS",
+    "TRANSPORTS",
     "ATTENTION_KINDS",
     "SCORE_FUNCS",
     "RECOMPUTE_MODULES",
@@ -58,7 +59,9 @@ AC_MODES = ("none", "selective", "full")
 PRECISIONS = ("bf16", "mxfp8-grouped", "mxfp8", "fp8-blockwise", "fp8-current")
 #: Megatron-Core ``--recompute-modules`` names (``ac = "selective"``).
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "moe", "shared_experts")
-EP_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep")
+EP_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep", "uccl-ep")
+#: scale-out transports a fabric can run (:attr:`FabricSpec.transport`)
+TRANSPORTS = ("infiniband", "efa")
 #: gradient accumulation / reduction dtypes a plan may name, and their bytes per element.
 GRAD_REDUCE_DTYPES = ("fp32", "bf16")
 GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2}
@@ -290,7 +293,9 @@ class FabricSpec:
 
     ``kind="rail-optimized"``: NIC i of every node goes to rail leaf i; ``nodes_per_leaf`` nodes share a
     leaf group (a SuperPOD scalable unit is 32 nodes). Above the leaves, ``tiers`` (2: leaf/spine, 3:
-    leaf/spine/core) with oversubscription ratios (1.0 = non-blocking).
+    leaf/spine/core) with oversubscription ratios (1.0 = non-blocking). ``transport``: what the NICs speak,
+    ``"infiniband"`` (RDMA with GPU-initiated IBGDA) or ``"efa"`` (AWS Elastic Fabric Adapter: SRD over
+    libfabric, no IBGDA; :mod:`sim.comm.transport`).
     """
 
     kind: str = "rail-optimized"
@@ -300,9 +305,11 @@ class FabricSpec:
     spine_oversubscription: float = 1.0
     hop_latency_s: float = 1e-6
     nic_latency_s: float = 2e-6
+    transport: str = "infiniband"
 
     def __post_init__(self) -> None:
         _require_choice("fabric", "kind", self.kind, ("rail-optimized", "fat-tree"))
+        _require_choice("fabric", "transport", self.transport, TRANSPORTS)
         check_fields("fabric", vars(self), FABRIC_BOUNDS)
         if self.tiers not in (2, 3):
             raise ConfigError(f"fabric: tiers must be 2 or 3, got {self.tiers}")

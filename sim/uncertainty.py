@@ -46,7 +46,7 @@ from typing import Any
 
 from sim.errors import ConfigError, MoesimError
 
-__all__ = ["Interval", "interval", "prediction_interval", "stack_family", "calibration_sd", "loo_coverage",
+__all__ = ["Interval", "interval", "prediction_interval", "stack_family", "calibration_sd", "loo_coverage", "transport_of",
            "measured_run_pairs", "residuals_by_stack", "T90", "DISTANCES", "BEYOND_FACTOR",
            "SCALE_SPAN", "Placement", "classify", "nearest_runs", "distance_interval", "format_evidence",
            "logo_interval_coverage"]
@@ -228,9 +228,10 @@ def classify(rows: Sequence[Any], cluster: str, family: str, n_gpus: int, ep_bac
     catalog ``model`` name) from the measured ``rows`` (:class:`sim.interval_data.ResidualRow`):
 
     - "beyond the envelope": more than 2x the largest GPU count measured on its class, a backend or
-      precision never measured on its class (a class never measured is compared with every measured run), or
-      a model no run measured (its shapes were never checked: GPT-OSS-120B's held-out runs,
-      ``docs/transfer.md``, err by 13% on average where the measured models' groups err by 4%);
+      precision never measured on its class (a class never measured is compared with every measured run), a
+      fabric transport no run measured (EFA: its held-out runs, ``docs/transfer.md``), or a model no run
+      measured (its shapes were never checked: GPT-OSS-120B's held-out runs, ``docs/transfer.md``, err by 13%
+      on average where the measured models' groups err by 4%);
     - "measured group": same class and stack family as a measured run, within [0.5x, 2x] of one of that
       group's GPU counts;
     - "new group" otherwise (a new GPU or rack class, a new stack, a scale between the group's).
@@ -260,6 +261,10 @@ def classify(rows: Sequence[Any], cluster: str, family: str, n_gpus: int, ep_bac
             seen = sorted({getattr(r, "ep_backend" if what == "EP backend" else "precision") for r in ref})
             if value and value not in seen:
                 reasons.append(f"{what} {value} was never measured on {where} (measured: {', '.join(seen)})")
+    transports = sorted({transport_of(r.cluster) for r in rows})
+    mine = transport_of(cluster)
+    if transports and mine not in transports:
+        reasons.append(f"fabric transport {mine} ({cluster}) was never measured (measured: {', '.join(transports)})")
     models = sorted({m for m in (getattr(r, "model", "") for r in rows) if m})
     if model and models and model not in models:
         reasons.append(f"model {model} was never measured (measured: {', '.join(models)})")
@@ -276,6 +281,17 @@ def classify(rows: Sequence[Any], cluster: str, family: str, n_gpus: int, ep_bac
         why = (f"{n_gpus} GPUs is outside [0.5x, 2x] of the {cluster} x {family} runs' counts "
                f"({', '.join(str(g) for g in sorted({r.gpus for r in group}))})")
     return Placement(cluster, family, DISTANCES[1], (why,))
+
+
+def transport_of(cluster: str) -> str:
+    """The scale-out transport of the built-in cluster template ``cluster`` (``"infiniband"`` for a name the
+    catalog does not hold: a user's own cluster is judged by its template elsewhere)."""
+    from sim.catalog import load_cluster
+
+    try:
+        return load_cluster(cluster).fabric.transport
+    except MoesimError:
+        return "infiniband"
 
 
 def nearest_runs(rows: Sequence[Any], cluster: str, family: str, n_gpus: int, model: str,

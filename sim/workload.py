@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from sim import ops
+from sim.comm.costs import DEEPEP_API_BACKENDS
 from sim.documents import attended_keys
 from sim.pp_layout import split_layers
 from sim.specs import ModelSpec, ParallelPlan
@@ -177,7 +178,7 @@ class Workload:
         DeepEP path that does not split the tokens over the TP ranks: :attr:`StackProfile.deepep_tp_token_split`)."""
         if self.plan.etp != 1:
             return self.tokens
-        if self.plan.ep > 1 and self.plan.ep_backend == "deepep" and not self.stack.deepep_tp_token_split:
+        if self.plan.ep > 1 and self.plan.ep_backend in DEEPEP_API_BACKENDS and not self.stack.deepep_tp_token_split:
             return self.tokens
         return self.tokens / self.plan.tp
 

@@ -1,8 +1,11 @@
 """Runs no fit reads, predicted with the shipped calibration: how far its answers carry.
 
-Two files in the dataset's schema: ``studies/data/heldout_models.toml``, models no fit has seen (GPT-OSS-120B's and
-Kimi-K2's Megatron-Bridge runs), and ``studies/data/heldout_runs.toml``, the other rows of the Megatron-Bridge
-performance tables for the fitted models (containers, GPUs and plans the fit did not read).
+Three files in the dataset's schema: ``studies/data/heldout_models.toml``, models no fit has seen (GPT-OSS-120B's and
+Kimi-K2's Megatron-Bridge runs), ``studies/data/heldout_runs.toml``, the other rows of the Megatron-Bridge
+performance tables for the fitted models (containers, GPUs and plans the fit did not read), and
+``studies/data/efa_runs.toml``, a fabric and a backend no fitted run uses (Qwen3-235B over AWS EFA with NCCL,
+DeepEP and UCCL-EP; measured-runs.md s7), predicted with the transport's sourced costs alone
+(:mod:`sim.comm.transport`).
 
 The joint calibration is fitted on DeepSeek-V3 and Qwen3 runs. GPT-OSS-120B differs where the cost model is
 least tied down (64-wide attention heads, every other layer in a 128-token window, 128 experts of 2880 in BF16,
@@ -26,13 +29,15 @@ from pathlib import Path
 from studies.dataset import MeasuredRun, load_runs
 from studies.validate import ValidationRow, validate_runs
 
-__all__ = ["HELDOUT_MODELS", "HELDOUT_RUNS", "heldout_rows", "heldout_markdown", "heldout_runs_markdown", "summary",
-           "SAME_PLAN_PAIRS"]
+__all__ = ["EFA_RUNS", "HELDOUT_MODELS", "HELDOUT_RUNS", "heldout_rows", "heldout_markdown", "heldout_runs_markdown",
+           "efa_markdown", "summary", "SAME_PLAN_PAIRS"]
 
 #: Runs of models no fitted run uses (the dataset's schema; no fit reads them).
 HELDOUT_MODELS = Path(__file__).resolve().parent / "data" / "heldout_models.toml"
 #: Other Megatron-Bridge table rows of the fitted models (the dataset's schema; no fit reads them).
 HELDOUT_RUNS = Path(__file__).resolve().parent / "data" / "heldout_runs.toml"
+#: Runs over AWS EFA, three all-to-all backends (the dataset's schema; no fit reads them).
+EFA_RUNS = Path(__file__).resolve().parent / "data" / "efa_runs.toml"
 #: (GPU, over GPU) pairs of GPT-OSS-120B that run the same plan in every container (EP8 on HGX, EP64 on the rack).
 SAME_PLAN_PAIRS = (("b300", "b200"), ("gb300", "gb200"))
 PAIRS_MODEL = "gpt-oss-120b"
@@ -137,6 +142,43 @@ def heldout_runs_markdown(path: Path = HELDOUT_RUNS) -> list[str]:
             f"{every['inside']:.0f} of {every['runs']:.0f}.", "",
             *_summary_lines("model", summary(rows, lambda r: r.model)), "",
             *_summary_lines("GPU", summary(rows, lambda r: r.gpu)), "", *_run_lines(rows, runs), ""]
+
+
+def efa_markdown(path: Path = EFA_RUNS) -> list[str]:
+    """The EFA section of ``docs/transfer.md``: the summary by backend and by microbatch size, each run, and each
+    backend's throughput over NCCL's at the same plan, predicted against measured."""
+    runs, rows = _predicted(path)
+    every = summary(rows, lambda r: "all")["all"]
+    backend = lambda r: str(runs[r.run_id].plan.get("ep_backend", "nccl"))  # noqa: E731
+    lines = ["## A fabric and backends the fit never saw: AWS EFA (held out)", "",
+             f"`{path.relative_to(path.parents[2])}`: Qwen3-235B on 4 x p6-b300 (32 B300, 800 Gb/s EFA per GPU), "
+             "Megatron-Bridge 26.04.01, TP8 with full recompute, EP16 and EP32, microbatch 4 and 1, each with NCCL's "
+             "all-to-all, DeepEP over NVSHMEM's libfabric proxy and UCCL-EP (awslabs/awsome-distributed-ai, "
+             "measured-runs.md s7). No fit reads them: EFA's costs are sourced only (`sim/comm/transport.py`: "
+             "NCCL's all-to-all rate and per-call cost from nccl-tests on p5, the CPU proxy's hop and RDMA share "
+             "from UCCL-EP's benchmarks).", "",
+             f"{every['runs']:.0f} runs: mean |error| **{every['mean_abs'] * 100:.1f}%**, max "
+             f"**{every['max_abs'] * 100:.1f}%**, mean signed {every['mean'] * 100:+.1f}%.", "",
+             *_summary_lines("backend", summary(rows, backend)), "",
+             *_summary_lines("microbatch", summary(rows, lambda r: f"MBS {runs[r.run_id].plan.get('micro_batch', 1)}")),
+             "", *_run_lines(rows, runs), "",
+             "Each backend over NCCL at the same plan (per-GPU throughput ratio):", "",
+             "| plan | backend | predicted | measured | error |", "|---|---|---:|---:|---:|"]
+    by_plan = {(_plan_key(runs[r.run_id]), backend(r)): r for r in rows}
+    for (plan, name), r in sorted(by_plan.items()):
+        base = by_plan.get((plan, "nccl"))
+        if name == "nccl" or base is None:
+            continue
+        assert r.predicted_tokens_per_s_per_gpu is not None and base.predicted_tokens_per_s_per_gpu is not None
+        predicted = r.predicted_tokens_per_s_per_gpu / base.predicted_tokens_per_s_per_gpu
+        measured = r.measured_tokens_per_s_per_gpu / base.measured_tokens_per_s_per_gpu
+        lines.append(f"| {plan} | {name} | {predicted:.3f}x | {measured:.3f}x | {(predicted / measured - 1) * 100:+.1f}% |")
+    return lines + [""]
+
+
+def _plan_key(run: MeasuredRun) -> str:
+    p = run.plan
+    return f"PP{p.get('pp', 1)} EP{p.get('ep', 1)} MBS{p.get('micro_batch', 1)}"
 
 
 def _pair_lines(rows: Sequence[ValidationRow], runs: dict[str, MeasuredRun]) -> list[str]:

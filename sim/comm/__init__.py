@@ -1,7 +1,8 @@
 """Collective communication costs over the topology: MoE all-to-all backends and ring collectives.
 
 One interface, one backend per module: :mod:`sim.comm.alltoall` (:func:`moe_alltoall`) hands each request
-to :mod:`sim.comm.nccl`, :mod:`sim.comm.deepep`, :mod:`sim.comm.deepep_ll` or :mod:`sim.comm.hybridep`;
+to :mod:`sim.comm.nccl`, :mod:`sim.comm.deepep` (DeepEP and UCCL-EP), :mod:`sim.comm.deepep_ll` or
+:mod:`sim.comm.hybridep`; :mod:`sim.comm.transport` says what the fabric's transport (InfiniBand, EFA) adds;
 :mod:`sim.comm.costs` holds every constant (:class:`CommCosts`), :mod:`sim.comm.fabric` the topology
 and flows, :mod:`sim.comm.collectives` rings and p2p.
 
@@ -10,8 +11,9 @@ Every cost parameter lives in :class:`CommCosts` with its source (``published.md
 
 - :func:`alltoall_times`: a generic all-to-all of an (n x n) byte matrix as concurrent flows over the
   topology (max-min fair, event driven; :func:`sim.topology.transfer_times_ids`).
-- :func:`moe_alltoall`: one MoE dispatch or combine for the ``nccl``, ``deepep``, ``deepep-ll`` and
-  ``hybridep`` backends (published.md sections 1, 5, 6).
+- :func:`moe_alltoall`: one MoE dispatch or combine for the ``nccl``, ``deepep``, ``deepep-ll``,
+  ``hybridep`` and ``uccl-ep`` backends (published.md sections 1, 5, 6), over InfiniBand or EFA
+  (:mod:`sim.comm.transport`).
 - :func:`allgather_time`, :func:`reduce_scatter_time`, :func:`allreduce_time`: rings over the group's
   bottleneck link; :func:`p2p_time`: one transfer.
 
@@ -42,6 +44,7 @@ from sim.comm.collectives import (
 )
 from sim.comm.costs import (
     BOUND_BY,
+    DEEPEP_API_BACKENDS,
     FP8_WITH_SCALES_BYTES_PER_ELEM,
     LINKS,
     MOE_BACKENDS,
@@ -56,6 +59,7 @@ from sim.comm.fabric import alltoall_times
 __all__ = [
     "BACKENDS",
     "BOUND_BY",
+    "DEEPEP_API_BACKENDS",
     "FP8_WITH_SCALES_BYTES_PER_ELEM",
     "LINKS",
     "MOE_BACKENDS",

@@ -11,12 +11,13 @@ from functools import lru_cache
 import numpy as np
 
 from sim.comm.case import Case
-from sim.comm.costs import MOE_BACKENDS, PHASES, AllToAllResult, CommCosts
+from sim.comm.costs import DEEPEP_API_BACKENDS, MOE_BACKENDS, PHASES, AllToAllResult, CommCosts
 from sim.comm.deepep import deepep_alltoall
 from sim.comm.deepep_ll import deepep_ll_alltoall
 from sim.comm.fabric import canonical_ranks, check_ranks, topology_of
 from sim.comm.hybridep import hybridep_alltoall
 from sim.comm.nccl import nccl_alltoall
+from sim.comm.transport import unsupported_reason
 from sim.errors import ConfigError
 from sim.specs import ClusterSpec, ModelSpec
 
@@ -28,6 +29,7 @@ BACKENDS: dict[str, Callable[[Case], AllToAllResult]] = {
     "deepep": deepep_alltoall,
     "deepep-ll": deepep_ll_alltoall,
     "hybridep": hybridep_alltoall,
+    "uccl-ep": deepep_alltoall,
 }
 assert tuple(BACKENDS) == MOE_BACKENDS
 
@@ -70,6 +72,12 @@ def moe_alltoall(
       tables (NVLink domain: GB200 NVL72; InfiniBand: H100) as shares of the link they were measured on.
     - ``deepep-ll`` (s5): one copy per expert, pure RDMA without PXN (NVLink inside a domain); the
       published latency table scaled linearly by bytes and link rate, floored by the flow model.
+    - ``uccl-ep``: UCCL-EP, DeepEP's API and normal-mode traffic over a CPU proxy thread (any NIC, EFA
+      included): ``deepep``'s model plus the proxy hop across domains (:mod:`sim.comm.transport`).
+
+    The fabric's transport (InfiniBand or EFA, :mod:`sim.comm.transport`) sets NCCL's all-to-all share of the
+    network and fixed cost per call, and whether DeepEP reaches the network through a proxy; Hybrid-EP across
+    an EFA fabric is refused (:class:`ConfigError`).
 
     Skew: ranks hosting hot experts receive (dispatch) or send (combine) more. Every rank exchanges data
     with the slowest rank and the next MoE op needs all of its tokens, so every rank's ``time_s`` is the
@@ -96,7 +104,7 @@ def moe_alltoall(
         raise ConfigError(f"moe_alltoall: tokens_per_rank must be non-negative, got {tokens_per_rank}")
     if not bytes_per_elem > 0:
         raise ConfigError(f"moe_alltoall: bytes_per_elem must be positive, got {bytes_per_elem}")
-    if backend in ("deepep", "hybridep") and not 0 < num_sms <= cluster.gpu.num_sms:
+    if backend in (*DEEPEP_API_BACKENDS, "hybridep") and not 0 < num_sms <= cluster.gpu.num_sms:
         raise ConfigError(
             f"moe_alltoall: num_sms ({num_sms}) must lie in 1..{cluster.gpu.num_sms} (SMs of {cluster.gpu.name})"
         )
@@ -114,6 +122,10 @@ def moe_alltoall(
     if routing == "round-robin" and expert_load is not None:
         raise ConfigError("moe_alltoall: routing 'round-robin' is balanced by construction; pass expert_load=None")
     c, shifted = canonical_ranks(cluster, rk)
+    spans = len({r // cluster.nvlink_domain_gpus for r in rk}) > 1
+    reason = unsupported_reason(cluster, backend, internode=spans)
+    if reason is not None:
+        raise ConfigError(f"moe_alltoall: {reason}")
     return _moe_cached(
         c, shifted, int(tokens_per_rank), model, backend, phase, costs, float(bytes_per_elem),
         int(num_sms), load_key, int(seed), routing,

@@ -39,6 +39,11 @@ class Case:
         return len(self.ranks)
 
     @property
+    def internode(self) -> bool:
+        """Whether the group spans more than one NVLink domain (bytes cross the scale-out fabric)."""
+        return bool(np.unique(self.dom).size > 1)
+
+    @property
     def token_bytes(self) -> float:
         return self.model.dim * self.bytes_per_elem
 

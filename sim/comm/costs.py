@@ -11,10 +11,14 @@ import numpy as np
 
 from sim.errors import ConfigError
 
-__all__ = ["BOUND_BY", "FP8_WITH_SCALES_BYTES_PER_ELEM", "LINKS", "MOE_BACKENDS", "PHASES", "AllToAllResult", "CommCost",
-           "CommCosts"]
+__all__ = ["BOUND_BY", "DEEPEP_API_BACKENDS", "FP8_WITH_SCALES_BYTES_PER_ELEM", "LINKS", "MOE_BACKENDS", "PHASES",
+           "AllToAllResult", "CommCost", "CommCosts"]
 
-MOE_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep")
+MOE_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep", "uccl-ep")
+#: backends that run DeepEP v1's normal-mode kernels behind DeepEP's API (UCCL-EP is a drop-in replacement of
+#: ``deep_ep.Buffer``): the same node-deduplicated traffic, notify barrier and SM reservation
+DEEPEP_API_BACKENDS = ("deepep", "uccl-ep")
+
 PHASES = ("dispatch", "combine")
 # DeepEP FP8 dispatch: 1 byte per element plus one fp32 scale per 128 (published.md s6: 7,392 B at D=7168).
 FP8_WITH_SCALES_BYTES_PER_ELEM = 1.0 + 4.0 / 128
@@ -93,6 +97,29 @@ class CommCosts:
     deepep_internode_nvlink_fraction: float = 0.78
     # Notify (count exchange on the GPU) + barrier per DeepEP kernel, as in DeepEP's benchmarks. ASSUMED.
     deepep_overhead_s: float = 10e-6
+    # AWS EFA (SRD over libfabric; FabricSpec.transport = "efa"). NCCL's all-to-all through aws-ofi-nccl, from
+    # nccl-tests alltoall_perf on p5.48xlarge (8 H100, 4 x 100 Gb/s EFA per GPU; crazyguitar/
+    # aws-gpu-communication-benchmark data/nccl_alltoall.csv @a77f70d: 2-32 nodes, 32 MB-2 GB per rank). One
+    # least-squares fit of time = call + per_peer x (ranks - 1) + inter-node bytes / rate over all 35 points
+    # (DERIVED; mean |residual| 6%, largest 20% at 32 MB on 32 nodes): 0.186 ms per call, 4.15 us per peer, 41.0
+    # GB/s of the 50 GB/s per GPU (efa_a2a_fraction, in place of InfiniBand's NCCL all-to-all share). Applies to
+    # an NCCL all-to-all whose group spans NVLink domains over an EFA fabric.
+    efa_a2a_fraction: float = 41.0 / 50
+    efa_a2a_call_s: float = 0.186e-3
+    efa_a2a_per_peer_s: float = 4.15e-6
+    # GPU-initiated EP kernels without IBGDA: a CPU proxy thread turns the kernel's requests into RDMA writes
+    # (UCCL-EP everywhere; DeepEP's NVSHMEM over libfabric on EFA). UCCL-EP's comparison
+    # (uccl-project/uccl ep/docs/deepep-efa-comparison-zh.md @e7cd649): B200 + 400G EFA low-latency dispatch
+    # 228 us / combine 318 us against DeepEP's IBGDA 118 / 195 us on H800 (same 128-token EP16 case): the proxy
+    # hop adds 110 / 123 us, mean 116 us per kernel; normal mode "on par with DeepEP" (UCCL-EP 49.7 / 57.7 GB/s
+    # dispatch / combine on B200 + 400G EFA, DeepEP 43-58 GB/s on CX7 IB), so the rates stay DeepEP's.
+    proxy_overhead_s: float = 116e-6
+    # The same kernels' RDMA rate through the proxy, as a share of the NIC line rate: UCCL-EP's normal-mode EP16
+    # (2 nodes, 4096 tokens, hidden 7168, top-8) on B200 + 400 Gb/s EFA moves 49.7 (dispatch) / 57.7 (combine)
+    # GB/s in DeepEP's logical RDMA bytes (every node a token reaches, its own included: 1.99 of 2), i.e.
+    # 24.7 / 28.7 GB/s physical of the 50 GB/s line (DERIVED, same comparison as above): mean 0.53, in place of
+    # DeepEP's IBGDA share (deepep_rdma_fraction).
+    proxy_rdma_fraction: float = 0.53
     # DeepEP normal-mode kernels IN TRAINING, as mechanisms (:func:`sim.comm.deepep.in_training_s`); the
     # microbenchmark model above reproduces DeepEP's tables, these two numbers add what training adds.
     # (1) Barrier waits: notify_dispatch / cached_notify end in a barrier over the EP group, so a rank waits

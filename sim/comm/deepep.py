@@ -14,7 +14,8 @@ import numpy as np
 
 from sim.comm.barrier import barrier_wait_s
 from sim.comm.case import Case
-from sim.comm.costs import AllToAllResult, CommCost, CommCosts
+from sim.comm.costs import DEEPEP_API_BACKENDS, AllToAllResult, CommCost, CommCosts
+from sim.comm.transport import proxy_s
 from sim.comm.fabric import (
     alltoall_result,
     flow_bound,
@@ -30,9 +31,10 @@ __all__ = ["DedupTraffic", "dedup_result", "dedup_traffic", "deepep_alltoall", "
 
 def in_training_s(result: AllToAllResult, costs: CommCosts, *, peers: int, work_s: float,
                   overlapped: bool) -> float:
-    """Seconds of one DeepEP normal-mode dispatch or combine inside a training step: the microbenchmark
-    model's kernel, slowed by ``costs.overlap_kernel_slowdown`` where the schedule runs it under compute
-    (``overlapped``), plus its notify: DeepEP's benchmark overhead and the barrier wait for the slowest of
+    """Seconds of one DeepEP normal-mode dispatch or combine (DeepEP's API: :data:`DEEPEP_API_BACKENDS`) inside a
+    training step: the microbenchmark model's kernel, slowed by ``costs.overlap_kernel_slowdown`` where the
+    schedule runs it under compute (``overlapped``), plus its fixed part (notify overhead, a CPU proxy hop) and
+    the barrier wait for the slowest of
     ``peers`` ranks, whose arrivals spread by ``costs.arrival_cv * work_s`` (``work_s``: the compute since
     the previous barrier; :mod:`sim.comm.barrier`). Other backends: the model's time.
 
@@ -48,10 +50,19 @@ def in_training_s(result: AllToAllResult, costs: CommCosts, *, peers: int, work_
     4878
     """
     t = float(result.time_s.max())
-    if result.backend != "deepep" or t <= 0:
+    if result.backend not in DEEPEP_API_BACKENDS or t <= 0:
         return t
-    kernel = (t - costs.deepep_overhead_s) * (1.0 + (costs.overlap_kernel_slowdown if overlapped else 0.0))
-    return kernel + costs.deepep_overhead_s + barrier_wait_s(peers, costs.arrival_cv * max(work_s, 0.0))
+    fixed = _fixed_s(result, costs)
+    kernel = (t - fixed) * (1.0 + (costs.overlap_kernel_slowdown if overlapped else 0.0))
+    return kernel + fixed + barrier_wait_s(peers, costs.arrival_cv * max(work_s, 0.0))
+
+
+def _fixed_s(result: AllToAllResult, costs: CommCosts) -> float:
+    """The part of a DeepEP-API kernel's time that compute beside it does not slow: its notify overhead and,
+    where it has one, the CPU proxy hop (the cost model's ``latency`` term)."""
+    if result.cost is None:
+        return costs.deepep_overhead_s
+    return dict(result.cost.terms).get("latency", costs.deepep_overhead_s)
 
 
 def in_training_cost(result: AllToAllResult, costs: CommCosts, *, peers: int, work_s: float,
@@ -69,14 +80,14 @@ def in_training_cost(result: AllToAllResult, costs: CommCosts, *, peers: int, wo
     True
     """
     base = result.cost
-    if base is None or result.backend != "deepep":
+    if base is None or result.backend not in DEEPEP_API_BACKENDS:
         return base
     seconds = in_training_s(result, costs, peers=peers, work_s=work_s, overlapped=overlapped)
     if float(result.time_s.max()) <= 0:
         return CommCost.of(seconds, base.link, base.bytes, {"latency": seconds})
     slow = 1.0 + (costs.overlap_kernel_slowdown if overlapped else 0.0)
     terms = {k: v * slow for k, v in base.terms if k != "latency"}
-    terms["latency"] = costs.deepep_overhead_s + barrier_wait_s(peers, costs.arrival_cv * max(work_s, 0.0))
+    terms["latency"] = _fixed_s(result, costs) + barrier_wait_s(peers, costs.arrival_cv * max(work_s, 0.0))
     return CommCost.of(seconds, base.link, base.bytes, terms)
 
 
@@ -179,13 +190,15 @@ def dedup_result(c: Case, traffic: DedupTraffic, time: np.ndarray, edge_bytes: n
 
 
 def deepep_alltoall(c: Case) -> AllToAllResult:
-    """One DeepEP v1 normal-mode dispatch or combine: max(link-limited flow time, SM-limited time from the
-    ``num_sms`` curve (NVLink) and ``deepep_rdma_bw_per_sm`` (RDMA)) + ``deepep_overhead_s``. Cost terms:
-    the flow time on its bottleneck link (``nic``/``nvlink``), the SM-limited time (``sms``), the overhead
-    (``latency``)."""
+    """One DeepEP v1 normal-mode dispatch or combine (or UCCL-EP's, the same kernels behind DeepEP's API):
+    max(link-limited flow time, SM-limited time from the ``num_sms`` curve (NVLink) and
+    ``deepep_rdma_bw_per_sm`` (RDMA)) + ``deepep_overhead_s`` + the CPU proxy hop where the kernel has one
+    (:func:`sim.comm.transport.proxy_s`: UCCL-EP, or DeepEP on EFA). Cost terms: the flow time on its
+    bottleneck link (``nic``/``nvlink``), the SM-limited time (``sms``), the fixed part (``latency``)."""
     costs = c.costs
     traffic = dedup_traffic(c)
-    cap = scaled_capacity(c.topo, costs, "deepep", internode=traffic.n_domains > 1)
+    proxy = proxy_s(c.cluster, costs, c.backend, internode=traffic.n_domains > 1)
+    cap = scaled_capacity(c.topo, costs, "deepep", internode=traffic.n_domains > 1, proxied=proxy > 0)
     done, edge_bytes, _ = flows_from_matrix(c.topo, c.ranks, traffic.nvl + traffic.rdma, cap, pxn=True)
     sm_time = np.maximum(
         traffic.nvl_work / deepep_nvlink_bw(c.num_sms, c.phase, c.bytes_per_elem, costs),
@@ -193,6 +206,7 @@ def deepep_alltoall(c: Case) -> AllToAllResult:
     )
     slowest = float(np.maximum(done, sm_time).max()) if c.tokens else 0.0
     bound, link = flow_bound(c.topo, edge_bytes, cap)
+    fixed = costs.deepep_overhead_s + proxy
     terms = {bound: float(done.max()) if c.tokens else 0.0, "sms": float(sm_time.max()) if c.tokens else 0.0,
-             "latency": costs.deepep_overhead_s}
-    return dedup_result(c, traffic, np.full(c.n, slowest + costs.deepep_overhead_s), edge_bytes, terms, link)
+             "latency": fixed}
+    return dedup_result(c, traffic, np.full(c.n, slowest + fixed), edge_bytes, terms, link)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.comm.case import Case
+from sim.comm.transport import proxy_s
 from sim.comm.costs import AllToAllResult, CommCost
 from sim.comm.fabric import (
     alltoall_result,
@@ -25,13 +26,15 @@ __all__ = ["deepep_ll_alltoall"]
 def deepep_ll_alltoall(c: Case) -> AllToAllResult:
     """One low-latency dispatch or combine. Cost terms: the flow time on its bottleneck link + the overhead
     (``latency``) when the flow model wins; else the scaled table on the link it is scaled by (``nic`` when
-    the group spans domains, ``nvlink`` inside one)."""
+    the group spans domains, ``nvlink`` inside one); plus, on EFA, the CPU proxy hop
+    (:func:`sim.comm.transport.proxy_s`)."""
     n, costs, cluster, phase = c.n, c.costs, c.cluster, c.phase
     n_exp, k = c.model.n_routed_experts, c.model.top_k
     flat, nvl, rdma = c.flat_matrix()
-    cap = scaled_capacity(c.topo, costs, "deepep")
+    spans = c.internode
+    proxy = proxy_s(cluster, costs, c.backend, internode=spans)
+    cap = scaled_capacity(c.topo, costs, "deepep", proxied=proxy > 0)
     done, edge_bytes, _ = flows_from_matrix(c.topo, c.ranks, flat, cap, pxn=False)
-    spans = len(set(c.dom.tolist())) > 1
     table = costs.deepep_ll_dispatch_s if phase == "dispatch" else costs.deepep_ll_combine_s
     ref_bytes = costs.deepep_ll_ref_copy_bytes * (1.0 if phase == "dispatch" else 2.0)
     if spans:
@@ -41,14 +44,14 @@ def deepep_ll_alltoall(c: Case) -> AllToAllResult:
         rate_ratio = costs.deepep_ll_ref_nvlink_bw_bytes_per_s / nvl_bw
     scaled = interpolate(n, costs.deepep_ll_ep, table, log_x=True)
     scaled *= c.tokens * k * c.token_bytes / ref_bytes * rate_ratio
-    time = np.full(n, max(float(done.max()) + costs.deepep_overhead_s, scaled))
+    time = np.full(n, max(float(done.max()) + costs.deepep_overhead_s, scaled) + proxy)
     # DeepEP low_latency launch: ceil(E / ceil(E / SMs)) SMs (DeepEP v1 internode_ll.cu).
     sms = -(-n_exp // -(-n_exp // cluster.gpu.num_sms))
     bound, link = flow_bound(c.topo, edge_bytes, cap)
     if float(done.max()) + costs.deepep_overhead_s >= scaled:
-        terms = {bound: float(done.max()), "latency": costs.deepep_overhead_s}
+        terms = {bound: float(done.max()), "latency": costs.deepep_overhead_s + proxy}
     else:
-        terms = {"nic" if spans else "nvlink": scaled}
+        terms = {"nic" if spans else "nvlink": scaled, **({"latency": proxy} if proxy else {})}
     sent = flat.sum(1)
     cost = CommCost.of(float(time.max()), link, float(sent.max()), terms)
     return alltoall_result(time, sent, flat.sum(0), nvl.sum(1), rdma.sum(1), nic_bytes_of(c.topo, c.ranks, edge_bytes),

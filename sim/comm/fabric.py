@@ -14,6 +14,7 @@ import numpy as np
 
 from sim.comm.costs import MOE_BACKENDS, AllToAllResult, CommCost, CommCosts
 from sim.errors import ConfigError
+from sim.comm.transport import nccl_a2a_net_share
 from sim.specs import ClusterSpec
 from sim.topology import EDGE_KINDS, build_topology, route_edge_ids, transfer_times_ids
 
@@ -75,16 +76,18 @@ def nvlink_fraction(cluster: ClusterSpec, costs: CommCosts) -> float:
     return costs.nvlink_fraction_nvl5 if nvl5 else costs.nvlink_fraction_nvl4
 
 
-def scaled_capacity(topo: nx.DiGraph, costs: CommCosts, kind: str, *, internode: bool = False) -> np.ndarray:
+def scaled_capacity(topo: nx.DiGraph, costs: CommCosts, kind: str, *, internode: bool = False,
+                    proxied: bool = False) -> np.ndarray:
     """Each edge's achievable rate for ``kind``: ``nccl`` (NCCL's point-to-point rates), ``nccl_a2a`` (NCCL's
-    all-to-all: its network edges at ``CommCosts.nccl_a2a_net_fraction`` of those) or DeepEP's (any other kind)."""
+    all-to-all: its network edges at :func:`sim.comm.transport.nccl_a2a_net_share`) or DeepEP's (any other kind;
+    ``proxied``: its RDMA through a CPU proxy thread, ``CommCosts.proxy_rdma_fraction``)."""
     cluster: ClusterSpec = topo.graph["cluster"]
     nvl = nvlink_fraction(cluster, costs)
     if kind in ("nccl", "nccl_a2a"):
-        net = costs.ib_fraction * (costs.nccl_a2a_net_fraction if kind == "nccl_a2a" else 1.0)
+        net = nccl_a2a_net_share(cluster, costs) if kind == "nccl_a2a" else costs.ib_fraction
         frac = {"nvlink": nvl, "pcie": costs.ib_fraction, "nic": net, "fabric": net}
     else:
-        rd = costs.deepep_rdma_fraction
+        rd = costs.proxy_rdma_fraction if proxied else costs.deepep_rdma_fraction
         nvl *= costs.deepep_internode_nvlink_fraction if internode else costs.deepep_nvlink_fraction
         frac = {"nvlink": nvl, "pcie": rd, "nic": rd, "fabric": rd}
     scale = np.array([frac[k] for k in EDGE_KINDS])

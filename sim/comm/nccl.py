@@ -9,9 +9,9 @@ import numpy as np
 
 from sim.comm.case import Case
 from sim.comm.costs import AllToAllResult, CommCost
+from sim.comm.transport import nccl_a2a_latency_s
 from sim.comm.fabric import (
     alltoall_result,
-    alltoall_times,
     flow_bound,
     flows_from_matrix,
     nic_bytes_of,
@@ -24,14 +24,15 @@ __all__ = ["nccl_alltoall"]
 def nccl_alltoall(c: Case) -> AllToAllResult:
     """One NCCL dispatch or combine (every rank's time is the slowest rank's). Its :class:`CommCost` terms:
     the flows' time on their bottleneck link (``nic`` or ``nvlink``; the network's rate times
-    ``CommCosts.nccl_a2a_net_fraction``) and the launch + per-peer protocol
-    ``latency``; the count all-to-all's the same (tiny flows: ``latency``)."""
+    :func:`sim.comm.transport.nccl_a2a_net_share`) and the fixed ``latency`` per call
+    (:func:`sim.comm.transport.nccl_a2a_latency_s`: launch and per-peer protocol, or EFA's per-call cost); the
+    count all-to-all's the same (tiny flows: ``latency``)."""
     n, costs = c.n, c.costs
     flat, nvl, rdma = c.flat_matrix()
     cap = scaled_capacity(c.topo, costs, "nccl_a2a")
     done, edge_bytes, _ = flows_from_matrix(c.topo, c.ranks, flat, cap, pxn=True)
-    latency = costs.nccl_launch_s + costs.nccl_a2a_per_peer_s * (n - 1)
-    time = np.full(n, done.max() + costs.nccl_launch_s + costs.nccl_a2a_per_peer_s * (n - 1))
+    latency = nccl_a2a_latency_s(c.cluster, costs, n, internode=c.internode)
+    time = np.full(n, done.max() + latency)
     bound, link = flow_bound(c.topo, edge_bytes, cap)
     sent = flat.sum(1)
     cost = CommCost.of(float(time.max()), link, float(sent.max()), {bound: float(done.max()), "latency": latency})
@@ -39,7 +40,8 @@ def nccl_alltoall(c: Case) -> AllToAllResult:
     counts_cost = None
     if c.phase == "dispatch":
         counts = np.full((n, n), costs.count_bytes_per_expert * c.model.n_routed_experts / n)
-        counts_s = float(alltoall_times(c.topo, c.ranks, counts, costs).max())
+        p2p_done, _, _ = flows_from_matrix(c.topo, c.ranks, counts, scaled_capacity(c.topo, costs, "nccl"), pxn=True)
+        counts_s = float(p2p_done.max()) + latency
         np.fill_diagonal(counts, 0.0)
         c_done, c_edges, _ = flows_from_matrix(c.topo, c.ranks, counts, cap, pxn=True)
         c_bound, c_link = flow_bound(c.topo, c_edges, cap)

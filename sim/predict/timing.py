@@ -203,7 +203,7 @@ class Context:
         if op.coll.startswith("a2a."):
             res = self.a2a(op.coll)
             t = float(res.time_s[cls if self.n_classes > 1 else 0])
-            if res.backend == "deepep":
+            if res.backend in comm.DEEPEP_API_BACKENDS:
                 t = comm.in_training_s(res, self.ccosts, peers=self.plan.ep, work_s=self.barrier_work_s,
                                        overlapped=overlapped)
             nic = float(res.nic_bytes.max())

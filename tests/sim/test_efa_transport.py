@@ -1,0 +1,110 @@
+"""The scale-out transport (sim.comm.transport): AWS EFA against InfiniBand, UCCL-EP, and the EFA runs no fit reads."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from sim.catalog import load_cluster, load_model
+from sim.comm import CommCosts, moe_alltoall
+from sim.comm.transport import nccl_a2a_latency_s, proxy_s
+from sim.errors import ConfigError
+from sim.specs import FabricSpec
+from sim.stacks import load_stack
+from sim.uncertainty import classify
+
+MODEL = load_model("deepseek-v3-671b")
+COSTS = CommCosts.default()
+
+# nccl-tests alltoall_perf on p5.48xlarge (crazyguitar/aws-gpu-communication-benchmark data/nccl_alltoall.csv
+# @a77f70d): (nodes, MiB per rank) -> out-of-place algbw GB/s
+P5_ALLTOALL = {(2, 32): 47.78, (2, 2048): 84.53, (4, 32): 35.56, (4, 2048): 55.82, (8, 32): 29.13, (8, 2048): 50.41,
+               (16, 32): 24.83, (16, 2048): 44.58, (32, 32): 19.79, (32, 2048): 40.94}
+
+
+def _uniform_a2a_s(cluster_name: str, ranks: int, per_rank_bytes: float, backend: str = "nccl") -> float:
+    """One all-to-all moving ``per_rank_bytes`` from every rank, evenly to every rank (nccl-tests' pattern)."""
+    cluster = load_cluster(cluster_name, n_gpus=max(ranks, 8))
+    tokens = 1024
+    per_elem = per_rank_bytes / (tokens * MODEL.top_k * MODEL.dim)
+    r = moe_alltoall(cluster, range(ranks), tokens, MODEL, backend, "dispatch", COSTS, bytes_per_elem=per_elem)
+    return float(r.time_s.max())
+
+
+@pytest.mark.parametrize(("nodes", "mib"), sorted(P5_ALLTOALL))
+def test_nccl_alltoall_over_efa_reproduces_p5_nccl_tests(nodes: int, mib: int) -> None:
+    size = mib * 2**20
+    algbw = size / _uniform_a2a_s("p5-h100", nodes * 8, size) / 1e9
+    assert algbw == pytest.approx(P5_ALLTOALL[nodes, mib], rel=0.2)
+
+
+def test_efa_costs_more_per_call_than_infiniband_and_nothing_inside_a_node() -> None:
+    ib, efa = load_cluster("hgx-h100", n_gpus=32), load_cluster("p5-h100", n_gpus=32)
+    assert nccl_a2a_latency_s(efa, COSTS, 32, internode=True) > 5 * nccl_a2a_latency_s(ib, COSTS, 32, internode=True)
+    assert nccl_a2a_latency_s(efa, COSTS, 8, internode=False) == nccl_a2a_latency_s(ib, COSTS, 8, internode=False)
+    small = 2**20  # a latency-bound all-to-all: EFA's per-call cost dominates
+    assert _uniform_a2a_s("p5-h100", 16, small) > 3 * _uniform_a2a_s("hgx-h100", 16, small)
+    # inside one HGX node the transport never shows
+    assert _uniform_a2a_s("p5-h100", 8, 2**28) == _uniform_a2a_s("hgx-h100", 8, 2**28)
+
+
+def test_uccl_ep_is_deepep_behind_a_proxy_across_nodes_only() -> None:
+    ib = load_cluster("hgx-b200", n_gpus=32)
+    kw = dict(bytes_per_elem=2.0)
+    inside = [moe_alltoall(ib, range(8), 4096, MODEL, b, "dispatch", COSTS, **kw) for b in ("deepep", "uccl-ep")]
+    assert float(inside[0].time_s.max()) == float(inside[1].time_s.max())
+    across = [moe_alltoall(ib, range(32), 4096, MODEL, b, "dispatch", COSTS, **kw) for b in ("deepep", "uccl-ep")]
+    assert float(across[1].time_s.max()) > float(across[0].time_s.max()) + COSTS.proxy_overhead_s
+    assert np.array_equal(across[0].rdma_bytes, across[1].rdma_bytes)  # the same deduplicated traffic
+    assert dict(across[1].cost.terms)["latency"] == pytest.approx(COSTS.deepep_overhead_s + COSTS.proxy_overhead_s)
+
+
+def test_deepep_needs_a_proxy_on_efa_not_on_infiniband() -> None:
+    ib, efa = load_cluster("hgx-b300", n_gpus=32), load_cluster("p6-b300", n_gpus=32)
+    assert proxy_s(ib, COSTS, "deepep", internode=True) == 0.0
+    assert proxy_s(efa, COSTS, "deepep", internode=True) == COSTS.proxy_overhead_s
+    assert proxy_s(efa, COSTS, "deepep", internode=False) == 0.0
+    assert proxy_s(ib, COSTS, "uccl-ep", internode=True) == COSTS.proxy_overhead_s
+
+
+def test_hybridep_across_efa_is_refused_with_the_backend_named() -> None:
+    efa = load_cluster("p6-b300", n_gpus=32)
+    with pytest.raises(ConfigError, match="ep_backend 'hybridep' needs InfiniBand"):
+        moe_alltoall(efa, range(16), 1024, MODEL, "hybridep", "dispatch", COSTS, bytes_per_elem=2.0)
+    inside = moe_alltoall(efa, range(8), 1024, MODEL, "hybridep", "dispatch", COSTS, bytes_per_elem=2.0)
+    assert float(inside.time_s.max()) > 0  # inside one NVLink domain it needs no network
+
+
+def test_transport_is_checked() -> None:
+    with pytest.raises(ConfigError, match="transport must be one of infiniband, efa; got 'roce'"):
+        FabricSpec(transport="roce")
+    assert dataclasses.replace(FabricSpec(), transport="efa").transport == "efa"
+
+
+def test_uccl_ep_runs_where_megatron_runs_deepep_only() -> None:
+    assert "uccl-ep" in load_stack("megatron").can_run("ep_backends")
+    assert "uccl-ep" not in load_stack("torchtitan").can_run("ep_backends")
+
+
+def test_a_fabric_no_run_measured_is_beyond_the_envelope() -> None:
+    from types import SimpleNamespace as R
+
+    rows = [R(cluster="hgx-b300", family="megatron", gpus=256, ep_backend="nccl", precision="bf16")]
+    place = classify(rows, "p6-b300", "megatron", 32, "nccl", "bf16")
+    assert place.distance == "beyond the envelope"
+    assert place.reasons == ("fabric transport efa (p6-b300) was never measured (measured: infiniband)",)
+    assert classify(rows, "hgx-b300", "megatron", 256, "nccl", "bf16").distance == "measured group"
+
+
+def test_the_efa_runs_are_predicted_and_never_fitted() -> None:
+    from studies.dataset import load_runs
+    from studies.heldout import EFA_RUNS, efa_markdown
+
+    runs = load_runs(EFA_RUNS)
+    assert len(runs) == 12 and {r.cluster for r in runs} == {"p6-b300"}
+    assert {r.plan["ep_backend"] for r in runs} == {"nccl", "deepep", "uccl-ep"}
+    assert not [r for r in load_runs() if load_cluster(r.cluster).fabric.transport == "efa"]  # the fit reads none
+    rows = [line for line in efa_markdown() if line.startswith("| aws-")]
+    assert len(rows) == 12
