@@ -241,6 +241,24 @@ def _lomo_range() -> str:
     return f"{min(means) * 100:.1f}-{max(means) * 100:.1f}%"
 
 
+@cache
+def _efa_summary() -> dict[str, dict[str, float]]:
+    from studies.heldout import EFA_RUNS, heldout_rows, summary
+
+    rows = heldout_rows(EFA_RUNS)
+    every = summary(rows, lambda r: "all")
+    every.update(summary(rows, lambda r: r.run_id.split("-mbs")[1].split("-")[0]))  # by microbatch size
+    return every
+
+
+def _efa_error(run_id: str) -> str:
+    from studies.heldout import EFA_RUNS, heldout_rows
+
+    row = {r.run_id: r for r in heldout_rows(EFA_RUNS)}[run_id]
+    assert row.error is not None
+    return f"{row.error * 100:+.1f}%"
+
+
 def _heldout_model_coverage() -> str:
     s = _heldout_model_summary()["gpt-oss-120b"]
     return f"{s['inside']:.0f} of {s['runs']:.0f}"
@@ -318,6 +336,12 @@ FIGURES: list[Figure] = [
     Figure("held-out Kimi-K2 errors", "README.md", r"three held-out GB300 runs\) comes out\n\*\*([\d.]+%)\*\*", _kimi_mean),
     Figure("held-out table rows", "README.md", r"no fit reads them\) come\nout mean \|error\| \*\*([\d.]+%)\*\*",
            lambda: _heldout_table_mean("all")),
+    Figure("EFA NCCL EP16 MBS4", "README.md", r"NCCL at EP16 and microbatch 4 \*\*([+-][\d.]+%)\*\*",
+           lambda: _efa_error("aws-26.04.01-qwen3-235b-32xb300-ep16-mbs4-nccl")),
+    Figure("EFA runs mean", "README.md", r"but mean \|error\| \*\*([\d.]+%)\*\* over the",
+           lambda: f"{_efa_summary()['all']['mean_abs'] * 100:.1f}%"),
+    Figure("EFA MBS1 mean", "README.md", r"the microbatch-1 runs \*\*([\d.]+%)\*\*",
+           lambda: f"{_efa_summary()['1']['mean_abs'] * 100:.1f}%"),
     Figure("held-out table rows GB200", "README.md", r"\*\*: GB200 \*\*([\d.]+%)\*\*", lambda: _heldout_table_mean("gb200")),
     Figure("held-out table rows GB300", "README.md", r"and GB300 \*\*([\d.]+%)\*\*, while", lambda: _heldout_table_mean("gb300")),
     Figure("held-out table rows: Qwen3-235B B300 at 26.02", "README.md", r"B300 at 26\.02, ([+-]\d+% and [+-]\d+%);",

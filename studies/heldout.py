@@ -149,7 +149,10 @@ def efa_markdown(path: Path = EFA_RUNS) -> list[str]:
     backend's throughput over NCCL's at the same plan, predicted against measured."""
     runs, rows = _predicted(path)
     every = summary(rows, lambda r: "all")["all"]
-    backend = lambda r: str(runs[r.run_id].plan.get("ep_backend", "nccl"))  # noqa: E731
+
+    def backend(r: ValidationRow) -> str:
+        return str(runs[r.run_id].plan.get("ep_backend", "nccl"))
+
     lines = ["## A fabric and backends the fit never saw: AWS EFA (held out)", "",
              f"`{path.relative_to(path.parents[2])}`: Qwen3-235B on 4 x p6-b300 (32 B300, 800 Gb/s EFA per GPU), "
              "Megatron-Bridge 26.04.01, TP8 with full recompute, EP16 and EP32, microbatch 4 and 1, each with NCCL's "

@@ -11,7 +11,13 @@ from functools import lru_cache
 import numpy as np
 
 from sim.comm.case import Case
-from sim.comm.costs import DEEPEP_API_BACKENDS, MOE_BACKENDS, PHASES, AllToAllResult, CommCosts
+from sim.comm.costs import (
+    DEEPEP_API_BACKENDS,
+    MOE_BACKENDS,
+    PHASES,
+    AllToAllResult,
+    CommCosts,
+)
 from sim.comm.deepep import deepep_alltoall
 from sim.comm.deepep_ll import deepep_ll_alltoall
 from sim.comm.fabric import canonical_ranks, check_ranks, topology_of

@@ -15,7 +15,6 @@ import numpy as np
 from sim.comm.barrier import barrier_wait_s
 from sim.comm.case import Case
 from sim.comm.costs import DEEPEP_API_BACKENDS, AllToAllResult, CommCost, CommCosts
-from sim.comm.transport import proxy_s
 from sim.comm.fabric import (
     alltoall_result,
     flow_bound,
@@ -24,6 +23,7 @@ from sim.comm.fabric import (
     nic_bytes_of,
     scaled_capacity,
 )
+from sim.comm.transport import proxy_s
 from sim.routing import part_hit_probabilities
 
 __all__ = ["DedupTraffic", "dedup_result", "dedup_traffic", "deepep_alltoall", "deepep_nvlink_bw", "in_training_cost",

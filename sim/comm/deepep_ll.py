@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 
 from sim.comm.case import Case
-from sim.comm.transport import proxy_s
 from sim.comm.costs import AllToAllResult, CommCost
 from sim.comm.fabric import (
     alltoall_result,
@@ -19,6 +18,7 @@ from sim.comm.fabric import (
     nvlink_fraction,
     scaled_capacity,
 )
+from sim.comm.transport import proxy_s
 
 __all__ = ["deepep_ll_alltoall"]
 

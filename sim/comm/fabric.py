@@ -13,8 +13,8 @@ import networkx as nx
 import numpy as np
 
 from sim.comm.costs import MOE_BACKENDS, AllToAllResult, CommCost, CommCosts
-from sim.errors import ConfigError
 from sim.comm.transport import nccl_a2a_net_share
+from sim.errors import ConfigError
 from sim.specs import ClusterSpec
 from sim.topology import EDGE_KINDS, build_topology, route_edge_ids, transfer_times_ids
 

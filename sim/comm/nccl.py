@@ -9,7 +9,6 @@ import numpy as np
 
 from sim.comm.case import Case
 from sim.comm.costs import AllToAllResult, CommCost
-from sim.comm.transport import nccl_a2a_latency_s
 from sim.comm.fabric import (
     alltoall_result,
     flow_bound,
@@ -17,6 +16,7 @@ from sim.comm.fabric import (
     nic_bytes_of,
     scaled_capacity,
 )
+from sim.comm.transport import nccl_a2a_latency_s
 
 __all__ = ["nccl_alltoall"]
 
