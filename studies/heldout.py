@@ -154,12 +154,14 @@ def efa_markdown(path: Path = EFA_RUNS) -> list[str]:
         return str(runs[r.run_id].plan.get("ep_backend", "nccl"))
 
     lines = ["## A fabric and backends the fit never saw: AWS EFA (held out)", "",
-             f"`{path.relative_to(path.parents[2])}`: Qwen3-235B on 4 x p6-b300 (32 B300, 800 Gb/s EFA per GPU), "
-             "Megatron-Bridge 26.04.01, TP8 with full recompute, EP16 and EP32, microbatch 4 and 1, each with NCCL's "
-             "all-to-all, DeepEP over NVSHMEM's libfabric proxy and UCCL-EP (awslabs/awsome-distributed-ai, "
-             "measured-runs.md s7). No fit reads them: EFA's costs are sourced only (`sim/comm/transport.py`: "
-             "NCCL's all-to-all rate and per-call cost from nccl-tests on p5, the CPU proxy's hop and RDMA share "
-             "from UCCL-EP's benchmarks).", "",
+             f"`{path.relative_to(path.parents[2])}`: AWS p6-b300 (800 Gb/s EFA per GPU), Megatron-Bridge 26.04.01 "
+             "(awslabs/awsome-distributed-ai): Qwen3-235B on 32 B300 with TP8 and full recompute, EP16 and EP32, "
+             "microbatch 4 and 1, each with NCCL's all-to-all, DeepEP over NVSHMEM's libfabric proxy and UCCL-EP "
+             "(measured-runs.md s7); DeepSeek-V3 on 256 B300 (TP8 PP8 EP32), NCCL against UCCL-EP at microbatch 1 "
+             "and 4 with full recompute, and at microbatch 4 with the all-to-all overlap (sources in the file). No "
+             "fit reads them: EFA's costs are sourced only (`sim/comm/transport.py`: NCCL's all-to-all rate and "
+             "per-call cost from nccl-tests on p5, the CPU proxy's hop and RDMA share from UCCL-EP's benchmarks).",
+             "",
              f"{every['runs']:.0f} runs: mean |error| **{every['mean_abs'] * 100:.1f}%**, max "
              f"**{every['max_abs'] * 100:.1f}%**, mean signed {every['mean'] * 100:+.1f}%.", "",
              *_summary_lines("backend", summary(rows, backend)), "",
@@ -181,7 +183,8 @@ def efa_markdown(path: Path = EFA_RUNS) -> list[str]:
 
 def _plan_key(run: MeasuredRun) -> str:
     p = run.plan
-    return f"PP{p.get('pp', 1)} EP{p.get('ep', 1)} MBS{p.get('micro_batch', 1)}"
+    overlap = ", a2a overlap" if p.get("ep_overlap") else ""
+    return f"{run.model} PP{p.get('pp', 1)} EP{p.get('ep', 1)} MBS{p.get('micro_batch', 1)}{overlap}"
 
 
 def _pair_lines(rows: Sequence[ValidationRow], runs: dict[str, MeasuredRun]) -> list[str]:
