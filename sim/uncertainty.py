@@ -41,6 +41,7 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -283,6 +284,7 @@ def classify(rows: Sequence[Any], cluster: str, family: str, n_gpus: int, ep_bac
     return Placement(cluster, family, DISTANCES[1], (why,))
 
 
+@cache
 def transport_of(cluster: str) -> str:
     """The scale-out transport of the built-in cluster template ``cluster`` (``"infiniband"`` for a name the
     catalog does not hold: a user's own cluster is judged by its template elsewhere)."""
