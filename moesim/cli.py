@@ -162,7 +162,8 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
                                      "gpus_per_node": cluster.gpus_per_node,
                                      "nvlink_domain_gpus": cluster.nvlink_domain_gpus,
                                      "nic_gbps": cluster.nic_bw_bytes_per_s * 8 / 1e9,
-                                     "nics_per_gpu": cluster.nics_per_gpu, "source": cluster.source})
+                                     "nics_per_gpu": cluster.nics_per_gpu, "transport": cluster.fabric.transport,
+                                     "source": cluster.source})
     if args.json:
         print(json.dumps(rows, indent=2, allow_nan=False))
         return 0
