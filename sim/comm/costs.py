@@ -111,14 +111,13 @@ class CommCosts:
     # (UCCL-EP everywhere; DeepEP's NVSHMEM over libfabric on EFA). UCCL-EP's comparison
     # (uccl-project/uccl ep/docs/deepep-efa-comparison-zh.md @e7cd649): B200 + 400G EFA low-latency dispatch
     # 228 us / combine 318 us against DeepEP's IBGDA 118 / 195 us on H800 (same 128-token EP16 case): the proxy
-    # hop adds 110 / 123 us, mean 116 us per kernel; normal mode "on par with DeepEP" (UCCL-EP 49.7 / 57.7 GB/s
-    # dispatch / combine on B200 + 400G EFA, DeepEP 43-58 GB/s on CX7 IB), so the rates stay DeepEP's.
+    # hop adds 110 / 123 us, mean 116 us per kernel. The kernels' NVLink rates and SM limits stay DeepEP's.
     proxy_overhead_s: float = 116e-6
-    # The same kernels' RDMA rate through the proxy, as a share of the NIC line rate: UCCL-EP's normal-mode EP16
-    # (2 nodes, 4096 tokens, hidden 7168, top-8) on B200 + 400 Gb/s EFA moves 49.7 (dispatch) / 57.7 (combine)
-    # GB/s in DeepEP's logical RDMA bytes (every node a token reaches, its own included: 1.99 of 2), i.e.
-    # 24.7 / 28.7 GB/s physical of the 50 GB/s line (DERIVED, same comparison as above): mean 0.53, in place of
-    # DeepEP's IBGDA share (deepep_rdma_fraction).
+    # Their RDMA rate through the proxy, as a share of the NIC line rate: UCCL-EP's normal-mode EP16 (2 nodes, 4096
+    # tokens, hidden 7168, top-8) on B200 + 400 Gb/s EFA moves 49.7 (dispatch) / 57.7 (combine) GB/s (same
+    # document) in DeepEP's logical RDMA bytes (every node a token reaches, its own included: 1.99 of 2 under
+    # uniform routing, as DeepEP's test counts them), i.e. 24.7 / 28.7 GB/s physical of the 50 GB/s line
+    # (DERIVED): mean 0.53, in place of DeepEP's IBGDA share (deepep_rdma_fraction, 0.88).
     proxy_rdma_fraction: float = 0.53
     # DeepEP normal-mode kernels IN TRAINING, as mechanisms (:func:`sim.comm.deepep.in_training_s`); the
     # microbenchmark model above reproduces DeepEP's tables, these two numbers add what training adds.
