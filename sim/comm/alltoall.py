@@ -12,9 +12,9 @@ import numpy as np
 
 from sim.comm.case import Case
 from sim.comm.costs import (
-    DEEPEP_API_BACKENDS,
     MOE_BACKENDS,
     PHASES,
+    SM_RESERVING_BACKENDS,
     AllToAllResult,
     CommCosts,
 )
@@ -110,7 +110,7 @@ def moe_alltoall(
         raise ConfigError(f"moe_alltoall: tokens_per_rank must be non-negative, got {tokens_per_rank}")
     if not bytes_per_elem > 0:
         raise ConfigError(f"moe_alltoall: bytes_per_elem must be positive, got {bytes_per_elem}")
-    if backend in (*DEEPEP_API_BACKENDS, "hybridep") and not 0 < num_sms <= cluster.gpu.num_sms:
+    if backend in SM_RESERVING_BACKENDS and not 0 < num_sms <= cluster.gpu.num_sms:
         raise ConfigError(
             f"moe_alltoall: num_sms ({num_sms}) must lie in 1..{cluster.gpu.num_sms} (SMs of {cluster.gpu.name})"
         )

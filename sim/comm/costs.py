@@ -12,12 +12,14 @@ import numpy as np
 from sim.errors import ConfigError
 
 __all__ = ["BOUND_BY", "DEEPEP_API_BACKENDS", "FP8_WITH_SCALES_BYTES_PER_ELEM", "LINKS", "MOE_BACKENDS", "PHASES",
-           "AllToAllResult", "CommCost", "CommCosts"]
+           "SM_RESERVING_BACKENDS", "AllToAllResult", "CommCost", "CommCosts"]
 
 MOE_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep", "uccl-ep")
 #: backends that run DeepEP v1's normal-mode kernels behind DeepEP's API (UCCL-EP is a drop-in replacement of
 #: ``deep_ep.Buffer``): the same node-deduplicated traffic, notify barrier and SM reservation
 DEEPEP_API_BACKENDS = ("deepep", "uccl-ep")
+#: backends whose kernels are given a number of SMs (``num_sms``, a plan's ``deepep_sms``)
+SM_RESERVING_BACKENDS = (*DEEPEP_API_BACKENDS, "hybridep")
 
 PHASES = ("dispatch", "combine")
 # DeepEP FP8 dispatch: 1 byte per element plus one fp32 scale per 128 (published.md s6: 7,392 B at D=7168).

@@ -36,7 +36,7 @@ from sim.accounting import (
     resolve_mtp_layers,
     torchtitan_flops_per_token,
 )
-from sim.comm.costs import DEEPEP_API_BACKENDS
+from sim.comm.costs import SM_RESERVING_BACKENDS
 from sim.costs import CostModel
 from sim.errors import ConfigError, PlanError
 from sim.joint import apply_params, shipped_values
@@ -116,7 +116,7 @@ def validate_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
     gpu = cluster.gpu
     if plan.ep_backend != "nccl" and not gpu.deepep:
         raise PlanError(f"plan: ep_backend {plan.ep_backend!r} needs a DeepEP-capable GPU; {gpu.name} is not")
-    if plan.ep_backend in (*DEEPEP_API_BACKENDS, "hybridep") and not 0 < plan.deepep_sms < gpu.num_sms:
+    if plan.ep_backend in SM_RESERVING_BACKENDS and not 0 < plan.deepep_sms < gpu.num_sms:
         raise PlanError(f"plan: deepep_sms ({plan.deepep_sms}) must be below the GPU's {gpu.num_sms} SMs")
     if plan.precision in ("mxfp8", "mxfp8-grouped") and not gpu.mxfp8:
         raise PlanError(
