@@ -111,10 +111,13 @@ def compare(spec: CompareFile, points: list[MeasuredPoint]) -> dict[str, Any]:
     ref, ref_sig = preds[0], sigs[0]
     own = [_own_runs(v, p, row["cluster"], points) for v, p, row in zip(spec.variants, preds, rows, strict=True)]
     ratios = []
-    for pred, sig, variant, runs in zip(preds, sigs, spec.variants, own, strict=True):
+    for pred, sig, variant, runs, row in zip(preds, sigs, spec.variants, own, rows, strict=True):
+        pair = [rows[0]] if row is rows[0] else [rows[0], row]
+        beyond = "; ".join(f"{r['name']} is beyond the validated envelope" for r in pair if _beyond(r))
         iv = studies_compare.pair_interval(pred.tokens_per_s_per_gpu / ref.tokens_per_s_per_gpu, points,
                                            same_model=pred.model == ref.model, same_gpu=pred.gpu == ref.gpu,
-                                           identical=sig == ref_sig, exclude=sorted({*own[0], *runs}))
+                                           identical=sig == ref_sig, exclude=sorted({*own[0], *runs}),
+                                           beyond=beyond)
         ref_meas = spec.variants[0].measured_tokens_per_s_per_gpu
         meas = variant.measured_tokens_per_s_per_gpu
         ratios.append({"name": pred.name, "ratio": iv.ratio, "p10": iv.p10, "p90": iv.p90, "n_pairs": iv.n_pairs,
@@ -124,6 +127,13 @@ def compare(spec: CompareFile, points: list[MeasuredPoint]) -> dict[str, Any]:
                                       "variants": rows,
                                       "ratios": ratios, "notes": notes, "ratio_note": RATIO_NOTE})
     return result
+
+
+def _beyond(row: dict[str, Any]) -> bool:
+    """Whether a variant's own interval places it beyond the validated envelope."""
+    from sim.uncertainty import DISTANCES
+
+    return bool((row.get("interval") or {}).get("distance") == DISTANCES[2])
 
 
 def _own_runs(variant: CompareVariant, pred: Any, cluster: str, points: list[MeasuredPoint]) -> list[str]:

@@ -61,6 +61,7 @@ import numpy as np
 from sim.errors import ConfigError
 from sim.limits import CLUSTER_BOUNDS
 from sim.loaders import check_plan_fields, read_toml
+from sim.uncertainty import BEYOND_FACTOR
 
 __all__ = [
     "HEAD_KEYS",
@@ -322,10 +323,12 @@ class RatioInterval:
 
 
 def ratio_interval(ratio: float, residuals: Sequence[float], *, identical: bool = False,
-                   basis: str = "") -> RatioInterval:
+                   basis: str = "", widen: float = 1.0) -> RatioInterval:
     """The p10-p90 of the measured ratio given the predicted ``ratio`` and the ratio ``residuals``
     (``log(predicted ratio / measured ratio)``): ``ratio * exp(-q90) .. ratio * exp(-q10)``, widened to contain
-    ``ratio``. ``identical``: the two variants are the same, so the ratio is exactly 1 with zero width."""
+    ``ratio``; ``widen`` scales the residuals (a variant beyond the validated envelope:
+    :data:`sim.uncertainty.BEYOND_FACTOR`, as its own interval is). ``identical``: the two variants are the same,
+    so the ratio is exactly 1 with zero width."""
     if identical:
         return RatioInterval(1.0, 1.0, 1.0, 0, "identical to the reference")
     if not (ratio > 0 and math.isfinite(ratio)):
@@ -333,7 +336,7 @@ def ratio_interval(ratio: float, residuals: Sequence[float], *, identical: bool 
     rs = np.array([r for r in residuals if math.isfinite(r)], dtype=float)
     if rs.size == 0:
         return RatioInterval(ratio, None, None, 0, basis or "no measured pairs")
-    q10, q90 = (float(q) for q in np.percentile(rs, [10.0, 90.0]))
+    q10, q90 = (float(q) * widen for q in np.percentile(rs, [10.0, 90.0]))
     lo = min(ratio, ratio * math.exp(-q90))
     hi = max(ratio, ratio * math.exp(-q10))
     return RatioInterval(ratio, lo, hi, int(rs.size), basis)
@@ -344,10 +347,12 @@ def _relation(same: bool, what: str) -> str:
 
 
 def pair_interval(ratio: float, points: Sequence[MeasuredPoint], *, same_model: bool, same_gpu: bool,
-                  identical: bool = False, exclude: Iterable[str] = ()) -> RatioInterval:
+                  identical: bool = False, exclude: Iterable[str] = (), beyond: str = "") -> RatioInterval:
     """:func:`ratio_interval` from the measured pairs that relate as the two variants do (same model or not,
     same GPU or not), falling back to the model relation alone, then to every pair, while a class has fewer
-    than :data:`MIN_PAIRS` pairs. ``basis`` says which pairs were used."""
+    than :data:`MIN_PAIRS` pairs. ``beyond``: why a variant lies beyond the validated envelope (its interval
+    was widened): the ratio's spread is widened by the same :data:`sim.uncertainty.BEYOND_FACTOR`. ``basis``
+    says which pairs were used."""
     if identical:
         return ratio_interval(ratio, [], identical=True)
     exclude = tuple(exclude)
@@ -363,8 +368,9 @@ def pair_interval(ratio: float, points: Sequence[MeasuredPoint], *, same_model: 
         if len(residuals) >= MIN_PAIRS:
             break
     left = f"; {', '.join(exclude)} left out (the variants' own runs)" if exclude else ""
-    basis = f"{len(residuals)} ordered pairs of measured runs ({label}{left})"
-    return ratio_interval(ratio, residuals, basis=basis)
+    widen = f"; spread x{BEYOND_FACTOR:g}: {beyond}" if beyond else ""
+    basis = f"{len(residuals)} ordered pairs of measured runs ({label}{left}{widen})"
+    return ratio_interval(ratio, residuals, basis=basis, widen=BEYOND_FACTOR if beyond else 1.0)
 
 
 def ratio_coverage(points: Sequence[MeasuredPoint]) -> dict[str, Any]:

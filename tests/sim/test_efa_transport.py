@@ -126,3 +126,18 @@ def test_the_efa_compare_example_runs_uccl_ep_against_nccl_with_the_measured_rat
     ratio = data["ratios"][-1]
     assert ratio["ratio"] > 1.1  # dedup over a proxy beats NCCL's flat copies over EFA at EP32 (measured 1.56x)
     assert uccl["measured_tokens_per_s_per_gpu"] / nccl["measured_tokens_per_s_per_gpu"] == pytest.approx(1.56, abs=0.01)
+
+
+def test_a_ratio_with_a_variant_beyond_the_envelope_is_widened_as_its_interval_is() -> None:
+    from sim.uncertainty import BEYOND_FACTOR
+    from studies.compare import pair_interval, ratio_interval
+
+    residuals = [-0.1, -0.05, 0.0, 0.05, 0.1] * 4
+    plain = ratio_interval(1.2, residuals)
+    wide = ratio_interval(1.2, residuals, widen=BEYOND_FACTOR)
+    assert wide.p10 < plain.p10 < 1.2 < plain.p90 < wide.p90
+    assert np.log(wide.p90 / 1.2) == pytest.approx(BEYOND_FACTOR * np.log(plain.p90 / 1.2))
+    from studies.compare import measured_points
+
+    iv = pair_interval(1.2, measured_points(), same_model=True, same_gpu=True, beyond="X is beyond the validated envelope")
+    assert "spread x1.5: X is beyond the validated envelope" in iv.basis
