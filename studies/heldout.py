@@ -154,16 +154,19 @@ def efa_markdown(path: Path = EFA_RUNS) -> list[str]:
         return str(runs[r.run_id].plan.get("ep_backend", "nccl"))
 
     lines = ["## A fabric and backends the fit never saw: AWS EFA (held out)", "",
-             f"`{path.relative_to(path.parents[2])}`: AWS p6-b300 (800 Gb/s EFA per GPU), Megatron-Bridge 26.04.01 "
-             "(awslabs/awsome-distributed-ai): Qwen3-235B on 32 B300 with TP8 and full recompute, EP16 and EP32, "
+             f"`{path.relative_to(path.parents[2])}`: AWS EFA, Megatron-Bridge 26.04.01 (awslabs/awsome-distributed-ai): "
+             "Qwen3-235B on 32 B300 (p6-b300, 800 Gb/s EFA per GPU) with TP8 and full recompute, EP16 and EP32, "
              "microbatch 4 and 1, each with NCCL's all-to-all, DeepEP over NVSHMEM's libfabric proxy and UCCL-EP "
              "(measured-runs.md s7); DeepSeek-V3 on 256 B300 (TP8 PP8 EP32), NCCL against UCCL-EP at microbatch 1 "
-             "and 4 with full recompute, and at microbatch 4 with the all-to-all overlap (sources in the file). No "
+             "and 4 with full recompute, and at microbatch 4 with the all-to-all overlap; Qwen3-30B on 64 H100 "
+             "(p5, 400 Gb/s EFA per GPU) with TP8, the three backends at EP16 and EP32, microbatch 4 and 1, overlap "
+             "off and on (sources in the file). No "
              "fit reads them: EFA's costs are sourced only (`sim/comm/transport.py`: NCCL's all-to-all rate and "
              "per-call cost from nccl-tests on p5, the CPU proxy's hop and RDMA share from UCCL-EP's benchmarks).",
              "",
              f"{every['runs']:.0f} runs: mean |error| **{every['mean_abs'] * 100:.1f}%**, max "
              f"**{every['max_abs'] * 100:.1f}%**, mean signed {every['mean'] * 100:+.1f}%.", "",
+             *_summary_lines("model", summary(rows, lambda r: r.model)), "",
              *_summary_lines("backend", summary(rows, backend)), "",
              *_summary_lines("microbatch", summary(rows, lambda r: f"MBS {runs[r.run_id].plan.get('micro_batch', 1)}")),
              "", *_run_lines(rows, runs), "",
