@@ -34,9 +34,9 @@ def in_training_s(result: AllToAllResult, costs: CommCosts, *, peers: int, work_
     """Seconds of one DeepEP normal-mode dispatch or combine (DeepEP's API: :data:`DEEPEP_API_BACKENDS`) inside a
     training step: the microbenchmark model's kernel, slowed by ``costs.overlap_kernel_slowdown`` where the
     schedule runs it under compute (``overlapped``), plus its fixed part (notify overhead, a CPU proxy hop) and
-    the barrier wait for the slowest of
-    ``peers`` ranks, whose arrivals spread by ``costs.arrival_cv * work_s`` (``work_s``: the compute since
-    the previous barrier; :mod:`sim.comm.barrier`). Other backends: the model's time.
+    the barrier wait for the slowest of ``peers`` ranks, whose arrivals spread by ``costs.arrival_cv * work_s``
+    (``work_s``: the compute since the previous barrier; :mod:`sim.comm.barrier`). Other backends: the model's
+    time.
 
     >>> from sim.catalog import load_cluster, load_model
     >>> from sim.comm import moe_alltoall, FP8_WITH_SCALES_BYTES_PER_ELEM
