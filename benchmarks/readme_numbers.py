@@ -242,6 +242,14 @@ def _lomo_range() -> str:
 
 
 @cache
+def _titan_layer() -> dict[str, float]:
+    from studies.torchtitan_layer import layer_rows, speedups
+
+    ratio = {r["precision"]: r["ratio"] for r in layer_rows()}["bf16"]
+    return {**speedups(), "bf16_ratio": ratio}
+
+
+@cache
 def _efa_summary() -> dict[str, dict[str, float]]:
     from studies.heldout import EFA_RUNS, heldout_rows, summary
 
@@ -336,6 +344,12 @@ FIGURES: list[Figure] = [
     Figure("held-out Kimi-K2 errors", "README.md", r"three held-out GB300 runs\) comes out\n\*\*([\d.]+%)\*\*", _kimi_mean),
     Figure("held-out table rows", "README.md", r"no fit reads them\) come\nout mean \|error\| \*\*([\d.]+%)\*\*",
            lambda: _heldout_table_mean("all")),
+    Figure("TorchTitan layer MXFP8 speedup predicted", "README.md", r"gives an MXFP8 speedup of \*\*([\d.]+x)\*\* predicted",
+           lambda: f"{_titan_layer()['predicted']:.3f}x"),
+    Figure("TorchTitan layer MXFP8 speedup measured", "README.md", r"predicted\nagainst \*\*([\d.]+x)\*\* measured",
+           lambda: f"{_titan_layer()['measured']:.3f}x"),
+    Figure("TorchTitan layer BF16 ratio", "README.md", r"at \*\*([\d.]+x)\*\* of the measured time",
+           lambda: f"{_titan_layer()['bf16_ratio']:.3f}x"),
     Figure("EFA NCCL EP16 MBS4", "README.md", r"NCCL at EP16 on B300 \*\*([+-][\d.]+%)\*\*",
            lambda: _efa_error("aws-26.04.01-qwen3-235b-32xb300-ep16-mbs4-nccl")),
     Figure("EFA UCCL-EP DSV3 MBS4", "README.md", r"DeepSeek-V3 at microbatch 4 \*\*([+-][\d.]+%)\*\* and",

@@ -1,0 +1,118 @@
+"""TorchTitan's MoE layer alone: TorchAO's single-layer benchmark, measured against the cost path's kernel rates.
+
+``studies/data/torchtitan_layer_cells.toml`` holds TorchAO's timing of TorchTitan's ``MoE`` module on one B200
+(forward and backward together, BF16 and MXFP8 on the routed experts; published.md s4). Each cell is predicted
+by :func:`sim.layer_check.predict_moe_layer` at the calibration's kernel rates (no release scalar: it is a
+whole step's). What the check says: how fast TorchTitan's compiled layer runs against those rates when nothing
+else runs (the ratio), and whether the layer's MXFP8 speedup holds (the speedup row). No fit reads the file;
+``docs/transfer.md`` carries the table (``python -m studies.transfer --write``).
+
+>>> rows = layer_rows()
+>>> [r["precision"] for r in rows]
+['bf16', 'mxfp8-grouped']
+>>> round(speedups()["measured"], 3)
+1.148
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from sim.errors import ConfigError
+from sim.layer_check import MoELayerCell, predict_moe_layer
+from sim.loaders import read_toml
+from studies.layer_cells import _typed
+
+__all__ = ["TorchTitanLayerCell", "default_path", "layer_markdown", "layer_rows", "load_layer_cells", "speedups"]
+
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "id": str, "model": str, "dim": int, "moe_inter_dim": int, "n_experts": int, "top_k": int,
+    "n_shared_experts": int, "score_func": str, "gpu": str, "cluster": str, "tokens": int, "precision": str,
+    "stack": str, "fwd_bwd_ms": (int, float), "source": str,
+}
+
+
+@dataclass(frozen=True)
+class TorchTitanLayerCell:
+    """One timed layer: what ran (``spec``, one GPU, no expert parallelism) and its forward + backward ms."""
+
+    spec: MoELayerCell
+    model: str
+    fwd_bwd_ms: float
+    source: str
+
+
+def default_path() -> Path:
+    """The shipped file."""
+    return Path(str(resources.files("studies").joinpath("data", "torchtitan_layer_cells.toml")))
+
+
+def _cell(entry: Any, index: int, path: Path) -> TorchTitanLayerCell:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{path}: cell {index + 1} must be a table, got {entry!r}")
+    where = f"{path}: cell {entry.get('id', index + 1)!r}"
+    unknown = sorted(set(entry) - set(_FIELDS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(_FIELDS)})")
+    missing = [k for k in _FIELDS if k not in entry]
+    if missing:
+        raise ConfigError(f"{where}: missing key {missing[0]!r}")
+    v = {k: _typed(where, k, entry[k], t) for k, t in _FIELDS.items()}
+    if not 0 < v["fwd_bwd_ms"] < 1e6:
+        raise ConfigError(f"{where}: fwd_bwd_ms must be a positive time in ms, got {v['fwd_bwd_ms']!r}")
+    spec = MoELayerCell(id=v["id"], dim=v["dim"], moe_inter_dim=v["moe_inter_dim"], n_experts=v["n_experts"],
+                        top_k=v["top_k"], cluster=v["cluster"], gpus=1, ep=1, tokens_per_gpu=v["tokens"],
+                        ep_backend="nccl", precision=v["precision"], stack=v["stack"], score_func=v["score_func"],
+                        n_shared_experts=v["n_shared_experts"])
+    return TorchTitanLayerCell(spec, v["model"], float(v["fwd_bwd_ms"]), v["source"])
+
+
+def load_layer_cells(path: str | Path | None = None) -> list[TorchTitanLayerCell]:
+    """The cells of ``path`` (None: the shipped file), checked strictly: an unknown, missing or mistyped key is a
+    :class:`~sim.errors.ConfigError` naming the cell and the key."""
+    path = Path(path) if path is not None else default_path()
+    entries = read_toml(path).get("cell")
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{path}: no [[cell]] tables")
+    return [_cell(e, i, path) for i, e in enumerate(entries)]
+
+
+def layer_rows(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """Each cell measured and predicted (forward + backward ms) and the ratio predicted / measured."""
+    rows = []
+    for cell in load_layer_cells(path):
+        p = predict_moe_layer(cell.spec)
+        predicted = p.forward_ms + p.backward_ms
+        rows.append({"id": cell.spec.id, "precision": cell.spec.precision, "measured_ms": cell.fwd_bwd_ms,
+                     "predicted_ms": predicted, "ratio": predicted / cell.fwd_bwd_ms, "source": cell.source})
+    return rows
+
+
+def speedups(path: str | Path | None = None) -> dict[str, float]:
+    """The layer's MXFP8 speedup over BF16 (BF16 time / MXFP8 time), measured and predicted."""
+    by = {r["precision"]: r for r in layer_rows(path)}
+    if {"bf16", "mxfp8-grouped"} - set(by):
+        raise ConfigError("torchtitan layer cells: need one bf16 and one mxfp8-grouped cell")
+    bf16, mx = by["bf16"], by["mxfp8-grouped"]
+    return {"measured": bf16["measured_ms"] / mx["measured_ms"], "predicted": bf16["predicted_ms"] / mx["predicted_ms"]}
+
+
+def layer_markdown(path: str | Path | None = None) -> list[str]:
+    """The section of ``docs/transfer.md``."""
+    rows = layer_rows(path)
+    s = speedups(path)
+    lines = ["## TorchTitan's MoE layer alone (TorchAO's benchmark; no fit reads it)", "",
+             "TorchTitan's `MoE` module (8 experts, top-1, one shared expert, DeepSeek-V3's dim 7168 and expert "
+             "hidden 2048, 131,072 tokens, torch.compile) timed forward and backward on one B200 by TorchAO "
+             "(`studies/data/torchtitan_layer_cells.toml`), predicted at the calibration's kernel rates "
+             "(`sim.layer_check`, the release scalar not applied: it is a whole step's).", "",
+             "| cell | measured ms | predicted ms | predicted / measured |", "|---|---:|---:|---:|"]
+    lines += [f"| {r['id']} | {r['measured_ms']:.2f} | {r['predicted_ms']:.2f} | {r['ratio']:.3f} |" for r in rows]
+    lines += ["", f"The layer's MXFP8 speedup: predicted **{s['predicted']:.3f}x**, measured **{s['measured']:.3f}x**. "
+              "The MXFP8 modelling holds at the layer; TorchTitan's compiled layer runs at the ratio above of the "
+              "calibration's kernel rates when nothing else runs, so that much of the TorchTitan release scalar "
+              "(`release.torchtitan`) is kernel speed and the rest belongs to the step.", ""]
+    return lines
