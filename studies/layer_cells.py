@@ -29,7 +29,7 @@ from sim.loaders import read_toml
 from sim.stacks import load_stack
 
 __all__ = ["MAX_FITTED", "LayerCell", "cell_errors", "default_cells_path", "format_rows", "layer_cell_rows", "load_cells", "main",
-           "within"]
+           "typed_field", "within"]
 
 #: at most this many cells may have a parameter fitted to them (the rest are the test)
 MAX_FITTED = 2
@@ -70,7 +70,8 @@ def default_cells_path() -> Path:
     return Path(str(resources.files("studies").joinpath("data", "moe_layer_cells.toml")))
 
 
-def _typed(where: str, key: str, value: Any, want: type | tuple[type, ...]) -> Any:
+def typed_field(where: str, key: str, value: Any, want: type | tuple[type, ...]) -> Any:
+    """``value`` if it is of type ``want`` (a bool is not an int), else a :class:`ConfigError` naming ``key``."""
     ok = isinstance(value, want) and not (isinstance(value, bool) and want is not bool)
     if not ok:
         names = " or ".join(t.__name__ for t in (want if isinstance(want, tuple) else (want,)))
@@ -89,7 +90,7 @@ def _cell(entry: Any, index: int, path: Path) -> LayerCell:
     missing = [k for k in _REQUIRED if k not in entry]
     if missing:
         raise ConfigError(f"{where}: missing key {missing[0]!r}")
-    v = {k: _typed(where, k, entry[k], t) for k, t in (*_REQUIRED.items(), *_OPTIONAL.items()) if k in entry}
+    v = {k: typed_field(where, k, entry[k], t) for k, t in (*_REQUIRED.items(), *_OPTIONAL.items()) if k in entry}
     if v["kind"] != KIND:
         raise ConfigError(f"{where}: kind must be {KIND!r}, got {v['kind']!r}")
     for key in ("forward_ms", "backward_ms"):

@@ -24,7 +24,7 @@ from typing import Any
 from sim.errors import ConfigError
 from sim.layer_check import MoELayerCell, predict_moe_layer
 from sim.loaders import read_toml
-from studies.layer_cells import _typed
+from studies.layer_cells import typed_field
 
 __all__ = ["TorchTitanLayerCell", "default_path", "layer_markdown", "layer_rows", "load_layer_cells", "speedups"]
 
@@ -60,7 +60,7 @@ def _cell(entry: Any, index: int, path: Path) -> TorchTitanLayerCell:
     missing = [k for k in _FIELDS if k not in entry]
     if missing:
         raise ConfigError(f"{where}: missing key {missing[0]!r}")
-    v = {k: _typed(where, k, entry[k], t) for k, t in _FIELDS.items()}
+    v = {k: typed_field(where, k, entry[k], t) for k, t in _FIELDS.items()}
     if not 0 < v["fwd_bwd_ms"] < 1e6:
         raise ConfigError(f"{where}: fwd_bwd_ms must be a positive time in ms, got {v['fwd_bwd_ms']!r}")
     spec = MoELayerCell(id=v["id"], dim=v["dim"], moe_inter_dim=v["moe_inter_dim"], n_experts=v["n_experts"],
