@@ -214,11 +214,23 @@ def _heldout_table_mean(key: str) -> str:
     return f"{_heldout_table_summary()[key]['mean_abs'] * 100:.1f}%"
 
 
-def _heldout_table_errors(*run_ids: str, digits: int = 0) -> str:
-    from studies.heldout import HELDOUT_RUNS, heldout_rows
+@cache
+def _heldout_rows_by_id(path: str) -> dict[str, Any]:
+    """The held-out file ``path``'s rows by run id, predicted once per process."""
+    from studies.heldout import heldout_rows
 
-    rows = {r.run_id: r for r in heldout_rows(HELDOUT_RUNS)}
+    return {r.run_id: r for r in heldout_rows(Path(path))}
+
+
+def _heldout_errors(path: Path, *run_ids: str, digits: int = 0) -> str:
+    rows = _heldout_rows_by_id(str(path))
     return " and ".join(f"{(rows[i].error or 0.0) * 100:+.{digits}f}%" for i in run_ids)
+
+
+def _heldout_table_errors(*run_ids: str, digits: int = 0) -> str:
+    from studies.heldout import HELDOUT_RUNS
+
+    return _heldout_errors(HELDOUT_RUNS, *run_ids, digits=digits)
 
 
 def _kimi_mean() -> str:
@@ -245,26 +257,24 @@ def _lomo_range() -> str:
 def _titan_layer() -> dict[str, float]:
     from studies.torchtitan_layer import layer_rows, speedups
 
-    ratio = {r["precision"]: r["ratio"] for r in layer_rows()}["bf16"]
-    return {**speedups(), "bf16_ratio": ratio}
+    rows = layer_rows()
+    return {**speedups(rows), "bf16_ratio": {r["precision"]: r["ratio"] for r in rows}["bf16"]}
 
 
 @cache
 def _efa_summary() -> dict[str, dict[str, float]]:
-    from studies.heldout import EFA_RUNS, heldout_rows, summary
+    from studies.dataset import load_runs
+    from studies.heldout import EFA_RUNS, summary
 
-    rows = heldout_rows(EFA_RUNS)
-    every = summary(rows, lambda r: "all")
-    every.update(summary(rows, lambda r: r.run_id.split("-mbs")[1].split("-")[0]))  # by microbatch size
-    return every
+    rows = list(_heldout_rows_by_id(str(EFA_RUNS)).values())
+    mbs = {r.id: str(r.plan.get("micro_batch", 1)) for r in load_runs(EFA_RUNS)}
+    return {**summary(rows, lambda r: "all"), **summary(rows, lambda r: mbs[r.run_id])}
 
 
 def _efa_error(run_id: str) -> str:
-    from studies.heldout import EFA_RUNS, heldout_rows
+    from studies.heldout import EFA_RUNS
 
-    row = {r.run_id: r for r in heldout_rows(EFA_RUNS)}[run_id]
-    assert row.error is not None
-    return f"{row.error * 100:+.1f}%"
+    return _heldout_errors(EFA_RUNS, run_id, digits=1)
 
 
 def _heldout_model_coverage() -> str:

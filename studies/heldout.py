@@ -61,9 +61,11 @@ def _inside(row: ValidationRow) -> str:
     return "yes" if low <= row.measured_tokens_per_s_per_gpu <= high else "no"
 
 
-def _plan(run: MeasuredRun) -> str:
+def _plan(run: MeasuredRun, backend: bool = True) -> str:
     p = run.plan
-    parts = [f"PP{p.get('pp', 1)} EP{p.get('ep', 1)} MBS{p.get('micro_batch', 1)}", str(p.get("ep_backend", "nccl"))]
+    parts = [f"PP{p.get('pp', 1)} EP{p.get('ep', 1)} MBS{p.get('micro_batch', 1)}"]
+    if backend:
+        parts.append(str(p.get("ep_backend", "nccl")))
     if p.get("ep_overlap"):
         parts.append("a2a overlap")
     if p.get("cuda_graphs") == "partial":
@@ -185,9 +187,8 @@ def efa_markdown(path: Path = EFA_RUNS) -> list[str]:
 
 
 def _plan_key(run: MeasuredRun) -> str:
-    p = run.plan
-    overlap = ", a2a overlap" if p.get("ep_overlap") else ""
-    return f"{run.model} PP{p.get('pp', 1)} EP{p.get('ep', 1)} MBS{p.get('micro_batch', 1)}{overlap}"
+    """A run's model and plan without its backend: the runs a backend is compared at."""
+    return f"{run.model} {_plan(run, backend=False)}"
 
 
 def _pair_lines(rows: Sequence[ValidationRow], runs: dict[str, MeasuredRun]) -> list[str]:

@@ -91,9 +91,10 @@ def layer_rows(path: str | Path | None = None) -> list[dict[str, Any]]:
     return rows
 
 
-def speedups(path: str | Path | None = None) -> dict[str, float]:
-    """The layer's MXFP8 speedup over BF16 (BF16 time / MXFP8 time), measured and predicted."""
-    by = {r["precision"]: r for r in layer_rows(path)}
+def speedups(rows: list[dict[str, Any]] | None = None) -> dict[str, float]:
+    """The layer's MXFP8 speedup over BF16 (BF16 time / MXFP8 time), measured and predicted, from ``rows``
+    (:func:`layer_rows`; None: the shipped file's)."""
+    by = {r["precision"]: r for r in (layer_rows() if rows is None else rows)}
     if {"bf16", "mxfp8-grouped"} - set(by):
         raise ConfigError("torchtitan layer cells: need one bf16 and one mxfp8-grouped cell")
     bf16, mx = by["bf16"], by["mxfp8-grouped"]
@@ -103,7 +104,7 @@ def speedups(path: str | Path | None = None) -> dict[str, float]:
 def layer_markdown(path: str | Path | None = None) -> list[str]:
     """The section of ``docs/transfer.md``."""
     rows = layer_rows(path)
-    s = speedups(path)
+    s = speedups(rows)
     lines = ["## TorchTitan's MoE layer alone (TorchAO's benchmark; no fit reads it)", "",
              "TorchTitan's `MoE` module (8 experts, top-1, one shared expert, DeepSeek-V3's dim 7168 and expert "
              "hidden 2048, 131,072 tokens, torch.compile) timed forward and backward on one B200 by TorchAO "

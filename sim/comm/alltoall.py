@@ -128,10 +128,6 @@ def moe_alltoall(
     if routing == "round-robin" and expert_load is not None:
         raise ConfigError("moe_alltoall: routing 'round-robin' is balanced by construction; pass expert_load=None")
     c, shifted = canonical_ranks(cluster, rk)
-    spans = len({r // cluster.nvlink_domain_gpus for r in rk}) > 1
-    reason = unsupported_reason(cluster, backend, internode=spans)
-    if reason is not None:
-        raise ConfigError(f"moe_alltoall: {reason}")
     return _moe_cached(
         c, shifted, int(tokens_per_rank), model, backend, phase, costs, float(bytes_per_elem),
         int(num_sms), load_key, int(seed), routing,
@@ -157,6 +153,9 @@ def _moe_cached(
     load = None if load_key is None else np.asarray(load_key)
     rank_load = np.full(n, 1.0 / n) if load is None else load.reshape(n, -1).sum(axis=1)
     dom = np.asarray(ranks) // cluster.nvlink_domain_gpus
+    reason = unsupported_reason(cluster, backend, internode=np.unique(dom).size > 1)
+    if reason is not None:  # an exception is not memoised: every such call is refused
+        raise ConfigError(f"moe_alltoall: {reason}")
     case = Case(cluster, ranks, tokens, model, backend, phase, costs, bytes_per_elem, num_sms, load, seed, routing,
                 topology_of(cluster, ranks), rank_load, dom)
     return BACKENDS[backend](case)

@@ -13,7 +13,7 @@ import networkx as nx
 import numpy as np
 
 from sim.comm.costs import MOE_BACKENDS, AllToAllResult, CommCost, CommCosts
-from sim.comm.transport import nccl_a2a_net_share
+from sim.comm.transport import nccl_a2a_latency_s, nccl_a2a_net_share
 from sim.errors import ConfigError
 from sim.specs import ClusterSpec
 from sim.topology import EDGE_KINDS, build_topology, route_edge_ids, transfer_times_ids
@@ -163,8 +163,9 @@ def alltoall_times(
 
     All transfers start together and share links max-min fairly (``kind`` picks the link fractions:
     ``"nccl"`` or ``"deepep"``/``"hybridep"``/``"deepep-ll"``; ``"deepep-ll"`` routes without PXN). A rank
-    finishes with the last flow it sends or receives; ``"nccl"`` adds ``nccl_launch_s`` and
-    ``nccl_a2a_per_peer_s`` per peer, the DeepEP kinds ``deepep_overhead_s``. The diagonal is local.
+    finishes with the last flow it sends or receives; ``"nccl"`` adds NCCL's fixed cost per call
+    (:func:`sim.comm.transport.nccl_a2a_latency_s`: launch and per-peer protocol, or EFA's per-call cost when the
+    ranks span NVLink domains), the DeepEP kinds ``deepep_overhead_s``. The diagonal is local.
 
     >>> from sim.catalog import load_cluster
     >>> m = np.full((8, 8), 1e9)
@@ -184,7 +185,9 @@ def alltoall_times(
     cap = scaled_capacity(topo, costs, "nccl" if kind == "nccl" else "deepep")
     done, _, _ = flows_from_matrix(topo, rk, send, cap, pxn=kind != "deepep-ll")
     if kind == "nccl":
-        return done + costs.nccl_launch_s + costs.nccl_a2a_per_peer_s * (n - 1)
+        cluster: ClusterSpec = topo.graph["cluster"]
+        internode = len({r // cluster.nvlink_domain_gpus for r in rk}) > 1
+        return done + nccl_a2a_latency_s(cluster, costs, n, internode=internode)
     return done + costs.deepep_overhead_s
 
 

@@ -11,6 +11,7 @@ from sim.comm.case import Case
 from sim.comm.costs import AllToAllResult, CommCost
 from sim.comm.fabric import (
     alltoall_result,
+    alltoall_times,
     flow_bound,
     flows_from_matrix,
     nic_bytes_of,
@@ -40,8 +41,7 @@ def nccl_alltoall(c: Case) -> AllToAllResult:
     counts_cost = None
     if c.phase == "dispatch":
         counts = np.full((n, n), costs.count_bytes_per_expert * c.model.n_routed_experts / n)
-        p2p_done, _, _ = flows_from_matrix(c.topo, c.ranks, counts, scaled_capacity(c.topo, costs, "nccl"), pxn=True)
-        counts_s = float(p2p_done.max()) + latency
+        counts_s = float(alltoall_times(c.topo, c.ranks, counts, costs).max())
         np.fill_diagonal(counts, 0.0)
         c_done, c_edges, _ = flows_from_matrix(c.topo, c.ranks, counts, cap, pxn=True)
         c_bound, c_link = flow_bound(c.topo, c_edges, cap)
