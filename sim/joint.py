@@ -59,7 +59,7 @@ from sim.specs import ClusterSpec, GPUSpec, ParallelPlan
 from sim.stacks import StackProfile
 
 __all__ = ["ParamSpec", "PARAMS", "PARAM_NAMES", "prior_values", "shipped_values", "apply_params",
-           "launch_mode", "te_grouped_large", "half_rows_on", "REF_TENSOR_FLOPS_PER_SM", "JOINT_FIT_FILE", "NVL72_PARTS", "BALANCED_ARRIVAL_CV", "covers", "step_fixed_s", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s"]
+           "launch_mode", "issues_eagerly", "te_grouped_large", "half_rows_on", "REF_TENSOR_FLOPS_PER_SM", "JOINT_FIT_FILE", "NVL72_PARTS", "BALANCED_ARRIVAL_CV", "covers", "step_fixed_s", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s"]
 
 #: The registry of fitted numbers (values, uncertainties, correlations, constraining runs, LOGO folds).
 JOINT_FIT_FILE = "data/joint_fit.json"
@@ -119,6 +119,14 @@ PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("host.sync_s", 100e-6, 0.0, 3e-3, "GPU idle per blocking device-to-host sync (the copy, then the "
               "CPU relaunching the next kernels)", "prior: assumed 100 us; TorchTitan PR #2207: one sync "
               "less per MoE layer gave +12% on GB200 (published.md s7)"),
+    ParamSpec("host.eager_op_s", 195e-6, 0.0, 1e-3, "host (CPU) seconds to issue one modelled op launched eagerly "
+              "(Megatron-Core / Transformer Engine in Python, outside CUDA graphs): a layer pass takes at least the host "
+              "time of its eager ops (StackProfile.host_op_s; sim.predict.layers.host_issue_s)", "prior: 195 us, the "
+              "value at which Megatron-Bridge 26.02's Qwen3-30B on 8 B200 at MBS 1 with NCCL's all-to-all "
+              "(studies/data/heldout_runs.toml, 9,691 tok/s/GPU, 2.75x below the same model, GPUs and container family "
+              "at MBS 4) is host-bound at its measured step; no fit reads that run. Constrained by the fitted runs "
+              "whose layer passes sit at the floor (Qwen3-235B at MBS 1 on B200 and H100, Qwen3-30B on 16 H100): "
+              "above ~200 us they come out slow"),
     ParamSpec("step.fixed_s", 0.0, 0.0, 5.0, "seconds a training step spends once, whatever its microbatch count "
               "and data-parallel size, beyond the per-step work modelled apart (pipeline fill and drain, exposed "
               "data-parallel buckets, the optimizer, once-per-step reductions): the train loop's step boundary, "
@@ -206,6 +214,14 @@ def launch_mode(stack: StackProfile, plan: ParallelPlan) -> str:
     if graphs == "none":
         return "eager" if stack.launch == "cuda_graphs" else stack.launch
     return {"cuda_graphs": "graphs"}.get(stack.launch, stack.launch)
+
+
+def issues_eagerly(stack: StackProfile, plan: ParallelPlan) -> bool:
+    """Whether the plan's kernels outside CUDA graphs are issued by eager Python (the host floor of
+    ``host.eager_op_s`` applies): eager launch, or a partial plan of an eager stack; not compiled regions, not
+    full-iteration graphs."""
+    mode = launch_mode(stack, plan)
+    return mode == "eager" or (mode == "partial" and stack.launch != "compiled")
 
 
 def launch_s(mode: str, values: Mapping[str, float], base: str = "eager") -> float:
@@ -321,6 +337,7 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
         stack = replace(stack, efficiency={"*": {"default": float(values[f"release.{stack.name}"])}},
                         kernel_overhead_s=float(per_kernel), graph_node_s=float(values["launch.graphs_s"]),
                         host_sync_s=float(values["host.sync_s"]),
+                        host_op_s=float(values["host.eager_op_s"]),
                         step_fixed_s=step_fixed_s(stack, values))
     rate = 1.0
     if gpu.name in NVL72_PARTS:

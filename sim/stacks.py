@@ -162,6 +162,12 @@ class StackProfile:
     #: marked ``OpSpec.graphed``): Megatron-LM PR #6064, 1.34 us per serialized node (published.md s8).
     graph_node_s: float = 1.34e-6
     host_sync_s: float = 100e-6
+    #: host (CPU) seconds to issue one modelled op that is launched eagerly (not captured in a CUDA graph,
+    #: ``OpSpec.graphed``): the framework's Python and the kernel launches it stands for. The host issues a
+    #: layer's ops in order and cannot run ahead of a blocking sync, so a layer pass takes at least the host
+    #: time of its eager ops (:func:`sim.predict.layers.host_issue_s`); 0: the host always keeps ahead. The
+    #: joint calibration's ``host.eager_op_s`` for the shipped releases under eager and partial launch.
+    host_op_s: float = 0.0
     #: seconds each training step spends once, whatever its microbatch count and data-parallel size, beyond the
     #: per-step work modelled apart (pipeline fill and drain, exposed data-parallel buckets, the optimizer, the
     #: once-per-step reductions): the train loop's step boundary, where the GPU idles while the host finishes
@@ -218,7 +224,7 @@ class StackProfile:
             if module not in RECOMPUTE_MODULES:
                 raise ConfigError(f"stack {self.name!r}: recompute_modules: unknown module {module!r} "
                                   f"(known: {', '.join(RECOMPUTE_MODULES)})")
-        for fname in ("kernel_overhead_s", "graph_node_s", "host_sync_s", "step_fixed_s"):
+        for fname in ("kernel_overhead_s", "graph_node_s", "host_sync_s", "host_op_s", "step_fixed_s"):
             value = getattr(self, fname)
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"stack {self.name!r}: {fname} must be a finite number >= 0, got {value!r}")
@@ -371,9 +377,11 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
                            "launch": str, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
-                           "kernel_overhead_s": float, "graph_node_s": float, "host_sync_s": float, "step_fixed_s": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "sort_single_local_expert": bool, "fused_permute": bool, "fused_gate_up": bool, "grouped_gemm_per_expert": bool, "blocking_p2p": bool, "provenance": str}
+                           "kernel_overhead_s": float, "graph_node_s": float, "host_sync_s": float, "host_op_s": float, "step_fixed_s": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "sort_single_local_expert": bool, "fused_permute": bool, "fused_gate_up": bool, "grouped_gemm_per_expert": bool, "blocking_p2p": bool, "provenance": str}
 assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file type"
 _TABLES = ("stack", "efficiency", "sources")
+#: fields a stack file may leave out (their defaults: the behaviour before the field existed).
+_OPTIONAL_FIELDS = ("host_op_s",)
 
 
 def _builtin_dir() -> Any:
@@ -468,7 +476,7 @@ def _from_data(where: str, data: dict[str, Any], *, builtin: bool, depth: int = 
             return replace(base, **values, efficiency=merged_eff, sources={**base.sources, **sources})
         except ConfigError as err:
             raise ConfigError(f"{where}: {err}") from None
-    missing = [k for k in _IMPL_FIELDS if k not in values]
+    missing = [k for k in _IMPL_FIELDS if k not in values and k not in _OPTIONAL_FIELDS]
     if missing:
         raise ConfigError(f"{where}: missing key(s) {', '.join(missing)} in [stack] "
                           "(or name a built-in profile to start from with base = \"...\")")

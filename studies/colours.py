@@ -51,6 +51,7 @@ BREAKDOWN_KEYS: tuple[str, ...] = (
     "compute.moe.norm", "compute.moe.permute", "compute.moe.quantize", "compute.moe.router",
     "compute.moe.shared_expert", "compute.moe.unpermute", "compute.mtp.proj", "compute.wgrad",
     "host_sync", "optimizer", "pipeline_bubble", "comm.dp_once", "comm.dp_exposed", "straggler", "step_fixed",
+    "host_issue",
 )
 
 #: The fixed colour of each known breakdown key (read-only).

@@ -24,14 +24,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sim import ops
 from sim.engine import Engine, Record, Task
+from sim.joint import issues_eagerly
 from sim.predict.timing import NIC, Context, is_a2a
 from sim.workload import OpSpec
 
-__all__ = ["SimResult", "Node", "layer_nodes", "simulate_layer", "simulate_pair", "summarize", "EXPOSED_KIND"]
+__all__ = ["SimResult", "Node", "layer_nodes", "simulate_layer", "simulate_pair", "summarize", "EXPOSED_KIND",
+           "host_issue_s", "host_floor"]
 
 #: breakdown category of communication / stall ops when nothing computes under them.
 EXPOSED_KIND = {
@@ -297,7 +299,30 @@ def _simulate_layer(ctx: Context, kind: str, phase: str) -> SimResult:
         _fsdp_tasks(ctx, eng, cls, kind, phase)
         _Builder(ctx, eng, cls, cls, (kind, phase)).add((kind, phase), nodes, range(len(nodes)), {}, None, 0)
     eng.run()
-    return summarize(eng)
+    return host_floor(ctx, summarize(eng), [nodes])
+
+
+def host_issue_s(ctx: Context, node_lists: Sequence[Sequence[Node]]) -> float:
+    """Seconds the host takes to issue the ops of ``node_lists`` (one layer phase, or the layers of an overlapped
+    pair): ``StackProfile.host_op_s`` per op launched eagerly; nothing under compiled regions or full-iteration
+    CUDA graphs (:func:`sim.joint.issues_eagerly`), and nothing for ops replayed from a partial plan's graphs
+    (``OpSpec.graphed``) or for host stalls (timed as ``host_sync``)."""
+    per_op = ctx.stack.host_op_s
+    if per_op <= 0 or not issues_eagerly(ctx.stack, ctx.plan):
+        return 0.0
+    return per_op * sum(1 for nodes in node_lists for n in nodes if n.op.kind != "host_sync" and not n.op.graphed)
+
+
+def host_floor(ctx: Context, result: SimResult, node_lists: Sequence[Sequence[Node]]) -> SimResult:
+    """``result`` at least as long as the host's issue of its ops (:func:`host_issue_s`): the host issues a layer's
+    kernels in order and waits at each blocking sync, so when issuing them takes longer than running them the GPU
+    waits for the host. The wait is the exposed category ``host_issue``."""
+    host = host_issue_s(ctx, node_lists)
+    if host <= result.time_s:
+        return result
+    exposed = dict(result.exposed_s)
+    exposed["host_issue"] = exposed.get("host_issue", 0.0) + host - result.time_s
+    return replace(result, time_s=host, exposed_s=exposed, _log=None)
 
 
 # --- F&B pairs -------------------------------------------------------------------------------------
@@ -409,7 +434,8 @@ def _simulate_pair(ctx: Context, f_kinds: Sequence[str], b_kinds: Sequence[str])
     for cls in range(ctx.n_classes if moe else 1):
         _pair_program(ctx, f_kinds, b_kinds, eng, cls, ("pair", tuple(f_kinds), tuple(b_kinds)))
     eng.run()
-    return summarize(eng)
+    layers = [layer_nodes(ctx, k, "fwd") for k in f_kinds] + [layer_nodes(ctx, k, "bwd") for k in b_kinds]
+    return host_floor(ctx, summarize(eng), layers)
 
 
 def _extend(r3: SimResult, r2: SimResult, extra: int) -> SimResult:
