@@ -245,14 +245,15 @@ def test_a_graph_scope_outside_partial_graphs_is_refused(fields: dict[str, str],
 
 @pytest.mark.parametrize("stack", ["torchtitan", "megatron-26.04"])
 def test_equal_launch_costs_make_cuda_graphs_irrelevant(stack: str) -> None:
-    """With every launch mode at one cost and free host syncs (a full-iteration graph has none), the graph scope
-    changes nothing."""
+    """With every launch mode at one cost, free host syncs (a full-iteration graph has none) and no host floor
+    (graphs issue nothing from the host), the graph scope changes nothing."""
     cluster = load_cluster("hgx-b200", n_gpus=8)
-    v = _params(**{"launch.eager_s": 3e-6, "launch.compiled_s": 3e-6, "launch.graphs_s": 3e-6, "host.sync_s": 0.0})
+    v = _params(**{"launch.eager_s": 3e-6, "launch.compiled_s": 3e-6, "launch.graphs_s": 3e-6, "host.sync_s": 0.0,
+                   "host.eager_op_s": 0.0})
     steps = {g: predict(DEBUG, cluster, _plan(8, cuda_graphs=g), stack=stack, params=v).step_time_s
              for g in ("stack", "none", "partial", "full")}
     assert len(set(steps.values())) == 1, steps
-    free = _params(**{"launch.eager_s": 0.0, "launch.compiled_s": 0.0, "launch.graphs_s": 0.0})
+    free = _params(**{"launch.eager_s": 0.0, "launch.compiled_s": 0.0, "launch.graphs_s": 0.0, "host.eager_op_s": 0.0})
     assert predict(DEBUG, cluster, _plan(8), stack=stack, params=free).step_time_s < steps["stack"]
 
 

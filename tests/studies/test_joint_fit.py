@@ -78,7 +78,8 @@ def test_apply_params_touches_fitted_releases_only() -> None:
     values = dict(prior_values(), **{"release.torchtitan": 0.3})
     _, _, stack = apply_params(values, gpu_cluster, costs, load_stack("torchtitan"), plan)
     assert stack.eff("sm100", "attn.fwd") == 0.3
-    assert stack.kernel_overhead_s == launch_s(launch_mode(stack, plan), values, base=stack.launch)
+    assert stack.kernel_overhead_s == launch_s(launch_mode(stack, plan), values, base=stack.launch,
+                                               compiled_s=load_stack("torchtitan").kernel_overhead_s)
     for user in (dataclasses.replace(load_stack("torchtitan"), name="my-stack"),
                  dataclasses.replace(load_stack("torchtitan"), kernel_overhead_s=1e-6)):  # a changed copy
         _, _, same = apply_params(values, gpu_cluster, costs, user, plan)
@@ -111,8 +112,10 @@ def test_cuda_graphs_cost_less_per_kernel_than_eager() -> None:
     v = prior_values()
     assert launch_s("graphs", v) < launch_s("eager", v)
     # under partial graphs the uncaptured kernels launch as the stack does (the captured ones: OpSpec.graphed)
-    assert launch_s("partial", v) == launch_s("eager", v) and launch_s("partial", v, base="compiled") == launch_s(
-        "compiled", v)
+    assert launch_s("partial", v) == launch_s("eager", v) and launch_s("partial", v, base="compiled",
+                                                                       compiled_s=3e-6) == 3e-6
+    with pytest.raises(ValueError, match="compiled_s"):
+        launch_s("compiled", v)
     stack = load_stack("megatron")
     assert launch_mode(stack, ParallelPlan(cuda_graphs="full")) == "graphs"
     assert launch_mode(stack, ParallelPlan()) == stack.launch

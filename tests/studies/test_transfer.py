@@ -3,6 +3,8 @@ errors, the ablation, the ratio checks, and every run's error grouped by archite
 
 from __future__ import annotations
 
+import pytest
+
 from studies.transfer import DOC, RATIO_CHECKS, transfer_markdown
 
 
@@ -35,3 +37,29 @@ def test_cross_gpu_ratios_are_measured_over_the_b200_run() -> None:
     assert "| 1.109x |" in rows["mcore-26.02-dsv3-256xb300"]
     assert "| titan-dsv3-b200-bf16-deepep |" in rows["titan-dsv3-h100-bf16-deepep"]
     assert not any(run.startswith("mcore-26.02-dsv3-256xb200") for run in rows)  # the reference is not a row
+
+
+def _ratio_errors() -> dict[tuple[str, str], float]:
+    """(run, over) -> error of the predicted per-GPU ratio, from the transfer document's table of ratios."""
+    section = transfer_markdown().split("### Ratios between runs", 1)[1].split("\n## ", 1)[0]
+    out = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 5 and cells[0].startswith(("mcore-", "mlperf-")):
+            out[(cells[0], cells[1])] = float(cells[4].rstrip("%")) / 100
+    return out
+
+
+def test_same_plan_chip_pairs_within_3_percent() -> None:
+    """Issue 27 Must show 2 (measured-runs.md s5): GB200 over B200 and GB300 over B300 at the same plan."""
+    pairs = {k: e for k, e in _ratio_errors().items() if k[0].endswith("-sameplan")}
+    assert len(pairs) == 4
+    assert all(abs(e) < 0.03 for e in pairs.values()), pairs
+
+
+@pytest.mark.xfail(strict=True, reason="open gap: with the host floor (host.eager_op_s) DeepSeek-V3's PP16 layers sit at "
+                   "it on both chips, the faster B300 more, and chip.sm103_clock refits to 1.089: 1.075x against 1.109x "
+                   "(-3.1%; -2.7% before the floor)")
+def test_b300_over_b200_at_deepseek_pp16_within_3_percent() -> None:
+    """Issue 27 Must show 2: B300 over B200 at DeepSeek-V3's TP1 PP16 EP8 plan (Megatron-Bridge 26.02)."""
+    assert abs(_ratio_errors()[("mcore-26.02-dsv3-256xb300", "mcore-26.02-dsv3-256xb200")]) < 0.03
