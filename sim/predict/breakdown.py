@@ -43,7 +43,7 @@ BOTTLENECKS = {
     "comm.wait": "wait (idle on a peer or another stream)",
     "comm.other": "comm.other",
     "host_sync": "host",
-    "host_issue": "host (the CPU issuing eager kernels)",
+    "host_issue": "host (the CPU issuing eager kernels; CUDA graphs, --cuda-graphs, or a larger micro-batch relieve it)",
     "step_fixed": "the step boundary (per-step fixed work)",
     "pipeline_bubble": "pipeline bubble",
 }
