@@ -153,11 +153,11 @@ def _moe_cached(
     load = None if load_key is None else np.asarray(load_key)
     rank_load = np.full(n, 1.0 / n) if load is None else load.reshape(n, -1).sum(axis=1)
     dom = np.asarray(ranks) // cluster.nvlink_domain_gpus
-    reason = unsupported_reason(cluster, backend, internode=np.unique(dom).size > 1)
-    if reason is not None:  # an exception is not memoised: every such call is refused
-        raise ConfigError(f"moe_alltoall: {reason}")
     case = Case(cluster, ranks, tokens, model, backend, phase, costs, bytes_per_elem, num_sms, load, seed, routing,
                 topology_of(cluster, ranks), rank_load, dom)
+    reason = unsupported_reason(cluster, backend, internode=case.internode)
+    if reason is not None:  # an exception is not memoised: every such call is refused
+        raise ConfigError(f"moe_alltoall: {reason}")
     return BACKENDS[backend](case)
 
 
