@@ -173,6 +173,9 @@ class StackProfile:
     #: once-per-step reductions): the train loop's step boundary, where the GPU idles while the host finishes
     #: one step and starts the next (the joint calibration's ``step.fixed_s`` for the shipped releases).
     step_fixed_s: float = 0.0
+    #: parameters per distributed-optimizer gradient bucket (ZeRO-1 stacks with overlapped gradient reduction);
+    #: 0: Megatron-Core's own default, ``max(40M, 1M x data-parallel ranks)`` (:func:`sim.predict.dp_scale.bucket_params`).
+    ddp_bucket_params: float = 0.0
     #: blocking host syncs per DeepEP normal-mode forward dispatch, each a ``host_sync_s`` stall: DeepEP's own
     #: wait for the receive counts, plus the framework's glue around it (boolean-mask indexing,
     #: ``repeat_interleave`` without ``output_size``, a blocking host-to-device copy of the counts).
@@ -224,7 +227,7 @@ class StackProfile:
             if module not in RECOMPUTE_MODULES:
                 raise ConfigError(f"stack {self.name!r}: recompute_modules: unknown module {module!r} "
                                   f"(known: {', '.join(RECOMPUTE_MODULES)})")
-        for fname in ("kernel_overhead_s", "graph_node_s", "host_sync_s", "host_op_s", "step_fixed_s"):
+        for fname in ("kernel_overhead_s", "graph_node_s", "host_sync_s", "host_op_s", "step_fixed_s", "ddp_bucket_params"):
             value = getattr(self, fname)
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"stack {self.name!r}: {fname} must be a finite number >= 0, got {value!r}")
@@ -377,11 +380,11 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
                            "launch": str, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
-                           "kernel_overhead_s": float, "graph_node_s": float, "host_sync_s": float, "host_op_s": float, "step_fixed_s": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "sort_single_local_expert": bool, "fused_permute": bool, "fused_gate_up": bool, "grouped_gemm_per_expert": bool, "blocking_p2p": bool, "provenance": str}
+                           "kernel_overhead_s": float, "graph_node_s": float, "host_sync_s": float, "host_op_s": float, "step_fixed_s": float, "ddp_bucket_params": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "sort_single_local_expert": bool, "fused_permute": bool, "fused_gate_up": bool, "grouped_gemm_per_expert": bool, "blocking_p2p": bool, "provenance": str}
 assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file type"
 _TABLES = ("stack", "efficiency", "sources")
 #: fields a stack file may leave out (their defaults: the behaviour before the field existed).
-_OPTIONAL_FIELDS = ("host_op_s",)
+_OPTIONAL_FIELDS = ("host_op_s", "ddp_bucket_params")
 
 
 def _builtin_dir() -> Any:

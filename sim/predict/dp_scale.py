@@ -71,12 +71,16 @@ class DpScale:
         return self.grad_rs_s + self.param_ag_s + self.once_s + self.straggler_s
 
 
-def bucket_params(dp: int) -> float:
-    """Parameters per DDP bucket for ``dp`` data-parallel ranks (Megatron-LM ``training.py``).
+def bucket_params(dp: int, configured: float = 0.0) -> float:
+    """Parameters per DDP bucket for ``dp`` data-parallel ranks: ``configured`` when the framework sets one
+    (``StackProfile.ddp_bucket_params``), else Megatron-Core's default for an unset ``bucket_size``
+    (``DistributedDataParallel``: at least 40M, 1M per data-parallel rank).
 
-    >>> bucket_params(8), bucket_params(256)
-    (40000000.0, 256000000.0)
+    >>> bucket_params(8), bucket_params(256), bucket_params(256, 128 * 2**20)
+    (40000000.0, 256000000.0, 134217728.0)
     """
+    if configured > 0:
+        return float(configured)
     return max(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP_RANK * dp)
 
 
@@ -119,7 +123,7 @@ def grad_reduce_exposed_s(ctx: Context, layers_of: list[list[str]], pipe: Pipeli
     rank its buckets start when their chunk's last backward ends (the first chunk of pipeline rank 0 is cut
     into :func:`bucket_params` buckets, ready in order through that backward) and run one after another; the
     step's pipeline part ends when the last rank's last bucket is done."""
-    size = bucket_params(_dp(ctx))
+    size = bucket_params(_dp(ctx), ctx.stack.ddp_bucket_params)
     ready: dict[int, list[tuple[float, float]]] = {}
     last_b: dict[int, tuple[int, float, float]] = {}
     for (phase, stage, _mb), (rank, s, e) in pipe.timeline.items():
@@ -147,7 +151,7 @@ def first_bucket_ag_s(ctx: Context, layers_of: list[list[str]]) -> float:
     """Seconds the first forward waits for the parameter all-gather of the first bucket (the first chunk's
     dense parameters, up to one bucket, in bf16); the other buckets' gathers run under the forwards."""
     dense, _ = _chunk_local_params(ctx, layers_of[0])
-    return _rs_s(ctx, min(dense, bucket_params(_dp(ctx))), "dp", "ag")
+    return _rs_s(ctx, min(dense, bucket_params(_dp(ctx), ctx.stack.ddp_bucket_params)), "dp", "ag")
 
 
 def once_per_step_s(ctx: Context) -> float:
