@@ -18,6 +18,7 @@ from sim.costs import default_costs
 from sim.predict import predict
 from sim.predict.dp_scale import bucket_params, straggler_s
 from sim.specs import ParallelPlan
+from sim.stacks import load_stack
 
 COSTS = CommCosts.default()
 
@@ -42,6 +43,30 @@ def test_tree_allreduce_grows_with_ranks():
 
 def test_bucket_rule():
     assert bucket_params(8) == 40e6 and bucket_params(40) == 40e6 and bucket_params(256) == 256e6
+    # a size the framework sets wins over Megatron-Core's default for an unset one, at any data parallelism
+    assert bucket_params(8, 128 * 2**20) == bucket_params(1024, 128 * 2**20) == 128 * 2**20
+
+
+def test_stacks_carry_their_bucket_size():
+    # Megatron-Bridge's CommOverlapConfig sets 128Mi-parameter buckets; TorchTitan shards with FSDP (no buckets)
+    assert load_stack("megatron").ddp_bucket_params == 128 * 2**20
+    assert load_stack("megatron-26.02").ddp_bucket_params == 128 * 2**20
+    assert load_stack("torchtitan").ddp_bucket_params == 0
+
+
+def test_smaller_buckets_hide_more_of_the_reduce_scatter():
+    """The first chunk's gradients reduce bucket by bucket as its backward runs: cut finer, less of them is left
+    after the pipeline; one bucket exposes the most."""
+    cluster = load_cluster("gb200-nvl72", n_gpus=64)
+    plan = ParallelPlan(tp=1, pp=2, vpp=1, ep=8, dp_shard=32, seq_len=1024, global_batch=128)
+    model = load_model("deepseek-v3-16b")
+
+    def exposed(bucket: float) -> float:
+        stack = dataclasses.replace(load_stack("megatron"), name="user-buckets", ddp_bucket_params=bucket)
+        return predict(model, cluster, plan, default_costs(cluster.gpu), stack=stack).trace_data["step"].dp.grad_rs_s
+
+    fine, one = exposed(20e6), exposed(1e12)
+    assert 0 < fine < one
 
 
 def test_straggler_monotone_and_zero_at_cv0():

@@ -159,4 +159,4 @@ def test_a_ratio_with_a_variant_beyond_the_envelope_is_widened_as_its_interval_i
     from studies.compare import measured_points
 
     iv = pair_interval(1.2, measured_points(), same_model=True, same_gpu=True, beyond="X is beyond the validated envelope")
-    assert "spread x1.5: X is beyond the validated envelope" in iv.basis
+    assert f"spread x{BEYOND_FACTOR:g}: X is beyond the validated envelope" in iv.basis
