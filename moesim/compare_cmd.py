@@ -114,10 +114,11 @@ def compare(spec: CompareFile, points: list[MeasuredPoint]) -> dict[str, Any]:
     for pred, sig, variant, runs, row in zip(preds, sigs, spec.variants, own, rows, strict=True):
         pair = [rows[0]] if row is rows[0] else [rows[0], row]
         beyond = "; ".join(f"{r['name']} is beyond the validated envelope" for r in pair if _beyond(r))
+        widen = max((_widen(r) for r in pair if _beyond(r)), default=1.0)
         iv = studies_compare.pair_interval(pred.tokens_per_s_per_gpu / ref.tokens_per_s_per_gpu, points,
                                            same_model=pred.model == ref.model, same_gpu=pred.gpu == ref.gpu,
                                            identical=sig == ref_sig, exclude=sorted({*own[0], *runs}),
-                                           beyond=beyond)
+                                           beyond=beyond, widen=widen)
         ref_meas = spec.variants[0].measured_tokens_per_s_per_gpu
         meas = variant.measured_tokens_per_s_per_gpu
         ratios.append({"name": pred.name, "ratio": iv.ratio, "p10": iv.p10, "p90": iv.p90, "n_pairs": iv.n_pairs,
@@ -134,6 +135,13 @@ def _beyond(row: dict[str, Any]) -> bool:
     from sim.uncertainty import DISTANCES
 
     return bool((row.get("interval") or {}).get("distance") == DISTANCES[2])
+
+
+def _widen(row: dict[str, Any]) -> float:
+    """The multiplier a variant's own interval was widened by beyond the envelope (its interval's ``widen``)."""
+    from sim.uncertainty import BEYOND_FACTOR
+
+    return float((row.get("interval") or {}).get("widen", BEYOND_FACTOR))
 
 
 def _own_runs(variant: CompareVariant, pred: Any, cluster: str, points: list[MeasuredPoint]) -> list[str]:

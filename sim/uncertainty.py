@@ -81,6 +81,8 @@ class Interval:
     distance: str = ""
     #: ``{"distance", "nearest": [{"id", "error"}], "note"}`` (:func:`evidence_for`), or None
     evidence: dict[str, Any] | None = None
+    #: beyond the envelope, the multiplier its leave-one-group-out half-width was widened by (:attr:`Placement.widen`)
+    widen: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: an unbounded end (a spread past float's range) is ``None``, never ``Infinity``."""
@@ -91,7 +93,8 @@ class Interval:
                 "p90_tokens_per_s_per_gpu": finite(self.p90), "validation_runs": self.n_runs, "stack": self.stack,
                 "calibration_log_sd": finite(self.calibration_sd), "validation_log_sd": finite(self.validation_sd),
                 "mean_log_residual": finite(self.mean_log_residual), "left_out_run": self.left_out or None,
-                **({"distance": self.distance} if self.distance else {})}
+                **({"distance": self.distance} if self.distance else {}),
+                **({"widen": self.widen} if self.widen != 1.0 else {})}
 
     def contains(self, value: float) -> bool:
         return self.p10 <= value <= self.p90
@@ -372,7 +375,8 @@ def distance_interval(predicted: float, distance: str, group_residuals: Sequence
     centre = predicted * math.exp(base.mean_log_residual)
     half = max(math.log(base.p90 / centre), math.log(centre / base.p10)) * widen
     return Interval(min(predicted, centre * math.exp(-half)), predicted, max(predicted, centre * math.exp(half)),
-                    base.n_runs, stack, calibration_sd, base.validation_sd, base.mean_log_residual, left_out, distance)
+                    base.n_runs, stack, calibration_sd, base.validation_sd, base.mean_log_residual, left_out, distance,
+                    widen=widen)
 
 
 def _evidence_note(place: Placement) -> str:

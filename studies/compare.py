@@ -347,11 +347,13 @@ def _relation(same: bool, what: str) -> str:
 
 
 def pair_interval(ratio: float, points: Sequence[MeasuredPoint], *, same_model: bool, same_gpu: bool,
-                  identical: bool = False, exclude: Iterable[str] = (), beyond: str = "") -> RatioInterval:
+                  identical: bool = False, exclude: Iterable[str] = (), beyond: str = "",
+                  widen: float = BEYOND_FACTOR) -> RatioInterval:
     """:func:`ratio_interval` from the measured pairs that relate as the two variants do (same model or not,
     same GPU or not), falling back to the model relation alone, then to every pair, while a class has fewer
     than :data:`MIN_PAIRS` pairs. ``beyond``: why a variant lies beyond the validated envelope (its interval
-    was widened): the ratio's spread is widened by the same :data:`sim.uncertainty.BEYOND_FACTOR`. ``basis``
+    was widened): the ratio's spread is widened by the same factor, ``widen`` (the variant's own, the larger of
+    two; default :data:`sim.uncertainty.BEYOND_FACTOR`). ``basis``
     says which pairs were used."""
     if identical:
         return ratio_interval(ratio, [], identical=True)
@@ -368,9 +370,9 @@ def pair_interval(ratio: float, points: Sequence[MeasuredPoint], *, same_model: 
         if len(residuals) >= MIN_PAIRS:
             break
     left = f"; {', '.join(exclude)} left out (the variants' own runs)" if exclude else ""
-    widen = f"; spread x{BEYOND_FACTOR:g}: {beyond}" if beyond else ""
-    basis = f"{len(residuals)} ordered pairs of measured runs ({label}{left}{widen})"
-    return ratio_interval(ratio, residuals, basis=basis, widen=BEYOND_FACTOR if beyond else 1.0)
+    widened = f"; spread x{widen:g}: {beyond}" if beyond else ""
+    basis = f"{len(residuals)} ordered pairs of measured runs ({label}{left}{widened})"
+    return ratio_interval(ratio, residuals, basis=basis, widen=widen if beyond else 1.0)
 
 
 def ratio_coverage(points: Sequence[MeasuredPoint]) -> dict[str, Any]:

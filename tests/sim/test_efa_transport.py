@@ -160,3 +160,24 @@ def test_a_ratio_with_a_variant_beyond_the_envelope_is_widened_as_its_interval_i
 
     iv = pair_interval(1.2, measured_points(), same_model=True, same_gpu=True, beyond="X is beyond the validated envelope")
     assert f"spread x{BEYOND_FACTOR:g}: X is beyond the validated envelope" in iv.basis
+
+
+def test_an_efa_variant_widens_its_interval_and_its_ratio_by_the_transport_factor() -> None:
+    """On a transport no run measured the interval is widened by TRANSPORT_FACTOR (sized on the EFA matrix), and a
+    ratio against such a variant by the same factor (moesim compare): the EFA example's measured ratio (1.56x)
+    falls inside it."""
+    import io
+    import json
+    from contextlib import redirect_stdout
+
+    from moesim.cli import main
+    from sim.uncertainty import TRANSPORT_FACTOR
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["compare", "examples/efa-dsv3-nccl-vs-uccl.toml", "--json"]) == 0
+    data = json.loads(out.getvalue())
+    assert all(v["interval"]["widen"] == TRANSPORT_FACTOR for v in data["variants"])
+    ratio = data["ratios"][-1]
+    assert f"spread x{TRANSPORT_FACTOR:g}" in ratio["basis"]
+    assert ratio["p10"] <= 1.56 <= ratio["p90"]
