@@ -19,6 +19,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from moesim.argtypes import worker_count
+from sim.comm.costs import DEEPEP_API_BACKENDS
 from sim.errors import ConfigError, MoesimError
 from sim.specs import EP_BACKENDS
 
@@ -67,7 +68,7 @@ def assumptions(args: argparse.Namespace) -> list[str]:
              f"memory headroom: peak x {1 + _headroom_fraction(args):.3f} (allocator overhead, --headroom-pct) "
              f"+ {args.headroom_gib:g} GiB left free per GPU (--headroom-gib)"]
     profile = _readable_stack(args.stack)
-    if profile is not None and args.ep_backend == "deepep" and not profile.deepep_tp_token_split:
+    if profile is not None and args.ep_backend in DEEPEP_API_BACKENDS and not profile.deepep_tp_token_split:
         lines.append("DeepEP with TP > 1: every TP rank dispatches, and its experts compute, every token of the "
                      "microbatch, as this stack's release does (deepep_tp_token_split = false): such plans carry "
                      "twice the routed-expert work")

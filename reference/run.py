@@ -43,7 +43,7 @@ from typing import Any
 from sim.errors import MoesimError
 from sim.fileio import write_atomic
 
-__all__ = ["RunConfig", "parse_args", "validate", "main", "partial_dir"]
+__all__ = ["RunConfig", "exit_now", "parse_args", "validate", "main", "partial_dir"]
 
 PRECISIONS = ("fp32", "bf16", "mxfp8")
 DISPATCHES = ("local", "all_to_all", "deepep")
@@ -595,5 +595,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def exit_now(code: int) -> None:
+    """End the process with ``code`` once the run is written, without C++ static destructors: after a profiled
+    run kineto's teardown at interpreter exit can abort the process ("terminate called without an active
+    exception", exit 134; pytorch/pytorch PR #195837, pytorch/kineto #1051), turning a finished run into a
+    failure. Python's own buffers are flushed first."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -59,7 +59,7 @@ AC_MODES = ("none", "selective", "full")
 PRECISIONS = ("bf16", "mxfp8-grouped", "mxfp8", "fp8-blockwise", "fp8-current")
 #: Megatron-Core ``--recompute-modules`` names (``ac = "selective"``).
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "moe", "shared_experts")
-EP_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep", "uccl-ep")
+EP_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep", "uccl-ep", "deepep-v2")
 #: scale-out transports a fabric can run (:attr:`FabricSpec.transport`)
 TRANSPORTS = ("infiniband", "efa")
 #: gradient accumulation / reduction dtypes a plan may name, and their bytes per element.

@@ -330,10 +330,10 @@ class StackProfile:
 
     def host_syncs(self, backend: str) -> int:
         """Blocking host syncs before one forward dispatch of ``backend``: NCCL's split-size copy (1), the
-        stack's DeepEP (UCCL-EP: DeepEP's API, the same) and Hybrid-EP counts, none for DeepEP's low-latency
+        stack's DeepEP (UCCL-EP and DeepEP v2: DeepEP's API, the same) and Hybrid-EP counts, none for DeepEP's low-latency
         kernels."""
         return {"nccl": 1, "deepep": self.deepep_host_syncs, "uccl-ep": self.deepep_host_syncs,
-                "hybridep": self.hybridep_host_syncs}.get(backend, 0)
+                "deepep-v2": self.deepep_host_syncs, "hybridep": self.hybridep_host_syncs}.get(backend, 0)
 
     def recomputes(self, module: str) -> bool:
         """Whether selective recompute re-runs ``module`` (a Megatron ``recompute_modules`` name)."""

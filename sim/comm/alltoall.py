@@ -1,6 +1,6 @@
 """The one MoE all-to-all interface: validate the request, canonicalise the rank set, memoise, and hand the
-problem to the backend's module (:mod:`sim.comm.nccl`, :mod:`sim.comm.deepep`, :mod:`sim.comm.deepep_ll`,
-:mod:`sim.comm.hybridep`).
+problem to the backend's module (:mod:`sim.comm.nccl`, :mod:`sim.comm.deepep` (v1, UCCL-EP and v2),
+:mod:`sim.comm.deepep_ll`, :mod:`sim.comm.hybridep`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from sim.comm.costs import (
     AllToAllResult,
     CommCosts,
 )
-from sim.comm.deepep import deepep_alltoall
+from sim.comm.deepep import deepep_alltoall, deepep_v2_alltoall
 from sim.comm.deepep_ll import deepep_ll_alltoall
 from sim.comm.fabric import canonical_ranks, check_ranks, topology_of
 from sim.comm.hybridep import hybridep_alltoall
@@ -36,6 +36,7 @@ BACKENDS: dict[str, Callable[[Case], AllToAllResult]] = {
     "deepep-ll": deepep_ll_alltoall,
     "hybridep": hybridep_alltoall,
     "uccl-ep": deepep_alltoall,
+    "deepep-v2": deepep_v2_alltoall,
 }
 assert tuple(BACKENDS) == MOE_BACKENDS
 
@@ -80,6 +81,8 @@ def moe_alltoall(
       published latency table scaled linearly by bytes and link rate, floored by the flow model.
     - ``uccl-ep``: UCCL-EP, DeepEP's API and normal-mode traffic over a CPU proxy thread (any NIC, EFA
       included): ``deepep``'s model plus the proxy hop across domains (:mod:`sim.comm.transport`).
+    - ``deepep-v2``: DeepEP v2 (ElasticBuffer, hybrid mode) over NCCL GIN: ``deepep``'s traffic and link rates,
+      its own SM-limited rates (far fewer SMs for the same bandwidth), GPU-initiated on InfiniBand and EFA alike.
 
     The fabric's transport (InfiniBand or EFA, :mod:`sim.comm.transport`) sets NCCL's all-to-all share of the
     network and fixed cost per call, and whether DeepEP reaches the network through a proxy; Hybrid-EP across

@@ -14,10 +14,11 @@ from sim.errors import ConfigError
 __all__ = ["BOUND_BY", "DEEPEP_API_BACKENDS", "FP8_WITH_SCALES_BYTES_PER_ELEM", "LINKS", "MOE_BACKENDS", "PHASES",
            "SM_RESERVING_BACKENDS", "AllToAllResult", "CommCost", "CommCosts"]
 
-MOE_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep", "uccl-ep")
-#: backends that run DeepEP v1's normal-mode kernels behind DeepEP's API (UCCL-EP is a drop-in replacement of
-#: ``deep_ep.Buffer``): the same node-deduplicated traffic, notify barrier and SM reservation
-DEEPEP_API_BACKENDS = ("deepep", "uccl-ep")
+MOE_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep", "uccl-ep", "deepep-v2")
+#: backends that run DeepEP's normal-mode kernels behind DeepEP's API (UCCL-EP is a drop-in replacement of
+#: ``deep_ep.Buffer``; DeepEP v2's ElasticBuffer keeps the hybrid, node-deduplicated mode): the same traffic,
+#: notify barrier and SM reservation
+DEEPEP_API_BACKENDS = ("deepep", "uccl-ep", "deepep-v2")
 #: backends whose kernels are given a number of SMs (``num_sms``, a plan's ``deepep_sms``)
 SM_RESERVING_BACKENDS = (*DEEPEP_API_BACKENDS, "hybridep")
 
@@ -99,6 +100,15 @@ class CommCosts:
     deepep_internode_nvlink_fraction: float = 0.78
     # Notify (count exchange on the GPU) + barrier per DeepEP kernel, as in DeepEP's benchmarks. ASSUMED.
     deepep_overhead_s: float = 10e-6
+    # DeepEP v2 (ElasticBuffer over NCCL GIN, deepseek-ai/DeepEP PR #605; published.md s5), 8K tokens. NVLink, SM100
+    # EP8: dispatch / combine 643 / 675 GB/s with 24 SMs, 726 / 740 with 64 (the same "algorithm bandwidth" as v1's
+    # table, one column for either dispatch width). RDMA: SM100 EP 8x2 over CX7 90 / 91 GB/s "logical" with 12 SMs
+    # (7.5 GB/s per SM; SM90 8x4: 61 with 6). The link rates are v1's (the 90 logical GB/s over 2 nodes is 45
+    # physical of the 50 GB/s NIC, v1's IBGDA share): what v2 changes is how few SMs reach them.
+    deepep_v2_sms: tuple[int, ...] = (24, 64)
+    deepep_v2_dispatch_bw: tuple[float, ...] = (643e9, 726e9)
+    deepep_v2_combine_bw: tuple[float, ...] = (675e9, 740e9)
+    deepep_v2_rdma_bw_per_sm: float = 90e9 / 12
     # AWS EFA (SRD over libfabric; FabricSpec.transport = "efa"). NCCL's all-to-all through aws-ofi-nccl, from
     # nccl-tests alltoall_perf on p5.48xlarge (8 H100, 4 x 100 Gb/s EFA per GPU; crazyguitar/
     # aws-gpu-communication-benchmark data/nccl_alltoall.csv @a77f70d: 2-32 nodes, 32 MB-2 GB per rank). One
@@ -184,6 +194,9 @@ class CommCosts:
         for name in ("deepep_dispatch_fp8_bw", "deepep_dispatch_bf16_bw", "deepep_combine_bw"):
             if len(getattr(self, name)) != len(self.deepep_sms):
                 raise ConfigError(f"CommCosts: {name} needs one value per deepep_sms entry {self.deepep_sms}")
+        for name in ("deepep_v2_dispatch_bw", "deepep_v2_combine_bw"):
+            if len(getattr(self, name)) != len(self.deepep_v2_sms):
+                raise ConfigError(f"CommCosts: {name} needs one value per deepep_v2_sms entry {self.deepep_v2_sms}")
         for axes, names in (
             (("hybridep_nvl_ranks", "hybridep_nvl_sms"),
              ("hybridep_nvl_dispatch_fp8_bw", "hybridep_nvl_dispatch_bf16_bw", "hybridep_nvl_combine_bw")),

@@ -26,8 +26,8 @@ from sim.comm.fabric import (
 from sim.comm.transport import proxy_s
 from sim.routing import part_hit_probabilities
 
-__all__ = ["DedupTraffic", "dedup_result", "dedup_traffic", "deepep_alltoall", "deepep_nvlink_bw", "in_training_cost",
-           "in_training_s"]
+__all__ = ["DedupTraffic", "dedup_result", "dedup_traffic", "deepep_alltoall", "deepep_nvlink_bw", "deepep_v2_alltoall",
+           "deepep_v2_nvlink_bw", "in_training_cost", "in_training_s"]
 
 def in_training_s(result: AllToAllResult, costs: CommCosts, *, peers: int, work_s: float,
                   overlapped: bool) -> float:
@@ -196,14 +196,50 @@ def deepep_alltoall(c: Case) -> AllToAllResult:
     (:func:`sim.comm.transport.proxy_s`: UCCL-EP, or DeepEP on EFA). Cost terms: the flow time on its
     bottleneck link (``nic``/``nvlink``), the SM-limited time (``sms``), the fixed part (``latency``)."""
     costs = c.costs
+    return _dedup_kernel(c, deepep_nvlink_bw(c.num_sms, c.phase, c.bytes_per_elem, costs),
+                         costs.deepep_rdma_bw_per_sm * c.num_sms)
+
+
+def deepep_v2_nvlink_bw(num_sms: int, phase: str, costs: CommCosts) -> float:
+    """DeepEP v2's SM-limited NVLink "algorithm bandwidth" (bytes/s) with ``num_sms`` SMs (SM100 EP8 table):
+    linear between its points, proportional to SMs below the first, flat above the last.
+
+    >>> round(deepep_v2_nvlink_bw(24, "dispatch", CommCosts.default()) / 1e9), round(deepep_v2_nvlink_bw(12, "combine", CommCosts.default()) / 1e9)
+    (643, 338)
+    """
+    ys = costs.deepep_v2_combine_bw if phase == "combine" else costs.deepep_v2_dispatch_bw
+    return interpolate(num_sms, costs.deepep_v2_sms, ys)
+
+
+def deepep_v2_alltoall(c: Case) -> AllToAllResult:
+    """One DeepEP v2 dispatch or combine (ElasticBuffer in its hybrid mode over NCCL GIN, deepseek-ai/DeepEP
+    PR #605): v1's node-deduplicated traffic and link rates, with v2's SM-limited rates
+    (:func:`deepep_v2_nvlink_bw`, ``deepep_v2_rdma_bw_per_sm``): it reaches the links with a few SMs where v1
+    needs 20 or more. GIN is GPU-initiated on InfiniBand (GDAKI) and on EFA (NCCL 2.31's EFA GDA GIN type), so
+    no CPU proxy hop. Cost terms as :func:`deepep_alltoall`'s.
+
+    >>> from sim.catalog import load_cluster, load_model
+    >>> from sim.comm import moe_alltoall
+    >>> c, m = load_cluster("hgx-b200", n_gpus=32), load_model("deepseek-v3-671b")
+    >>> v1, v2 = (moe_alltoall(c, range(8), 4096, m, b, "dispatch", CommCosts.default(), bytes_per_elem=2.0, num_sms=12)
+    ...           for b in ("deepep", "deepep-v2"))
+    >>> bool(v2.time_s.max() < v1.time_s.max())  # at 12 SMs v1 is SM-bound, v2 near the link
+    True
+    """
+    costs = c.costs
+    return _dedup_kernel(c, deepep_v2_nvlink_bw(c.num_sms, c.phase, costs), costs.deepep_v2_rdma_bw_per_sm * c.num_sms)
+
+
+def _dedup_kernel(c: Case, nvlink_sm_bw: float, rdma_sm_bw: float) -> AllToAllResult:
+    """A DeepEP-API kernel over node-deduplicated traffic: max(link-limited flow time, SM-limited time at
+    ``nvlink_sm_bw`` (NVLink algorithm bytes) and ``rdma_sm_bw`` (RDMA bytes)) + ``deepep_overhead_s`` + the
+    CPU proxy hop where the backend has one on this fabric."""
+    costs = c.costs
     traffic = dedup_traffic(c)
     proxy = proxy_s(c.cluster, costs, c.backend, internode=traffic.n_domains > 1)
     cap = scaled_capacity(c.topo, costs, "deepep", internode=traffic.n_domains > 1, proxied=proxy > 0)
     done, edge_bytes, _ = flows_from_matrix(c.topo, c.ranks, traffic.nvl + traffic.rdma, cap, pxn=True)
-    sm_time = np.maximum(
-        traffic.nvl_work / deepep_nvlink_bw(c.num_sms, c.phase, c.bytes_per_elem, costs),
-        traffic.rdma_work / (costs.deepep_rdma_bw_per_sm * c.num_sms),
-    )
+    sm_time = np.maximum(traffic.nvl_work / nvlink_sm_bw, traffic.rdma_work / rdma_sm_bw)
     slowest = float(np.maximum(done, sm_time).max()) if c.tokens else 0.0
     bound, link = flow_bound(c.topo, edge_bytes, cap)
     fixed = costs.deepep_overhead_s + proxy
