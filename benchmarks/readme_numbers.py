@@ -291,6 +291,12 @@ def _logo_coverage() -> str:
 
 
 @cache
+def _grouped_curve() -> list[dict[str, float]]:
+    from studies.torchtitan_layer import grouped_speedup_curve
+
+    return grouped_speedup_curve()
+
+
 def _layer_cells() -> list[dict[str, Any]]:
     """Every layer cell's row (``studies.layer_cells.layer_cell_rows``), predicted once for the three figures."""
     from studies.layer_cells import layer_cell_rows
@@ -360,6 +366,9 @@ FIGURES: list[Figure] = [
            lambda: f"{_titan_layer()['measured']:.3f}x"),
     Figure("TorchTitan layer BF16 ratio", "README.md", r"at \*\*([\d.]+x)\*\* of the measured time",
            lambda: f"{_titan_layer()['bf16_ratio']:.3f}x"),
+    Figure("TorchTitan routed-expert MXFP8 speedup curve", "README.md",
+           r"routed experts' MXFP8 speedup alone\ncomes out \*\*(.*?)\*\* at 16k",
+           lambda: " / ".join(f"{r['predicted']:.3f}x" for r in _grouped_curve())),
     Figure("EFA NCCL EP16 MBS4", "README.md", r"NCCL at EP16 on B300 \*\*([+-][\d.]+%)\*\*",
            lambda: _efa_error("aws-26.04.01-qwen3-235b-32xb300-ep16-mbs4-nccl")),
     Figure("EFA UCCL-EP DSV3 MBS4", "README.md", r"DeepSeek-V3 at microbatch 4 \*\*([+-][\d.]+%)\*\* and",

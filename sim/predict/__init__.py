@@ -142,9 +142,10 @@ def simulation_context(model: ModelSpec, placed: ClusterSpec, plan: ParallelPlan
                        stack: StackProfile, memo: SimMemo | None = None,
                        params: Mapping[str, float] | None = None) -> Context:
     """The engine's context for a plan on an already placed cluster: the joint calibration's parameters
-    (``params``; None: the shipped fit, :func:`sim.joint.shipped_values`) applied to the cluster's GPU, the
-    costs and the stack (:func:`sim.joint.apply_params`), the one way every prediction and bound gets them."""
-    values = shipped_values() if params is None else params
+    (``params``: the shipped fit, :func:`sim.joint.shipped_values`, with the values ``params`` names in place of
+    its own; None: the shipped fit) applied to the cluster's GPU, the costs and the stack
+    (:func:`sim.joint.apply_params`), the one way every prediction and bound gets them."""
+    values = shipped_values() if params is None else {**shipped_values(), **params}
     sim_cluster, costs, stack = apply_params(values, placed, costs, stack, plan)
     return Context(model, sim_cluster, plan, costs, stack, memo)
 
@@ -158,7 +159,8 @@ def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: C
     ``memo``: layer and pair simulations shared across predictions of one model, cluster, cost model and
     stack (a plan search's; :mod:`sim.predict.memo`); the prediction is the same with or without it.
 
-    ``params``: the joint calibration's parameters (:mod:`sim.joint`); None: the shipped fit.
+    ``params``: joint-calibration parameters (:mod:`sim.joint`) in place of the shipped fit's, e.g.
+    ``{"release.torchtitan": 1.0}`` for TorchTitan at the calibration's kernel rates; None: the shipped fit.
 
     Raises :class:`~sim.errors.PlanError` for plans that cannot run.
     """

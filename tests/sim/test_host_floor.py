@@ -92,3 +92,15 @@ def test_aws_efa_microbatch_1_nccl_runs_within_15_percent() -> None:
     without = _errors("studies/data/efa_runs.toml", AWS_MBS1, floor=False)
     assert all(abs(e) < 0.15 for e in with_floor.values()), with_floor
     assert all(e > 0.30 for e in without.values()), without
+
+
+def test_partial_params_override_only_what_they_name() -> None:
+    """``predict(params=...)`` takes the shipped fit for every value the mapping leaves out (a what-if of one
+    parameter needs no copy of the whole registry)."""
+    model, cluster = load_model("deepseek-v3-16b"), load_cluster("hgx-b200", n_gpus=16)
+    plan = ParallelPlan(tp=1, pp=1, ep=8, dp_shard=16, seq_len=1024, global_batch=32)
+    shipped = predict(model, cluster, plan, stack="torchtitan")
+    full = dict(shipped_values(), **{"release.torchtitan": 1.0})
+    partial = predict(model, cluster, plan, stack="torchtitan", params={"release.torchtitan": 1.0})
+    assert partial.step_time_s == predict(model, cluster, plan, stack="torchtitan", params=full).step_time_s
+    assert partial.step_time_s < shipped.step_time_s  # kernel rates: faster than the fitted release
