@@ -38,6 +38,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from sim.comm.costs import DEEPEP_API_BACKENDS
 from sim.errors import ConfigError
 from sim.specs import (
     EP_BACKENDS,
@@ -330,10 +331,11 @@ class StackProfile:
 
     def host_syncs(self, backend: str) -> int:
         """Blocking host syncs before one forward dispatch of ``backend``: NCCL's split-size copy (1), the
-        stack's DeepEP (UCCL-EP and DeepEP v2: DeepEP's API, the same) and Hybrid-EP counts, none for DeepEP's low-latency
-        kernels."""
-        return {"nccl": 1, "deepep": self.deepep_host_syncs, "uccl-ep": self.deepep_host_syncs,
-                "deepep-v2": self.deepep_host_syncs, "hybridep": self.hybridep_host_syncs}.get(backend, 0)
+        stack's DeepEP counts for every backend behind DeepEP's API (:data:`sim.comm.costs.DEEPEP_API_BACKENDS`),
+        its Hybrid-EP counts, none for DeepEP's low-latency kernels."""
+        if backend in DEEPEP_API_BACKENDS:
+            return self.deepep_host_syncs
+        return {"nccl": 1, "hybridep": self.hybridep_host_syncs}.get(backend, 0)
 
     def recomputes(self, module: str) -> bool:
         """Whether selective recompute re-runs ``module`` (a Megatron ``recompute_modules`` name)."""

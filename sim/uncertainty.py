@@ -50,7 +50,7 @@ from sim.errors import ConfigError, MoesimError
 
 __all__ = ["Interval", "interval", "prediction_interval", "stack_family", "calibration_sd", "loo_coverage", "transport_of",
            "measured_run_pairs", "residuals_by_stack", "T90", "DISTANCES", "BEYOND_FACTOR", "TRANSPORT_FACTOR",
-           "SCALE_SPAN", "Placement", "classify", "nearest_runs", "distance_interval", "format_evidence",
+           "SCALE_SPAN", "Placement", "classify", "placement", "nearest_runs", "distance_interval", "format_evidence",
            "logo_interval_coverage"]
 
 
@@ -388,6 +388,17 @@ def _evidence_note(place: Placement) -> str:
     return ""
 
 
+def placement(pred: Any, data: Any, cluster: str | None = None) -> Placement:
+    """Where a :class:`~sim.predict.Prediction` sits against the stored runs of ``data``
+    (:class:`sim.interval_data.IntervalData`): :func:`classify` of its class (``cluster``; default: the template
+    its GPU comes in), stack family, GPU count, backend, precision and model, judged against every measured run
+    (its own included: it was measured)."""
+    from sim.catalog import default_cluster
+
+    return classify(data.runs, cluster or default_cluster(pred.gpu), stack_family(pred.stack), int(pred.n_gpus),
+                    str(pred.plan.get("ep_backend", "")), str(pred.plan.get("precision", "")), str(pred.model))
+
+
 def prediction_interval(pred: Any, *, calibration_sd: float = 0.0, data: Any = None,
                         cluster: str | None = None) -> Interval | None:
     """The p10-p90 interval of a :class:`~sim.predict.Prediction` by its distance from the evidence
@@ -398,22 +409,18 @@ def prediction_interval(pred: Any, *, calibration_sd: float = 0.0, data: Any = N
     ``cluster``: the plan's system class (default: the template its GPU comes in, as ``predict --gpu`` picks
     it; a Prediction does not carry its template). A prediction of a measured run leaves that run's own
     residuals out of the spread (its nearest runs include it, with its LOGO error). None when there is no interval data (:func:`sim.interval_data.interval_note` says why)."""
-    from sim.catalog import default_cluster
     from sim.interval_data import load_shipped, run_signature
 
     data = load_shipped() if data is None else data
     if data is None:
         return None
-    family = stack_family(pred.stack)
     own = run_signature(pred.model, pred.gpu, pred.n_gpus, pred.plan, pred.stack, pred.stack_release)
     # runs of the very same inputs (two releases' runs of one plan can share them) are all "its own"
     left = ", ".join(r.id for r in data.runs if r.signature == own)
     rows = [r for r in data.runs if r.signature != own]
-    cls = cluster or default_cluster(pred.gpu)
-    # where the plan sits is judged against every measured run (its own included: it was measured); its own
-    # residuals are left out of the spread
-    place = classify(data.runs, cls, family, int(pred.n_gpus), str(pred.plan.get("ep_backend", "")),
-                     str(pred.plan.get("precision", "")), str(pred.model))
+    # its own residuals are left out of the spread, not out of where it sits
+    place = placement(pred, data, cluster)
+    cls, family = place.cluster, place.family
     group = [r.log_residual for r in rows if r.cluster == cls and r.family == family]
     pool = [r.log_residual for r in rows]
     logo = [x for x in (r.logo_log_residual for r in rows) if math.isfinite(x)]

@@ -26,8 +26,8 @@ import numpy as np
 
 from sim.uncertainty import (
     DISTANCES,
-    Placement,
     held_out_predictions,
+    placement,
     prediction_interval,
 )
 
@@ -94,26 +94,24 @@ def _need(measured: float, predicted: float, p10: float, p90: float, mean_log_re
 def held_out_intervals(data_dir: Path | None = None) -> list[HeldOutInterval]:
     """Every predictable held-out run with its interval (the shipped calibration and interval data)."""
     from sim.interval_data import load_shipped
-    from sim.uncertainty import classify, stack_family
 
     base = data_dir or Path(str(resources.files("studies").joinpath("data")))
     shipped = load_shipped()
+    if shipped is None:
+        return []
     out = []
     for name in HELD_OUT_FILES:
         predictions, _skipped = held_out_predictions(base / name)
         for run, pred in predictions:
-            iv = prediction_interval(pred, cluster=run.cluster)
-            if iv is None or shipped is None:
+            iv = prediction_interval(pred, cluster=run.cluster, data=shipped)
+            if iv is None:
                 continue
-            place: Placement = classify(shipped.runs, run.cluster, stack_family(pred.stack), int(pred.n_gpus),
-                                        str(pred.plan.get("ep_backend", "")), str(pred.plan.get("precision", "")),
-                                        str(pred.model))
             beyond = iv.distance == DISTANCES[2]
             need = (_need(run.measured_tokens_per_s_per_gpu, pred.tokens_per_s_per_gpu, iv.p10, iv.p90,
-                          iv.mean_log_residual, place.widen) if beyond else math.nan)
+                          iv.mean_log_residual, iv.widen) if beyond else math.nan)
+            kinds = _first_kind(placement(pred, shipped, run.cluster).reasons) if beyond else ()
             out.append(HeldOutInterval(name, run.id, run.measured_tokens_per_s_per_gpu, pred.tokens_per_s_per_gpu,
-                                       iv.p10, iv.p90, iv.distance,
-                                       _first_kind(place.reasons) if beyond else (), need))
+                                       iv.p10, iv.p90, iv.distance, kinds, need))
     return out
 
 

@@ -88,6 +88,11 @@ def _dp(ctx: Context) -> int:
     return ctx.plan.dp_shard * ctx.plan.cp
 
 
+def _bucket(ctx: Context) -> float:
+    """Parameters per bucket of this plan's data parallelism under this stack (:func:`bucket_params`)."""
+    return bucket_params(_dp(ctx), ctx.stack.ddp_bucket_params)
+
+
 def _chunk_local_params(ctx: Context, layers: list[str]) -> tuple[float, float]:
     """(dense, expert) parameters of one chunk on one rank before ZeRO sharding (the DDP buffers' sizes)."""
     dense = expert = 0.0
@@ -123,7 +128,7 @@ def grad_reduce_exposed_s(ctx: Context, layers_of: list[list[str]], pipe: Pipeli
     rank its buckets start when their chunk's last backward ends (the first chunk of pipeline rank 0 is cut
     into :func:`bucket_params` buckets, ready in order through that backward) and run one after another; the
     step's pipeline part ends when the last rank's last bucket is done."""
-    size = bucket_params(_dp(ctx), ctx.stack.ddp_bucket_params)
+    size = _bucket(ctx)
     ready: dict[int, list[tuple[float, float]]] = {}
     last_b: dict[int, tuple[int, float, float]] = {}
     for (phase, stage, _mb), (rank, s, e) in pipe.timeline.items():
@@ -151,7 +156,7 @@ def first_bucket_ag_s(ctx: Context, layers_of: list[list[str]]) -> float:
     """Seconds the first forward waits for the parameter all-gather of the first bucket (the first chunk's
     dense parameters, up to one bucket, in bf16); the other buckets' gathers run under the forwards."""
     dense, _ = _chunk_local_params(ctx, layers_of[0])
-    return _rs_s(ctx, min(dense, bucket_params(_dp(ctx), ctx.stack.ddp_bucket_params)), "dp", "ag")
+    return _rs_s(ctx, min(dense, _bucket(ctx)), "dp", "ag")
 
 
 def once_per_step_s(ctx: Context) -> float:
