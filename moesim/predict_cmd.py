@@ -72,7 +72,8 @@ _PLAN_HELP = {
 }
 #: Plan fields ``moesim predict`` takes a flag for (``compare`` variants may set these and no others).
 PLAN_FLAG_FIELDS = (*_PLAN_INTS, "pp_schedule", "ac", "recompute_modules", "pp_layout", "precision", "ep_backend",
-                    "routing", "ep_overlap", "grad_reduce_dtype", "cuda_graphs", "cuda_graph_scope", "fp8_output_proj")
+                    "routing", "ep_overlap", "grad_reduce_dtype", "cuda_graphs", "cuda_graph_scope", "fp8_output_proj",
+                    "fp8_attention")
 GIB = float(1 << 30)
 _NIC_GBPS_MAX = 8e6  # 8 Pb/s: sim.limits.CLUSTER_BOUNDS nic_bw_bytes_per_s maximum, in Gb/s
 
@@ -122,6 +123,9 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
                         "default: all)")
     p.add_argument("--fp8-output-proj", action="store_true", default=None, dest="fp8_output_proj",
                    help="the output layer (LM head) in MXFP8 too (Megatron fp8_output_proj; default: BF16)")
+    p.add_argument("--fp8-attention", action="store_true", default=None, dest="fp8_attention",
+                   help="the attention core in FP8 (Transformer Engine fp8_dot_product_attention; needs an FP8 "
+                        "precision; default: BF16)")
     o = parser.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON object with a 'predictions' list")
     o.add_argument("--wide", action="store_true", help="exposed and hidden seconds of every communication kind")

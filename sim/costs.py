@@ -165,12 +165,24 @@ class CostModel:
     #: times :meth:`grouped_work_scale`. Set by the joint calibration (``grouped.per_expert_share``,
     #: :mod:`sim.joint`); not serialised.
     grouped_per_expert_share: float = GROUPED_PER_EXPERT_SHARE
+    #: FP8 attention's (``ParallelPlan.fp8_attention``) forward and backward efficiencies, as fractions of the FP8
+    #: tensor rate; 0: the BF16 ones (``attn_fwd_eff`` / ``attn_bwd_eff``).
+    attn_fp8_fwd_eff: float = 0.0
+    attn_fp8_bwd_eff: float = 0.0
+    #: The share of the GPU's exponential rate (``GPUSpec.exp_per_s``) an attention kernel's softmax sustains (the
+    #: exponentials with the row max, rescaling and casts around them): the bound a kernel cannot beat, however fast
+    #: its matmuls.
+    softmax_eff: float = 1.0
 
     def __post_init__(self) -> None:
         for name, value in (("attn_fwd_eff", self.attn_fwd_eff), ("attn_bwd_eff", self.attn_bwd_eff),
-                            ("mem_bw_eff", self.mem_bw_eff), ("quantize_bw_eff", self.quantize_bw_eff)):
+                            ("mem_bw_eff", self.mem_bw_eff), ("quantize_bw_eff", self.quantize_bw_eff),
+                            ("softmax_eff", self.softmax_eff)):
             if not 0 < value <= 1.5:
                 raise ConfigError(f"cost model: {name} must be in (0, 1.5], got {value}")
+        for name, value in (("attn_fp8_fwd_eff", self.attn_fp8_fwd_eff), ("attn_fp8_bwd_eff", self.attn_fp8_bwd_eff)):
+            if not 0 <= value <= 1.5:
+                raise ConfigError(f"cost model: {name} must be in [0, 1.5] (0: the BF16 efficiency), got {value}")
 
     # --- serialisation -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -182,6 +194,9 @@ class CostModel:
             "grouped_gemm_eff": {k: c.to_dict() for k, c in self.grouped_gemm_eff.items()},
             "attn_fwd_eff": self.attn_fwd_eff,
             "attn_bwd_eff": self.attn_bwd_eff,
+            "attn_fp8_fwd_eff": self.attn_fp8_fwd_eff,
+            "attn_fp8_bwd_eff": self.attn_fp8_bwd_eff,
+            "softmax_eff": self.softmax_eff,
             "mem_bw_eff": self.mem_bw_eff,
             "quantize_bw_eff": self.quantize_bw_eff,
             "rearrange_s_per_elem": dict(self.rearrange_s_per_elem),
@@ -212,6 +227,9 @@ class CostModel:
                 grouped_gemm_eff={k: Curve.from_dict(v) for k, v in data["grouped_gemm_eff"].items()},
                 attn_fwd_eff=float(data["attn_fwd_eff"]),
                 attn_bwd_eff=float(data["attn_bwd_eff"]),
+                attn_fp8_fwd_eff=float(data.get("attn_fp8_fwd_eff", 0.0)),
+                attn_fp8_bwd_eff=float(data.get("attn_fp8_bwd_eff", 0.0)),
+                softmax_eff=float(data.get("softmax_eff", 1.0)),
                 mem_bw_eff=float(data["mem_bw_eff"]),
                 quantize_bw_eff=float(data["quantize_bw_eff"]),
                 rearrange_s_per_elem={k: float(v) for k, v in data["rearrange_s_per_elem"].items()},
@@ -275,7 +293,10 @@ class CostModel:
             # An empty grouped GEMM still launches (every EP rank runs its experts' kernels).
             return t / stack.eff(gpu.arch, cls) + int(op.launches) * _launch_s(op, stack)
         elif k == "attn":
-            t = self.attention_time(op.flops, gpu.bf16_flops, op.backward, exps=op.elems, exp_per_s=gpu.exp_per_s)
+            # FP8 attention (ParallelPlan.fp8_attention): its matmuls at the FP8 tensor rate, its softmax as in BF16.
+            fp8 = op.dtype != "bf16"
+            t = self.attention_time(op.flops, gpu.fp8_flops if fp8 else gpu.bf16_flops, op.backward, exps=op.elems,
+                                    exp_per_s=gpu.exp_per_s, fp8=fp8)
             cls = "attn.bwd" if op.backward else "attn.fwd"
         elif k == "mem":
             t, cls = self.memory_time(op.nbytes * f, gpu.hbm_bw_bytes_per_s), "mem"
@@ -339,13 +360,17 @@ class CostModel:
         return flops / (peak_flops * eff)
 
     def attention_time(self, flops: float, peak_flops: float, backward: bool, *, exps: float = 0.0,
-                       exp_per_s: float = 0.0) -> float:
-        """Kernel seconds of causal attention: tensor-core time at the kernel efficiency, or the softmax's
-        exponentials on the SFUs (``exps`` at ``exp_per_s``, when the GPU's rate is known), whichever is longer."""
+                       exp_per_s: float = 0.0, fp8: bool = False) -> float:
+        """Kernel seconds of causal attention: tensor-core time at the kernel efficiency (``fp8``: FP8 attention's,
+        with ``peak_flops`` the FP8 rate), or the softmax's exponentials (``exps`` at ``exp_per_s`` x
+        :attr:`softmax_eff`, when the GPU's rate is known), whichever is longer."""
         if flops <= 0:
             return 0.0
-        mma = flops / (peak_flops * (self.attn_bwd_eff if backward else self.attn_fwd_eff))
-        return max(mma, exps / exp_per_s) if exps > 0 and exp_per_s > 0 else mma
+        eff = self.attn_bwd_eff if backward else self.attn_fwd_eff
+        if fp8:
+            eff = (self.attn_fp8_bwd_eff if backward else self.attn_fp8_fwd_eff) or eff
+        mma = flops / (peak_flops * eff)
+        return max(mma, exps / (exp_per_s * self.softmax_eff)) if exps > 0 and exp_per_s > 0 else mma
 
     def memory_time(self, nbytes: float, hbm_bw: float, kernels: int = 1, overhead_s: float = 0.0) -> float:
         """Seconds of memory-bound kernels moving ``nbytes`` through HBM (plus ``kernels * overhead_s``)."""
@@ -477,6 +502,20 @@ _HOPPER_BLOCKWISE_OVER_TENSORWISE = (870.40 / 1125.51 + 828.34 / 1082.75 + 828.3
 _H100_FP8_MAMF = 1402.6e12 / 1979e12
 
 
+#: Attention on Blackwell, cuDNN 9.22 (cudnn-frontend benchmark/sdpa_benchmark_training results/dsv3, 2026-04-24:
+#: DeepSeek-V3's MLA, 128 heads, head dims 192 / 128, batch 2, causal, sequence 4,096): GB200 BF16 forward 0.977 ms,
+#: backward 3.383 ms; MXFP8 0.714 / 2.620 ms. As fractions of the rates the cost model gives a GB200 (BF16 2,250,
+#: FP8 4,500 TFLOPS: ``chip.nvl72_rate``), in its FLOP convention (backward = 2 x forward): BF16 0.625 / 0.361;
+#: MXFP8 backward 0.233; MXFP8 forward 0.50 from the GB300 cell (0.546 ms at the fitted Blackwell-Ultra rate), as the
+#: GB200 forward is softmax-bound. GB300 checks the rest: BF16 0.635 / 0.351, MXFP8 backward 0.233.
+_BLACKWELL_ATTN = {"attn_fwd_eff": 0.625, "attn_bwd_eff": 0.361, "attn_fp8_fwd_eff": 0.50, "attn_fp8_bwd_eff": 0.233}
+#: The softmax's share of the exponential rate (``GPUSpec.exp_per_s``, 5e12/s on a GB200): the GB200 MXFP8 forwards at
+#: sequence 4,096 (cudnn-frontend results above), DeepSeek-V3's MLA 0.714 ms (0.60) and Llama 3.1's GQA (64 heads,
+#: head dim 128) 0.326 ms (0.66), whose matmuls would take 0.61 / 0.24 ms at the FP8 forward efficiency: geometric
+#: mean 0.63.
+SOFTMAX_EFF = 0.63
+
+
 def default_costs(gpu: GPUSpec) -> CostModel:
     """Datasheet-and-microbenchmark kernel costs for ``gpu`` (the framework's share lives in its stack profile).
 
@@ -497,6 +536,12 @@ def default_costs(gpu: GPUSpec) -> CostModel:
     # Blockwise-scaled FP8 (1x128 / 128x128 scales) on Hopper applies its scales inside the main loop; on Blackwell
     # it runs as MXFP8 on the block-scaled tensor cores (TE PR #2157), at the FP8 curve here.
     blockwise = _HOPPER_BLOCKWISE_OVER_TENSORWISE if hopper else 1.0
+    # Hopper: assumed BF16 attention (no measurement at these shapes here), FP8 attention at Blackwell's measured
+    # FP8-over-BF16 efficiency ratios.
+    attn = _BLACKWELL_ATTN if not hopper else {
+        "attn_fwd_eff": 0.50, "attn_bwd_eff": 0.40,
+        "attn_fp8_fwd_eff": 0.50 * _BLACKWELL_ATTN["attn_fp8_fwd_eff"] / _BLACKWELL_ATTN["attn_fwd_eff"],
+        "attn_fp8_bwd_eff": 0.40 * _BLACKWELL_ATTN["attn_fp8_bwd_eff"] / _BLACKWELL_ATTN["attn_bwd_eff"]}
     sources = {
         "gemm_eff.bf16": "published.md s3: B200 cuBLAS BF16 1338-1389 TFLOPS of 2250 (H100 783-797 of 989); "
                          "roll-off below 1e11 FLOPs/call assumed",
@@ -515,8 +560,14 @@ def default_costs(gpu: GPUSpec) -> CostModel:
         "grouped_gemm_eff.fp8": "ASSUMED: the BF16 grouped curve x 0.9, as a fraction of the FP8 peak; checked on "
                                 "DeepSeek's H800 trace (h800-deepseek-trace calibration): DeepGEMM grouped FP8 "
                                 "forward 0.591 at 65536 rows, where this gives 0.569 (-4%)",
-        "attn_eff": "assumed: FlashAttention-class kernels at ~50% (fwd) / ~40% (bwd, incl. recompute of P) "
-                    "of BF16 peak with MLA head dims 192/128",
+        "attn_eff": ("cudnn-frontend sdpa_benchmark_training results/dsv3 (cuDNN 9.22, 2026-04-24), GB200 MLA causal "
+                     "at sequence 4,096: BF16 0.625 (fwd) / 0.361 (bwd, incl. the recompute of P; backward FLOPs = 2 x "
+                     "forward); MXFP8 attention 0.50 / 0.233 of the FP8 rate; GB300 agrees within 3% (sim.costs "
+                     "_BLACKWELL_ATTN)" if not hopper else
+                     "assumed: FlashAttention-class kernels at ~50% (fwd) / ~40% (bwd, incl. recompute of P) of BF16 "
+                     "peak; FP8 attention at Blackwell's measured FP8-over-BF16 efficiency ratios (0.80 fwd, 0.65 bwd)"),
+        "softmax_eff": "cudnn-frontend sdpa_benchmark_training (GB200 MXFP8 forwards, MLA and Llama 3.1 at 4,096): "
+                       "0.63 of the exponential rate (sim.costs.SOFTMAX_EFF)",
         "mem_bw_eff": "published.md s4: TorchAO quantize kernels 70-82% of HBM bandwidth; elementwise ops assumed "
                       "at the same 0.70",
         "quantize_bw_eff": "published.md s4: quantize kernels 70-82% of HBM bandwidth (0.76)",
@@ -533,8 +584,11 @@ def default_costs(gpu: GPUSpec) -> CostModel:
             "mxfp8": mx_grouped,
             "mxfp8_wgrad": mx_wgrad,
         },
-        attn_fwd_eff=0.50,
-        attn_bwd_eff=0.40,
+        attn_fwd_eff=attn["attn_fwd_eff"],
+        attn_bwd_eff=attn["attn_bwd_eff"],
+        attn_fp8_fwd_eff=attn["attn_fp8_fwd_eff"],
+        attn_fp8_bwd_eff=attn["attn_fp8_bwd_eff"],
+        softmax_eff=SOFTMAX_EFF,
         mem_bw_eff=0.70,
         quantize_bw_eff=_QUANT_BW_EFF,
         rearrange_s_per_elem=dict(_REARRANGE),

@@ -104,8 +104,10 @@ PARAMS: tuple[ParamSpec, ...] = (
               "GB300 runs constrain it, most the same-plan ones (DeepSeek-V3 TP1 PP16 EP8 B300/B200 1.109-1.112 in "
               "three containers; Qwen3-30B at MBS 8 vs 4, measured-runs.md s5); a pair outside the dataset agrees "
               "(GPT-OSS-120B BF16 EP8 MBS4, B300/B200 1.095-1.159, Megatron-Bridge performance-summary-archive.md "
-              "@067f987). What it holds beyond the clock ratio is not identified (the 1100 W power class under MXFP8 "
-              "GEMMs; attention's doubled exponential rate, 10.7 vs 5 Tera-exp/s)"),
+              "@067f987); so does cuDNN's own attention benchmark (cudnn-frontend sdpa_benchmark_training results/dsv3, "
+              "cuDNN 9.22: DeepSeek-V3's MLA at sequence 4,096, GB300 over GB200 1.13x forward and 1.08x backward in "
+              "BF16, 1.12x backward in MXFP8, against 1.12x for this factor times chip.gb300_clock). What it holds "
+              "beyond the clock ratio is not identified (the 1100 W power class under MXFP8 GEMMs)"),
     ParamSpec("chip.gb300_clock", 2070 / 2032, 0.9, 1.3, "GB300 (NVL72, 1400 W) tensor rate over a B300's (HGX, "
               "1100 W): its higher sustained clock", "facebookexperimental/triton PR #2023: a GB300 locks its 2070 MHz "
               "maximum clock at its 1400 W rated power (measured cuBLAS GEMM 1600-2174 TFLOPS there); sglang PR #28460 "

@@ -43,6 +43,7 @@ __all__ = [
     "PP_SCHEDULES",
     "AC_MODES",
     "PRECISIONS",
+    "FP8_ATTENTION_PRECISIONS",
     "EP_BACKENDS",
     "TRANSPORTS",
     "ATTENTION_KINDS",
@@ -57,6 +58,9 @@ PP_SCHEDULES = ("1f1b", "interleaved-1f1b", "dualpipe", "dualpipev")
 AC_MODES = ("none", "selective", "full")
 #: ``fp8-current``: Transformer Engine FP8 with current (per-tensor) scaling on every linear (Hopper).
 PRECISIONS = ("bf16", "mxfp8-grouped", "mxfp8", "fp8-blockwise", "fp8-current")
+#: Precisions under which the attention core may run in FP8 (``ParallelPlan.fp8_attention``): the whole-model FP8
+#: recipes, inside which Transformer Engine's ``fp8_dot_product_attention`` runs.
+FP8_ATTENTION_PRECISIONS = ("mxfp8", "fp8-blockwise", "fp8-current")
 #: Megatron-Core ``--recompute-modules`` names (``ac = "selective"``).
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "moe", "shared_experts")
 EP_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep", "uccl-ep", "deepep-v2")
@@ -455,6 +459,10 @@ class ParallelPlan:
     #: by default (a plain ``ColumnParallelLinear``), TorchTitan's float8/MX converters leave it and the DeepSeek-V3
     #: report keeps it.
     fp8_output_proj: bool = False
+    #: the attention core (QK^T, softmax, PV and their gradients) in FP8: Transformer Engine's
+    #: ``fp8_dot_product_attention`` (cuDNN's FP8 fused attention; MLPerf Training v6.0's DeepSeek-V3 recipes set
+    #: ``FP8_DPA=True``). Needs an FP8 precision. False: BF16 attention, every framework's default.
+    fp8_attention: bool = False
 
     def __post_init__(self) -> None:
         owner = "plan"
@@ -501,6 +509,12 @@ class ParallelPlan:
         if self.fp8_output_proj and self.precision != "mxfp8":
             raise ConfigError(f"plan: fp8_output_proj needs precision 'mxfp8' (Megatron-Core: MXFP8 only), "
                               f"got precision {self.precision!r}")
+        if not isinstance(self.fp8_attention, bool):
+            raise ConfigError(f"plan: fp8_attention must be true or false, got {self.fp8_attention!r}")
+        if self.fp8_attention and self.precision not in FP8_ATTENTION_PRECISIONS:
+            raise ConfigError(f"plan: fp8_attention needs an FP8 precision ({', '.join(FP8_ATTENTION_PRECISIONS)}: "
+                              f"Transformer Engine runs FP8 attention inside its FP8 recipe), got precision "
+                              f"{self.precision!r}")
         if not isinstance(self.ep_overlap, bool):
             raise ConfigError(f"plan: ep_overlap must be true or false, got {self.ep_overlap!r}")
         if self.ep_overlap and self.ep == 1:

@@ -381,6 +381,11 @@ class Workload:
         name = ops.TP_ALL_GATHER if coll == "ag" else ops.TP_REDUCE_SCATTER
         return [OpSpec(name, "comm", coll=name, nbytes=BF16 * self.tokens_sp * self.model.dim)]
 
+    @property
+    def _v_head_dim(self) -> int:
+        """Width of one attention head's values (and output)."""
+        return self.model.v_head_dim if self.model.attention == "mla" else self.model.head_dim
+
     def _attention(self) -> list[OpSpec]:
         m, t, T = self.model, self.plan.tp, self.tokens
         D, H = m.dim, m.n_heads
@@ -408,8 +413,18 @@ class Workload:
         # (one layer at the mean over the model's layers: ModelSpec.mean_attended_keys).
         full_keys = attended_keys(self.plan.seq_len) if self.stack.document_mask else (self.plan.seq_len + 1) / 2
         mean_keys = m.mean_attended_keys(self.plan.seq_len, full_keys)
+        attn_dtype = "bf16"
+        if self.plan.fp8_attention:
+            # FP8 attention (TE fp8_dot_product_attention): Q, K and V cast from the BF16 the projections (and MLA's
+            # RoPE concat) write, under MXFP8 along both the sequence and the head dimension (TE PR #2719's
+            # mxfp8_quantize_fast_path: the forward and backward matmuls contract over either); the core runs at FP8
+            # attention's rates (CostModel.attention_time).
+            kv_heads = H / t if m.attention == "mla" else max(1, m.n_kv_heads // t)
+            out += self._act_quant(ops.ATTN_CORE, T * (H / t * qk + kv_heads * (qk + v)), module="core_attn",
+                                   reads_input=True, copies=2 if self.plan.precision == "mxfp8" else 1)
+            attn_dtype = "fp8"
         out.append(OpSpec(ops.ATTN_CORE, "attn", flops=2 * T * H / t * (qk + v) * mean_keys,
-                          elems=T * H / t * mean_keys, module="core_attn"))
+                          elems=T * H / t * mean_keys, module="core_attn", dtype=attn_dtype))
         out += self._linear(ops.ATTN_O_PROJ, T, H * v / t, D)
         out += self._tp("rs")
         return out
@@ -535,7 +550,11 @@ class Workload:
         if op.kind == "grouped_gemm":
             return self._grouped_backward(op)
         if op.kind == "attn":
-            return [replace(op, flops=2 * op.flops, backward=True)]
+            out = [replace(op, flops=2 * op.flops, backward=True)]
+            if op.dtype != "bf16":  # FP8 attention's backward takes the output's gradient in FP8: its cast
+                out[:0] = self._act_quant(op.name, self.tokens * self.model.n_heads / self.plan.tp * self._v_head_dim,
+                                          backward=True, module=op.module, reads_input=True)
+            return out
         if op.kind == "mem":
             # Norms, SwiGLU and permutations say their backward's bytes (OpSpec.backward_nbytes); other
             # memory-bound ops read their saved input and the incoming gradient and write one.

@@ -283,6 +283,8 @@ PLAN_ABLATIONS: dict[str, dict[str, Any]] = {
     "moe_preprocess)": {"cuda_graph_scope": ""},
     "the LM head in BF16 unless fp8_output_proj (off: in the linears' MXFP8, the former model)":
         {"fp8_output_proj": True},
+    "FP8 attention where the recipe sets it (fp8_attention; off: BF16 attention, the former model)":
+        {"fp8_attention": False},
 }
 
 

@@ -115,6 +115,11 @@ def test_missing_file(tmp_path: Path) -> None:
     assert_user_error(moesim("show", str(tmp_path / "nowhere.toml")), "no such file")
 
 
+def test_fp8_attention_without_an_fp8_precision() -> None:
+    assert_user_error(moesim("predict", "--model", "deepseek-v3-16b", "--gpu", "h100", "--gpus", "64", "--ep", "8",
+                             "--fp8-attention"), "fp8_attention needs an FP8 precision", "'bf16'")
+
+
 def test_unknown_catalog_model() -> None:
     assert_user_error(moesim("show", "gpt-5"), "unknown model 'gpt-5'")
 

@@ -20,7 +20,7 @@ README_COMMANDS = (
     "--ac selective --precision mxfp8 --ep-backend hybridep --stack megatron",
     "--model deepseek-v3-671b --gpu gb200 --gpus 256 --pp 4 --vpp 4 --ep 64 --seq-len 4096 --global-batch 4096 "
     "--ac selective --precision mxfp8 --ep-backend hybridep --stack megatron --cuda-graphs partial "
-    "--cuda-graph-scope moe_router,moe_preprocess --fp8-output-proj",
+    "--cuda-graph-scope moe_router,moe_preprocess --fp8-output-proj --fp8-attention",
     "--model deepseek-v3-671b --gpu h800 --gpus 2048 --stack deepseek --pp 16 --pp-schedule dualpipe --ep 64 --tp 1 "
     "--seq-len 4096 --global-batch 15360 --precision fp8-blockwise --ep-backend deepep --ac selective",
     "--model gpt-oss-120b --gpu b200 --gpus 64 --ep 8 --seq-len 4096 --global-batch 1280 --micro-batch 4 "

@@ -12,7 +12,7 @@ from typing import Any
 from sim.catalog import load_model, model_names
 from sim.errors import ConfigError
 from sim.fileio import read_input
-from sim.specs import TE_GRAPH_SCOPES
+from sim.specs import FP8_ATTENTION_PRECISIONS, TE_GRAPH_SCOPES
 from studies.importers.common import (
     ImportedConfig,
     Keys,
@@ -295,6 +295,12 @@ def from_megatron(path: str) -> ImportedConfig:
         f["fp8_output_proj"] = bool(fp8_head) and f["precision"] == "mxfp8"
         if fp8_head and f["precision"] != "mxfp8":
             notes.append("note: fp8_output_proj applies to MXFP8 only (Megatron-Core); the output layer is simulated "
+                         "in BF16")
+    fp8_dpa = m.flag("fp8_dot_product_attention")
+    if fp8_dpa is not None:
+        f["fp8_attention"] = bool(fp8_dpa) and f["precision"] in FP8_ATTENTION_PRECISIONS
+        if fp8_dpa and f["precision"] not in FP8_ATTENTION_PRECISIONS:
+            notes.append("note: fp8_dot_product_attention runs inside an FP8 recipe only; the attention is simulated "
                          "in BF16")
     graphs = _megatron_cuda_graphs(m, notes)
     if graphs is not None:

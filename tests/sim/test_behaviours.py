@@ -390,6 +390,72 @@ def test_an_fp8_lm_head_is_faster_than_the_default_bf16_one() -> None:
         dataclasses.replace(plan, precision="bf16", fp8_output_proj=True)
 
 
+#: cudnn-frontend sdpa_benchmark_training results/dsv3 (cuDNN 9.22, 2026-04-24): DeepSeek-V3's MLA (128 heads, head
+#: dims 192 / 128), batch 2, causal, sequence 4,096: (forward, backward) ms in BF16 and MXFP8.
+CUDNN_MLA_4096_MS = {"gb200": {"bf16": (0.977, 3.383), "fp8": (0.714, 2.620)},
+                     "gb300": {"bf16": (0.864, 3.127), "fp8": (0.546, 2.348)}}
+
+
+def _mla_core_ms(gpu_name: str, fp8: bool) -> tuple[float, float]:
+    """(forward, backward) ms the cost model gives the cuDNN benchmark's MLA cell on ``gpu_name`` at the tensor rates a
+    prediction uses there (the joint calibration's chip factors)."""
+    gpu = load_gpu(gpu_name)
+    values = shipped_values()
+    scale = values["chip.nvl72_rate"] * (values["chip.sm103_clock"] * values["chip.gb300_clock"]
+                                         if gpu.arch == "sm103" else 1.0)
+    gpu = dataclasses.replace(gpu, bf16_flops=gpu.bf16_flops * scale, fp8_flops=gpu.fp8_flops * scale)
+    batch, heads, seq = 2, 128, 4096
+    elems = batch * heads * seq * (seq + 1) / 2
+    fwd = OpSpec("core", "attn", flops=2 * elems * (192 + 128), elems=elems, dtype="fp8" if fp8 else "bf16")
+    bwd = dataclasses.replace(fwd, flops=2 * fwd.flops, backward=True)
+    costs, stack = default_costs(gpu), load_stack("megatron-26.04")
+    unit = dataclasses.replace(stack, efficiency={"*": {"default": 1.0}}, kernel_overhead_s=0.0)
+    return costs.op_seconds(fwd, gpu, unit) * 1e3, costs.op_seconds(bwd, gpu, unit) * 1e3
+
+
+@pytest.mark.parametrize("gpu", ["gb200", "gb300"])
+@pytest.mark.parametrize("fp8", [False, True])
+def test_mla_attention_takes_cudnns_measured_time_in_bf16_and_fp8(gpu: str, fp8: bool) -> None:
+    """The attention core against cuDNN's own benchmark of DeepSeek-V3's MLA on Blackwell: the GB200 cells set the
+    efficiencies (in-sample: within 6%), the GB300 cells check them at Blackwell Ultra's fitted rate and doubled
+    exponential rate (within 8%); FP8 attention is 1.3-1.6x BF16 there, not the tensor rate's 2x."""
+    got = _mla_core_ms(gpu, fp8)
+    want = CUDNN_MLA_4096_MS[gpu]["fp8" if fp8 else "bf16"]
+    tol = 0.06 if gpu == "gb200" else 0.08
+    assert got[0] == pytest.approx(want[0], rel=tol) and got[1] == pytest.approx(want[1], rel=tol)
+
+
+def test_fp8_attention_adds_its_casts_and_needs_an_fp8_precision() -> None:
+    """Transformer Engine's ``fp8_dot_product_attention`` (MLPerf v6.0's ``FP8_DPA``): the casts of Q, K, V (forward)
+    and of the output's gradient (backward) are ops of the layer; BF16 and MXFP8-for-experts-only plans refuse it."""
+    model, stack = load_model("deepseek-v3-671b"), load_stack("megatron-26.04")
+    plan = ParallelPlan(tp=2, pp=4, ep=32, dp_shard=8, global_batch=64, seq_len=4096, precision="mxfp8", ac="none")
+    wl = Workload(model, plan, stack)
+    fp8_wl = Workload(model, dataclasses.replace(plan, fp8_attention=True), stack)
+
+    def core_ops(w: Workload, phase: str) -> list[OpSpec]:
+        return [op for op in w.layer_ops("moe", phase) if op.module == "core_attn"]
+
+    assert len(core_ops(fp8_wl, "fwd")) == len(core_ops(wl, "fwd")) + 1  # the Q, K, V cast
+    assert len(core_ops(fp8_wl, "bwd")) == len(core_ops(wl, "bwd")) + 1  # the output gradient's cast
+    assert {op.dtype for op in core_ops(fp8_wl, "fwd") if op.kind == "attn"} == {"fp8"}
+    for precision in ("bf16", "mxfp8-grouped"):
+        with pytest.raises(ConfigError, match="fp8_attention needs an FP8 precision"):
+            dataclasses.replace(plan, precision=precision, fp8_attention=True)
+
+
+def test_attention_is_bounded_by_the_softmax_where_the_tensor_rate_outruns_it() -> None:
+    """With the matmuls at the FP8 rate the forward of a short-head attention is as slow as its exponentials: the
+    core cannot beat ``elems / (exp_per_s x softmax_eff)``, however fast the tensor cores."""
+    gpu = load_gpu("b200")
+    costs = default_costs(gpu)
+    elems = 1e12
+    flops = 2 * elems * (64 + 64)  # head dim 64: 256 FLOPs per score
+    fp8 = costs.attention_time(flops, gpu.fp8_flops, False, exps=elems, exp_per_s=gpu.exp_per_s, fp8=True)
+    assert fp8 == pytest.approx(elems / (gpu.exp_per_s * costs.softmax_eff))
+    assert costs.attention_time(flops, gpu.bf16_flops, False, exps=elems, exp_per_s=gpu.exp_per_s) == fp8
+
+
 @pytest.mark.parametrize(("precision", "per_split"), [("mxfp8", 1), ("fp8-current", 3)])
 def test_te_casts_a_grouped_linears_input_expert_by_expert(precision: str, per_split: int) -> None:
     """Transformer Engine's grouped linear quantises its input one expert split at a time (``split_quantize`` ->

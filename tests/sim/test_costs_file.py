@@ -32,8 +32,8 @@ def test_every_field_round_trips() -> None:
 def test_file_keys_are_the_documented_ones() -> None:
     data = json.loads(_changed().to_json())
     assert set(data) == {"version", "provenance", "gpu", "gemm_eff", "grouped_gemm_eff", "attn_fwd_eff",
-                         "attn_bwd_eff", "mem_bw_eff", "quantize_bw_eff", "rearrange_s_per_elem",
-                         "comm", "sources"}
+                         "attn_bwd_eff", "attn_fp8_fwd_eff", "attn_fp8_bwd_eff", "softmax_eff", "mem_bw_eff",
+                         "quantize_bw_eff", "rearrange_s_per_elem", "comm", "sources"}
     assert data["version"] == CALIBRATION_VERSION
     assert data["gemm_eff"]["bf16"] == {"sizes": [1e9, 1e12], "values": [0.2, 0.7]}
 

@@ -211,3 +211,18 @@ def test_megatron_fp8_output_proj_puts_the_lm_head_in_mxfp8_only(tmp_path: Path,
     cfg = import_config(path, "megatron")
     assert cfg.fields["fp8_output_proj"] is head_fp8
     assert any("fp8_output_proj applies to MXFP8 only" in n for n in cfg.notes) == noted
+
+
+@pytest.mark.parametrize(("precision", "fp8_attn", "noted"), [
+    ("bf16_with_mxfp8_mixed", True, False),
+    ("bf16_mixed", False, True),
+])
+def test_megatron_fp8_dot_product_attention_needs_an_fp8_recipe(tmp_path: Path, precision: str, fp8_attn: bool,
+                                                                noted: bool) -> None:
+    """``mixed_precision.fp8_dot_product_attention`` (MLPerf's ``FP8_DPA``) puts the attention core in FP8 inside an
+    FP8 recipe; under BF16 it is noted and the attention simulated in BF16."""
+    path = tmp_path / "r.yaml"
+    path.write_text(f"mixed_precision: {precision}\nmodel:\n  fp8_dot_product_attention: true\n")
+    cfg = import_config(path, "megatron")
+    assert cfg.fields["fp8_attention"] is fp8_attn
+    assert any("fp8_dot_product_attention runs inside an FP8 recipe only" in n for n in cfg.notes) == noted
