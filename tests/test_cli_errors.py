@@ -120,6 +120,13 @@ def test_fp8_attention_without_an_fp8_precision() -> None:
                              "--fp8-attention"), "fp8_attention needs an FP8 precision", "'bf16'")
 
 
+def test_fp8_attention_on_a_stack_without_it() -> None:
+    """TorchTitan runs attention in BF16 (``StackProfile.fp8_attention_available``): one line naming stack and field."""
+    assert_user_error(moesim("predict", "--model", "deepseek-v3-16b", "--gpu", "b200", "--gpus", "64", "--ep", "8",
+                             "--precision", "mxfp8", "--fp8-attention", "--stack", "torchtitan"),
+                      "stack torchtitan cannot run fp8_attention True")
+
+
 def test_unknown_catalog_model() -> None:
     assert_user_error(moesim("show", "gpt-5"), "unknown model 'gpt-5'")
 
