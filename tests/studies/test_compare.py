@@ -22,7 +22,8 @@ from studies.compare import (
     ratio_residuals,
 )
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "b200-vs-gb200-qwen3.toml"
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "b200-vs-gb200-qwen3.toml"
 
 # The debug model on two GPU types and two GPU counts: fast, and every kind of change at once.
 DEBUG = """
@@ -142,6 +143,20 @@ def test_the_example_plans_are_the_measured_runs_plans() -> None:
         assert variant.plan == run.plan
         assert (variant.model, variant.gpu, variant.gpus, variant.cluster) == (run.model, run.gpu, run.gpus, run.cluster)
         assert variant.measured_tokens_per_s_per_gpu == run.measured_tokens_per_s_per_gpu
+
+
+def test_the_fp8_attention_example_is_mlperfs_gb300_run_and_fp8_is_faster(points: list[MeasuredPoint]) -> None:
+    """examples/gb300-fp8-attention.toml: its FP8 variant is the held-out MLPerf GB300 run's plan, and FP8 attention
+    buys that step a few percent (cuDNN's measured MLA rates), not the tensor rate's 2x on its attention."""
+    from studies.dataset import load_runs
+
+    run = {r.id: r for r in load_runs(ROOT / "studies" / "data" / "scale_checks.toml")}["mlperf-v6.0-dsv3-256xgb300"]
+    spec = load_compare(str(ROOT / "examples" / "gb300-fp8-attention.toml"))
+    bf16, fp8 = spec.variants
+    assert fp8.plan == run.plan and not bf16.plan["fp8_attention"]
+    assert (fp8.model, fp8.gpu, fp8.gpus, fp8.cluster) == (run.model, run.gpu, run.gpus, run.cluster)
+    ratio = compare(spec, points)["ratios"][1]["ratio"]
+    assert 1.01 < ratio < 1.06
 
 
 def test_every_scenario_file_is_a_compare_file() -> None:
