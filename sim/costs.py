@@ -173,6 +173,9 @@ class CostModel:
     #: exponentials with the row max, rescaling and casts around them): the bound a kernel cannot beat, however fast
     #: its matmuls.
     softmax_eff: float = 1.0
+    #: The least time a sliding-window attention kernel spends per query row and head, forward and backward (its
+    #: few key tiles per query tile leave it bound by per-tile work, not by its FLOPs); 0: no floor.
+    attn_window_row_s: tuple[float, float] = (0.0, 0.0)
 
     def __post_init__(self) -> None:
         for name, value in (("attn_fwd_eff", self.attn_fwd_eff), ("attn_bwd_eff", self.attn_bwd_eff),
@@ -197,6 +200,7 @@ class CostModel:
             "attn_fp8_fwd_eff": self.attn_fp8_fwd_eff,
             "attn_fp8_bwd_eff": self.attn_fp8_bwd_eff,
             "softmax_eff": self.softmax_eff,
+            "attn_window_row_s": list(self.attn_window_row_s),
             "mem_bw_eff": self.mem_bw_eff,
             "quantize_bw_eff": self.quantize_bw_eff,
             "rearrange_s_per_elem": dict(self.rearrange_s_per_elem),
@@ -230,6 +234,7 @@ class CostModel:
                 attn_fp8_fwd_eff=float(data.get("attn_fp8_fwd_eff", 0.0)),
                 attn_fp8_bwd_eff=float(data.get("attn_fp8_bwd_eff", 0.0)),
                 softmax_eff=float(data.get("softmax_eff", 1.0)),
+                attn_window_row_s=_row_pair(data.get("attn_window_row_s", (0.0, 0.0))),
                 mem_bw_eff=float(data["mem_bw_eff"]),
                 quantize_bw_eff=float(data["quantize_bw_eff"]),
                 rearrange_s_per_elem={k: float(v) for k, v in data["rearrange_s_per_elem"].items()},
@@ -296,7 +301,8 @@ class CostModel:
             # FP8 attention (ParallelPlan.fp8_attention): its matmuls at the FP8 tensor rate, its softmax as in BF16.
             fp8 = op.dtype != "bf16"
             t = self.attention_time(op.flops, gpu.fp8_flops if fp8 else gpu.bf16_flops, op.backward, exps=op.elems,
-                                    exp_per_s=gpu.exp_per_s, fp8=fp8)
+                                    exp_per_s=gpu.exp_per_s, fp8=fp8, window_share=op.window_share,
+                                    window_rows=op.rows)
             cls = "attn.bwd" if op.backward else "attn.fwd"
         elif k == "mem":
             t, cls = self.memory_time(op.nbytes * f, gpu.hbm_bw_bytes_per_s), "mem"
@@ -360,17 +366,27 @@ class CostModel:
         return flops / (peak_flops * eff)
 
     def attention_time(self, flops: float, peak_flops: float, backward: bool, *, exps: float = 0.0,
-                       exp_per_s: float = 0.0, fp8: bool = False) -> float:
+                       exp_per_s: float = 0.0, fp8: bool = False, window_share: float = 0.0,
+                       window_rows: float = 0.0) -> float:
         """Kernel seconds of causal attention: tensor-core time at the kernel efficiency (``fp8``: FP8 attention's,
         with ``peak_flops`` the FP8 rate), or the softmax's exponentials (``exps`` at ``exp_per_s`` x
-        :attr:`softmax_eff`, when the GPU's rate is known), whichever is longer."""
+        :attr:`softmax_eff`, when the GPU's rate is known), whichever is longer. ``window_share`` of the work is
+        sliding-window layers', which take at least ``window_rows`` query rows x heads at
+        :attr:`attn_window_row_s`."""
         if flops <= 0:
             return 0.0
         eff = self.attn_bwd_eff if backward else self.attn_fwd_eff
         if fp8:
             eff = (self.attn_fp8_bwd_eff if backward else self.attn_fp8_fwd_eff) or eff
-        mma = flops / (peak_flops * eff)
-        return max(mma, exps / (exp_per_s * self.softmax_eff)) if exps > 0 and exp_per_s > 0 else mma
+
+        def kernel(share: float) -> float:
+            mma = share * flops / (peak_flops * eff)
+            return max(mma, share * exps / (exp_per_s * self.softmax_eff)) if exps > 0 and exp_per_s > 0 else mma
+
+        if window_share <= 0:
+            return kernel(1.0)
+        floor = window_rows * self.attn_window_row_s[1 if backward else 0]
+        return kernel(1.0 - window_share) + max(kernel(window_share), floor)
 
     def memory_time(self, nbytes: float, hbm_bw: float, kernels: int = 1, overhead_s: float = 0.0) -> float:
         """Seconds of memory-bound kernels moving ``nbytes`` through HBM (plus ``kernels * overhead_s``)."""
@@ -391,6 +407,16 @@ class CostModel:
         if elems <= 0:
             return 0.0
         return elems * self.rearrange_s_per_elem[kind]
+
+
+def _row_pair(value: Any) -> tuple[float, float]:
+    """A cost file's ``attn_window_row_s``: [forward, backward] seconds per query row and head."""
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ConfigError(f"calibration: attn_window_row_s must be [forward, backward] seconds, got {value!r}")
+    fwd, bwd = (float(v) for v in value)
+    if not (0 <= fwd < 1e-3 and 0 <= bwd < 1e-3):
+        raise ConfigError(f"calibration: attn_window_row_s must be in [0, 1e-3) seconds, got {value!r}")
+    return fwd, bwd
 
 
 def _fallback_key(curves: dict[str, Curve], dtype: str) -> str:
@@ -514,6 +540,11 @@ _BLACKWELL_ATTN = {"attn_fwd_eff": 0.625, "attn_bwd_eff": 0.361, "attn_fp8_fwd_e
 #: head dim 128) 0.326 ms (0.66), whose matmuls would take 0.61 / 0.24 ms at the FP8 forward efficiency: geometric
 #: mean 0.63.
 SOFTMAX_EFF = 0.63
+#: Sliding-window attention on Blackwell, per query row and head (cudnn-frontend sdpa_benchmark_training results/gpt_oss,
+#: cuDNN 9.22: window 128, head dim 64, 128 heads, batch 2, causal, sequence 4,096, BF16): GB200 forward 0.210 ms,
+#: backward 0.465 ms over 2 x 128 x 4,096 rows (161 / 182 TFLOPS counted on the window); GB300 0.202 / 0.442 ms, the
+#: same time per row on the faster chip: the kernel is bound by its per-tile work, not its FLOPs.
+_BLACKWELL_WINDOW_ROW_S = (0.210e-3 / (2 * 128 * 4096), 0.465e-3 / (2 * 128 * 4096))
 #: FP8 attention over BF16 on Hopper, per pass (cudnn-frontend results/h200_919_only_cudnn, cuDNN 9.19, H200, Llama 3.1
 #: GQA: 64 / 8 heads, head dim 128, batch 1, causal, sequence 4,096): forward 0.465 -> 0.322 ms (1.44x), backward
 #: 1.450 -> 1.459 ms (0.99x: per-tensor FP8 buys the backward nothing there).
@@ -571,6 +602,10 @@ def default_costs(gpu: GPUSpec) -> CostModel:
                      "assumed: FlashAttention-class kernels at ~50% (fwd) / ~40% (bwd, incl. recompute of P) of BF16 "
                      "peak; FP8 attention at cuDNN's measured H200 speedups over BF16 (1.44x fwd, 0.99x bwd; "
                      "cudnn-frontend results/h200_919_only_cudnn, Llama 3.1 at 4,096: sim.costs._HOPPER_FP8_ATTN_SPEEDUP)"),
+        "attn_window_row_s": ("cudnn-frontend sdpa_benchmark_training results/gpt_oss (GB200 / GB300, cuDNN 9.22, window "
+                              "128): 0.20 / 0.44 ns per query row and head, forward / backward (sim.costs."
+                              "_BLACKWELL_WINDOW_ROW_S)" if not hopper else "none measured on Hopper at a small "
+                              "window: no floor"),
         "softmax_eff": "cudnn-frontend sdpa_benchmark_training (GB200 MXFP8 forwards, MLA and Llama 3.1 at 4,096): "
                        "0.63 of the exponential rate (sim.costs.SOFTMAX_EFF)",
         "mem_bw_eff": "published.md s4: TorchAO quantize kernels 70-82% of HBM bandwidth; elementwise ops assumed "
@@ -594,6 +629,7 @@ def default_costs(gpu: GPUSpec) -> CostModel:
         attn_fp8_fwd_eff=attn["attn_fp8_fwd_eff"],
         attn_fp8_bwd_eff=attn["attn_fp8_bwd_eff"],
         softmax_eff=SOFTMAX_EFF,
+        attn_window_row_s=(0.0, 0.0) if hopper else _BLACKWELL_WINDOW_ROW_S,
         mem_bw_eff=0.70,
         quantize_bw_eff=_QUANT_BW_EFF,
         rearrange_s_per_elem=dict(_REARRANGE),

@@ -252,9 +252,15 @@ class ModelSpec:
         windowed = self.n_windowed_layers
         if not windowed:
             return full_keys
+        return ((self.n_layers - windowed) * full_keys + windowed * self.window_keys(seq_len, full_keys)) / self.n_layers
+
+    def window_keys(self, seq_len: int, full_keys: float) -> float:
+        """Keys per query in a windowed layer: the causal mean of ``min(position + 1, sliding_window)``, at most
+        ``full_keys``; ``full_keys`` for a model without windows."""
+        if not self.sliding_window:
+            return full_keys
         w = min(self.sliding_window, seq_len)
-        window_keys = min(full_keys, (w * (w + 1) / 2 + (seq_len - w) * w) / seq_len)
-        return ((self.n_layers - windowed) * full_keys + windowed * window_keys) / self.n_layers
+        return min(full_keys, (w * (w + 1) / 2 + (seq_len - w) * w) / seq_len)
 
 
 @dataclass(frozen=True)

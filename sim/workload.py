@@ -106,6 +106,10 @@ class OpSpec:
     #: the kernel replays from a CUDA graph (a captured scope of a partial plan, :data:`GRAPH_SCOPE_OF`): it
     #: costs a graph node's time instead of the stack's launch gap
     graphed: bool = False
+    #: attn: the share of ``flops`` and ``elems`` that is the model's sliding-window layers' (one op stands for the
+    #: average layer), whose kernels take at least their query rows (``rows``: query rows x heads of those layers,
+    #: at their share) times the cost model's per-row time (:meth:`sim.costs.CostModel.attention_time`)
+    window_share: float = 0.0
 
 
 #: The Transformer Engine graph scope (``ParallelPlan.cuda_graph_scope``) that captures each op, by op name:
@@ -423,8 +427,14 @@ class Workload:
             out += self._act_quant(ops.ATTN_CORE, T * (H / t * qk + kv_heads * (qk + v)), module="core_attn",
                                    reads_input=True, copies=2 if self.plan.precision == "mxfp8" else 1)
             attn_dtype = "fp8"
+        window_share = rows = 0.0
+        if m.n_windowed_layers:
+            f = m.n_windowed_layers / m.n_layers
+            window_share = f * m.window_keys(self.plan.seq_len, full_keys) / mean_keys
+            rows = f * T * H / t
         out.append(OpSpec(ops.ATTN_CORE, "attn", flops=2 * T * H / t * (qk + v) * mean_keys,
-                          elems=T * H / t * mean_keys, module="core_attn", dtype=attn_dtype))
+                          elems=T * H / t * mean_keys, module="core_attn", dtype=attn_dtype, rows=rows,
+                          window_share=window_share))
         out += self._linear(ops.ATTN_O_PROJ, T, H * v / t, D)
         out += self._tp("rs")
         return out

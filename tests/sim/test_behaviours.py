@@ -425,6 +425,49 @@ def test_mla_attention_takes_cudnns_measured_time_in_bf16_and_fp8(gpu: str, fp8:
     assert got[0] == pytest.approx(want[0], rel=tol) and got[1] == pytest.approx(want[1], rel=tol)
 
 
+#: cudnn-frontend sdpa_benchmark_training results/gpt_oss (cuDNN 9.22): sliding window 128, head dim 64, 128 heads,
+#: batch 2, causal, BF16: (forward, backward) ms at sequence 4,096.
+CUDNN_WINDOW128_4096_MS = {"gb200": (0.210, 0.465), "gb300": (0.202, 0.442)}
+
+
+@pytest.mark.parametrize("gpu_name", ["gb200", "gb300"])
+def test_sliding_window_attention_takes_cudnns_time_per_row(gpu_name: str) -> None:
+    """A 128-key window leaves the kernel two key tiles per query tile: cuDNN spends the same time per query row on
+    GB200 and GB300, 5-10x its FLOPs' time. The cost model's per-row floor for windowed layers gives both cells
+    (GB200 in-sample: 3%; GB300 a check: 8%)."""
+    gpu = load_gpu(gpu_name)
+    costs = default_costs(gpu)
+    batch, heads, seq, window = 2, 128, 4096, 128
+    model = dataclasses.replace(load_model("gpt-oss-120b"), full_attention_interval=0)  # every layer windowed
+    elems = batch * heads * seq * model.window_keys(seq, (seq + 1) / 2)
+    assert model.window_keys(seq, (seq + 1) / 2) == pytest.approx(window * (1 - (window - 1) / (2 * seq)))
+    fwd = OpSpec("core", "attn", flops=2 * elems * (64 + 64), elems=elems, rows=batch * heads * seq, window_share=1.0)
+    bwd = dataclasses.replace(fwd, flops=2 * fwd.flops, backward=True)
+    unit = dataclasses.replace(load_stack("megatron-26.04"), efficiency={"*": {"default": 1.0}}, kernel_overhead_s=0.0)
+    got = (costs.op_seconds(fwd, gpu, unit) * 1e3, costs.op_seconds(bwd, gpu, unit) * 1e3)
+    tol = 0.03 if gpu_name == "gb200" else 0.08
+    want = CUDNN_WINDOW128_4096_MS[gpu_name]
+    assert got[0] == pytest.approx(want[0], rel=tol) and got[1] == pytest.approx(want[1], rel=tol)
+    no_floor = dataclasses.replace(costs, attn_window_row_s=(0.0, 0.0))
+    assert no_floor.op_seconds(fwd, gpu, unit) < 0.5 * costs.op_seconds(fwd, gpu, unit)
+
+
+def test_only_the_windowed_layers_share_takes_the_floor() -> None:
+    """GPT-OSS alternates windowed and full layers: the op that stands for the average layer floors only its windowed
+    share, so the full layers' attention is what it was."""
+    model = load_model("gpt-oss-120b")
+    plan = ParallelPlan(ep=8, dp_shard=8, global_batch=64, seq_len=4096, micro_batch=4, ac="none")
+    core = next(op for op in Workload(model, plan, load_stack("megatron-26.04")).layer_ops("moe", "fwd")
+                if op.kind == "attn")
+    assert 0 < core.window_share < 0.1 and core.rows == pytest.approx(0.5 * 4 * 4096 * model.n_heads)
+    gpu = load_gpu("b200")
+    costs, unit = default_costs(gpu), load_stack("megatron-26.04")
+    full_only = dataclasses.replace(core, flops=core.flops * (1 - core.window_share),
+                                    elems=core.elems * (1 - core.window_share), window_share=0.0, rows=0.0)
+    floor = core.rows * costs.attn_window_row_s[0] / unit.eff(gpu.arch, "attn.fwd")
+    assert costs.op_seconds(core, gpu, unit) == pytest.approx(costs.op_seconds(full_only, gpu, unit) + floor, rel=1e-6)
+
+
 def test_fp8_attention_on_hopper_speeds_the_forward_only() -> None:
     """cuDNN's per-tensor FP8 attention on an H200 (Llama 3.1 at 4,096, causal): 1.44x the BF16 forward, the backward
     no faster (0.99x); the cost model keeps those ratios on Hopper."""
