@@ -176,6 +176,8 @@ class CostModel:
     #: The least time a sliding-window attention kernel spends per query row and head, forward and backward (its
     #: few key tiles per query tile leave it bound by per-tile work, not by its FLOPs); 0: no floor.
     attn_window_row_s: tuple[float, float] = (0.0, 0.0)
+    #: The same under FP8 attention; (0, 0): BF16's.
+    attn_fp8_window_row_s: tuple[float, float] = (0.0, 0.0)
 
     def __post_init__(self) -> None:
         for name, value in (("attn_fwd_eff", self.attn_fwd_eff), ("attn_bwd_eff", self.attn_bwd_eff),
@@ -201,6 +203,7 @@ class CostModel:
             "attn_fp8_bwd_eff": self.attn_fp8_bwd_eff,
             "softmax_eff": self.softmax_eff,
             "attn_window_row_s": list(self.attn_window_row_s),
+            "attn_fp8_window_row_s": list(self.attn_fp8_window_row_s),
             "mem_bw_eff": self.mem_bw_eff,
             "quantize_bw_eff": self.quantize_bw_eff,
             "rearrange_s_per_elem": dict(self.rearrange_s_per_elem),
@@ -235,6 +238,7 @@ class CostModel:
                 attn_fp8_bwd_eff=float(data.get("attn_fp8_bwd_eff", 0.0)),
                 softmax_eff=float(data.get("softmax_eff", 1.0)),
                 attn_window_row_s=_row_pair(data.get("attn_window_row_s", (0.0, 0.0))),
+                attn_fp8_window_row_s=_row_pair(data.get("attn_fp8_window_row_s", (0.0, 0.0)), "attn_fp8_window_row_s"),
                 mem_bw_eff=float(data["mem_bw_eff"]),
                 quantize_bw_eff=float(data["quantize_bw_eff"]),
                 rearrange_s_per_elem={k: float(v) for k, v in data["rearrange_s_per_elem"].items()},
@@ -385,7 +389,8 @@ class CostModel:
 
         if window_share <= 0:
             return kernel(1.0)
-        floor = window_rows * self.attn_window_row_s[1 if backward else 0]
+        rows_s = self.attn_fp8_window_row_s if fp8 and any(self.attn_fp8_window_row_s) else self.attn_window_row_s
+        floor = window_rows * rows_s[1 if backward else 0]
         return kernel(1.0 - window_share) + max(kernel(window_share), floor)
 
     def memory_time(self, nbytes: float, hbm_bw: float, kernels: int = 1, overhead_s: float = 0.0) -> float:
@@ -409,13 +414,13 @@ class CostModel:
         return elems * self.rearrange_s_per_elem[kind]
 
 
-def _row_pair(value: Any) -> tuple[float, float]:
-    """A cost file's ``attn_window_row_s``: [forward, backward] seconds per query row and head."""
+def _row_pair(value: Any, name: str = "attn_window_row_s") -> tuple[float, float]:
+    """A cost file's ``attn_window_row_s`` (or its FP8 twin): [forward, backward] seconds per query row and head."""
     if not isinstance(value, (list, tuple)) or len(value) != 2:
-        raise ConfigError(f"calibration: attn_window_row_s must be [forward, backward] seconds, got {value!r}")
+        raise ConfigError(f"calibration: {name} must be [forward, backward] seconds, got {value!r}")
     fwd, bwd = (float(v) for v in value)
     if not (0 <= fwd < 1e-3 and 0 <= bwd < 1e-3):
-        raise ConfigError(f"calibration: attn_window_row_s must be in [0, 1e-3) seconds, got {value!r}")
+        raise ConfigError(f"calibration: {name} must be in [0, 1e-3) seconds, got {value!r}")
     return fwd, bwd
 
 
@@ -545,6 +550,9 @@ SOFTMAX_EFF = 0.63
 #: backward 0.465 ms over 2 x 128 x 4,096 rows (161 / 182 TFLOPS counted on the window); GB300 0.202 / 0.442 ms, the
 #: same time per row on the faster chip: the kernel is bound by its per-tile work, not its FLOPs.
 _BLACKWELL_WINDOW_ROW_S = (0.210e-3 / (2 * 128 * 4096), 0.465e-3 / (2 * 128 * 4096))
+#: The same cells in MXFP8 attention: forward 0.210 ms (as BF16), backward 2.080 ms on GB200 (1.871 on GB300):
+#: cuDNN 9.22's FP8 windowed backward takes 4.5x BF16's.
+_BLACKWELL_FP8_WINDOW_ROW_S = (0.210e-3 / (2 * 128 * 4096), 2.080e-3 / (2 * 128 * 4096))
 #: FP8 attention over BF16 on Hopper, per pass (cudnn-frontend results/h200_919_only_cudnn, cuDNN 9.19, H200, Llama 3.1
 #: GQA: 64 / 8 heads, head dim 128, batch 1, causal, sequence 4,096): forward 0.465 -> 0.322 ms (1.44x), backward
 #: 1.450 -> 1.459 ms (0.99x: per-tensor FP8 buys the backward nothing there).
@@ -603,8 +611,8 @@ def default_costs(gpu: GPUSpec) -> CostModel:
                      "peak; FP8 attention at cuDNN's measured H200 speedups over BF16 (1.44x fwd, 0.99x bwd; "
                      "cudnn-frontend results/h200_919_only_cudnn, Llama 3.1 at 4,096: sim.costs._HOPPER_FP8_ATTN_SPEEDUP)"),
         "attn_window_row_s": ("cudnn-frontend sdpa_benchmark_training results/gpt_oss (GB200 / GB300, cuDNN 9.22, window "
-                              "128): 0.20 / 0.44 ns per query row and head, forward / backward (sim.costs."
-                              "_BLACKWELL_WINDOW_ROW_S)" if not hopper else "none measured on Hopper at a small "
+                              "128): 0.20 / 0.44 ns per query row and head, forward / backward; MXFP8 0.20 / 1.98 "
+                              "ns (sim.costs._BLACKWELL_WINDOW_ROW_S, _BLACKWELL_FP8_WINDOW_ROW_S)" if not hopper else "none measured on Hopper at a small "
                               "window: no floor"),
         "softmax_eff": "cudnn-frontend sdpa_benchmark_training (GB200 MXFP8 forwards, MLA and Llama 3.1 at 4,096): "
                        "0.63 of the exponential rate (sim.costs.SOFTMAX_EFF)",
@@ -630,6 +638,7 @@ def default_costs(gpu: GPUSpec) -> CostModel:
         attn_fp8_bwd_eff=attn["attn_fp8_bwd_eff"],
         softmax_eff=SOFTMAX_EFF,
         attn_window_row_s=(0.0, 0.0) if hopper else _BLACKWELL_WINDOW_ROW_S,
+        attn_fp8_window_row_s=(0.0, 0.0) if hopper else _BLACKWELL_FP8_WINDOW_ROW_S,
         mem_bw_eff=0.70,
         quantize_bw_eff=_QUANT_BW_EFF,
         rearrange_s_per_elem=dict(_REARRANGE),

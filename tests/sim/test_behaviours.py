@@ -427,28 +427,31 @@ def test_mla_attention_takes_cudnns_measured_time_in_bf16_and_fp8(gpu: str, fp8:
 
 #: cudnn-frontend sdpa_benchmark_training results/gpt_oss (cuDNN 9.22): sliding window 128, head dim 64, 128 heads,
 #: batch 2, causal, BF16: (forward, backward) ms at sequence 4,096.
-CUDNN_WINDOW128_4096_MS = {"gb200": (0.210, 0.465), "gb300": (0.202, 0.442)}
+CUDNN_WINDOW128_4096_MS = {("gb200", False): (0.210, 0.465), ("gb300", False): (0.202, 0.442),
+                           ("gb200", True): (0.210, 2.080), ("gb300", True): (0.175, 1.871)}
 
 
 @pytest.mark.parametrize("gpu_name", ["gb200", "gb300"])
-def test_sliding_window_attention_takes_cudnns_time_per_row(gpu_name: str) -> None:
+@pytest.mark.parametrize("fp8", [False, True])
+def test_sliding_window_attention_takes_cudnns_time_per_row(gpu_name: str, fp8: bool) -> None:
     """A 128-key window leaves the kernel two key tiles per query tile: cuDNN spends the same time per query row on
-    GB200 and GB300, 5-10x its FLOPs' time. The cost model's per-row floor for windowed layers gives both cells
-    (GB200 in-sample: 3%; GB300 a check: 8%)."""
+    GB200 and GB300, 5-10x its FLOPs' time (MXFP8's backward 4.5x BF16's). The cost model's per-row floor for
+    windowed layers gives the cells (GB200 in-sample: 3%; GB300 a check: 8%, MXFP8 21%)."""
     gpu = load_gpu(gpu_name)
     costs = default_costs(gpu)
     batch, heads, seq, window = 2, 128, 4096, 128
     model = dataclasses.replace(load_model("gpt-oss-120b"), full_attention_interval=0)  # every layer windowed
     elems = batch * heads * seq * model.window_keys(seq, (seq + 1) / 2)
     assert model.window_keys(seq, (seq + 1) / 2) == pytest.approx(window * (1 - (window - 1) / (2 * seq)))
-    fwd = OpSpec("core", "attn", flops=2 * elems * (64 + 64), elems=elems, rows=batch * heads * seq, window_share=1.0)
+    fwd = OpSpec("core", "attn", flops=2 * elems * (64 + 64), elems=elems, rows=batch * heads * seq, window_share=1.0,
+                 dtype="fp8" if fp8 else "bf16")
     bwd = dataclasses.replace(fwd, flops=2 * fwd.flops, backward=True)
     unit = dataclasses.replace(load_stack("megatron-26.04"), efficiency={"*": {"default": 1.0}}, kernel_overhead_s=0.0)
     got = (costs.op_seconds(fwd, gpu, unit) * 1e3, costs.op_seconds(bwd, gpu, unit) * 1e3)
-    tol = 0.03 if gpu_name == "gb200" else 0.08
-    want = CUDNN_WINDOW128_4096_MS[gpu_name]
+    tol = 0.03 if gpu_name == "gb200" else 0.21 if fp8 else 0.08  # GB300's MXFP8 forward: 0.175 ms, 17% under GB200's
+    want = CUDNN_WINDOW128_4096_MS[(gpu_name, fp8)]
     assert got[0] == pytest.approx(want[0], rel=tol) and got[1] == pytest.approx(want[1], rel=tol)
-    no_floor = dataclasses.replace(costs, attn_window_row_s=(0.0, 0.0))
+    no_floor = dataclasses.replace(costs, attn_window_row_s=(0.0, 0.0), attn_fp8_window_row_s=(0.0, 0.0))
     assert no_floor.op_seconds(fwd, gpu, unit) < 0.5 * costs.op_seconds(fwd, gpu, unit)
 
 

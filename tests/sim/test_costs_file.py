@@ -33,7 +33,7 @@ def test_file_keys_are_the_documented_ones() -> None:
     data = json.loads(_changed().to_json())
     assert set(data) == {"version", "provenance", "gpu", "gemm_eff", "grouped_gemm_eff", "attn_fwd_eff",
                          "attn_bwd_eff", "attn_fp8_fwd_eff", "attn_fp8_bwd_eff", "softmax_eff", "attn_window_row_s",
-                         "mem_bw_eff",
+                         "attn_fp8_window_row_s", "mem_bw_eff",
                          "quantize_bw_eff", "rearrange_s_per_elem", "comm", "sources"}
     assert data["version"] == CALIBRATION_VERSION
     assert data["gemm_eff"]["bf16"] == {"sizes": [1e9, 1e12], "values": [0.2, 0.7]}
@@ -89,12 +89,12 @@ def test_attention_fields_round_trip_default_and_refuse_bad_values() -> None:
     costs = _changed()
     assert CostModel.from_dict(json.loads(costs.to_json())) == costs
     data = json.loads(costs.to_json())
-    for key in ("attn_fp8_fwd_eff", "attn_fp8_bwd_eff", "softmax_eff", "attn_window_row_s"):
+    for key in ("attn_fp8_fwd_eff", "attn_fp8_bwd_eff", "softmax_eff", "attn_window_row_s", "attn_fp8_window_row_s"):
         del data[key]
     old = CostModel.from_dict(data)
-    assert (old.attn_fp8_fwd_eff, old.attn_fp8_bwd_eff, old.softmax_eff, old.attn_window_row_s) == (0.0, 0.0, 1.0,
-                                                                                                   (0.0, 0.0))
+    assert (old.attn_fp8_fwd_eff, old.attn_fp8_bwd_eff, old.softmax_eff, old.attn_window_row_s,
+            old.attn_fp8_window_row_s) == (0.0, 0.0, 1.0, (0.0, 0.0), (0.0, 0.0))
     for key, value in (("attn_window_row_s", [1e-9]), ("attn_window_row_s", [-1.0, 0.0]), ("softmax_eff", 0.0),
-                       ("attn_fp8_fwd_eff", 2.0)):
+                       ("attn_fp8_fwd_eff", 2.0), ("attn_fp8_window_row_s", [0.0, 1.0])):
         with pytest.raises(ConfigError, match=key):
             CostModel.from_dict({**json.loads(costs.to_json()), key: value})
