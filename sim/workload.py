@@ -407,9 +407,9 @@ class Workload:
             out.append(OpSpec(ops.ATTN_KV_PROJ, "mem", nbytes=2 * BF16 * T * m.kv_lora_rank, module="layernorm"))
             out += self._linear(ops.ATTN_KV_PROJ, T, m.kv_lora_rank, H * (m.qk_nope_head_dim + m.v_head_dim) / t,
                                 module=up)
-            v = m.v_head_dim
+            v = self._v_head_dim
         else:
-            qk = v = m.head_dim
+            qk, v = m.head_dim, self._v_head_dim
             out += self._linear(ops.ATTN_Q_PROJ, T, D, H * qk / t)
             out += self._linear(ops.ATTN_KV_PROJ, T, D, 2 * max(1, m.n_kv_heads // t) * m.head_dim)
         # Causal core: each query sees (S+1)/2 keys on average (CP keeps that mean); under a document mask, the keys
