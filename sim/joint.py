@@ -367,6 +367,8 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
         comm["straggler_cv"] = float(values["dp.straggler_cv"])
     if "nccl_a2a_net_fraction" not in comm:
         comm["nccl_a2a_net_fraction"] = float(values["nccl.a2a_net_fraction"])
+    if "nccl.ring_nic_spread" in values:  # the ablation's flat ring (not a parameter: a switch)
+        comm["nccl_ring_nic_spread"] = bool(values["nccl.ring_nic_spread"])
     if "arrival_cv" not in comm and plan.routing in BALANCED_ROUTINGS:
         comm["arrival_cv"] = float(values.get("ep.arrival_cv_balanced", BALANCED_ARRIVAL_CV))
     if comm != costs.comm:

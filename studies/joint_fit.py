@@ -262,6 +262,8 @@ ABLATIONS: dict[str, dict[str, float]] = {
         {"nccl.a2a_net_fraction": 1.0},
     "per-step fixed work at the step boundary (step.fixed_s = 0)": {"step.fixed_s": 0.0},
     "host floor of eagerly issued ops (host.eager_op_s = 0: the host always keeps ahead)": {"host.eager_op_s": 0.0},
+    "NCCL rings spread their crossings over the group's NICs in each NVLink domain (off: one NIC per rank)":
+        {"nccl.ring_nic_spread": 0.0},
 }
 
 #: Framework behaviours switched off for the ablation: stack-profile fields every built-in release reads with

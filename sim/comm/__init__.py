@@ -41,6 +41,7 @@ from sim.comm.collectives import (
     p2p_time,
     reduce_scatter_time,
     ring_cost,
+    ring_nic_ranks,
 )
 from sim.comm.costs import (
     BOUND_BY,
@@ -78,5 +79,6 @@ __all__ = [
     "p2p_cost",
     "p2p_time",
     "reduce_scatter_time",
+    "ring_nic_ranks",
     "ring_cost",
 ]

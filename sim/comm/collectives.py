@@ -22,7 +22,7 @@ from sim.specs import ClusterSpec
 from sim.topology import route_edge_ids, transfer_times_ids
 
 __all__ = ["allgather_time", "allreduce_time", "allreduce_tree_time", "p2p_cost", "p2p_time", "reduce_scatter_time",
-           "ring_cost", "ring_latency_s"]
+           "ring_cost", "ring_latency_s", "ring_nic_ranks"]
 
 def _ring(cluster: ClusterSpec, ranks: Sequence[int], nbytes: float, costs: CommCosts, what: str) -> tuple[int, float, float]:
     rk = check_ranks(cluster, ranks, what)
@@ -39,7 +39,29 @@ def _ring(cluster: ClusterSpec, ranks: Sequence[int], nbytes: float, costs: Comm
     # NCCL's ring (tuning.cc): of its n-1 steps per pass, N-1 cross to the next NVLink domain, the rest stay
     # inside one; returned as the mean step latency, so (n-1) x step is the pass's latency.
     step = ((n - n_domains) * costs.nccl_step_nvlink_s + (n_domains - 1) * inter) / (n - 1)
-    return n, min(nvl, nic), step
+    return n, min(nvl, nic * ring_nic_ranks(cluster, rk, costs)), step
+
+
+def ring_nic_ranks(cluster: ClusterSpec, ranks: Sequence[int], costs: CommCosts | None = None) -> int:
+    """How many of a ring group's ranks in one NVLink domain carry its traffic out of the domain: NCCL runs one
+    ring per channel and rotates which rank of each domain sends out of it (a different NIC per channel), so a
+    domain's crossings spread over the NICs of all the group's ranks inside it; the domain holding fewest of them
+    binds. Each rank's NIC so carries ``1 / ring_nic_ranks`` of what a ring step moves. 0 when the group stays in
+    one domain; 1 across domains when ``costs.nccl_ring_nic_spread`` is off (every crossing on one NIC). Measured: NCCL reduce-scatter at 260-360 GB/s bus bandwidth across 4-128 H100 nodes of 8 GPUs and
+    one 400 Gb/s NIC each (nccl #1229), all-reduce ~350 GB/s over 1,984 H200 (nccl-tests #283), ~6-7x one NIC;
+    GB200 racks: 793 GB/s over 2 racks, within 5% of one rack's NVLink (coreweave nccl-tests; published.md s8).
+
+    >>> from sim.catalog import load_cluster
+    >>> c = load_cluster("hgx-b200", n_gpus=32)
+    >>> ring_nic_ranks(c, range(32)), ring_nic_ranks(c, range(0, 32, 8)), ring_nic_ranks(c, range(8))
+    (8, 1, 0)
+    """
+    arr = np.asarray(list(ranks))
+    per_domain = np.bincount(arr // cluster.nvlink_domain_gpus)
+    per_domain = per_domain[per_domain > 0]
+    if per_domain.size < 2:
+        return 0
+    return int(per_domain.min()) if costs is None or costs.nccl_ring_nic_spread else 1
 
 
 def ring_latency_s(cluster: ClusterSpec, ranks: Sequence[int], costs: CommCosts, kind: str = "rs") -> float:
@@ -80,13 +102,13 @@ def allreduce_tree_time(cluster: ClusterSpec, ranks: Sequence[int], nbytes: floa
 def allgather_time(cluster: ClusterSpec, ranks: Sequence[int], bytes_per_rank: float, costs: CommCosts) -> float:
     """Ring all-gather time (s); ``bytes_per_rank`` is each rank's input shard.
 
-    The ring runs at the group's bottleneck: achievable NVLink inside one domain, else the rank's NICs
-    (capped by NVLink); the n-1 steps pay NCCL's latencies (:func:`ring_latency_s`: an NVLink step inside a
+    The ring runs at the group's bottleneck: achievable NVLink inside one domain, else the NICs of the group's
+    ranks in a domain, over which NCCL's channels spread the crossings (:func:`ring_nic_ranks`; capped by NVLink); the n-1 steps pay NCCL's latencies (:func:`ring_latency_s`: an NVLink step inside a
     domain, an IB step, + spine when the group spans leaf groups, into the next one), plus one ``nccl_launch_s``.
 
     >>> from sim.catalog import load_cluster
     >>> round(allgather_time(load_cluster("hgx-b200", n_gpus=16), range(16), 1e9, CommCosts.default()), 6)
-    0.30935
+    0.038731
     """
     n, bw, step = _ring(cluster, ranks, bytes_per_rank, costs, "allgather_time")
     return 0.0 if n == 1 else costs.nccl_launch_s + (n - 1) * (bytes_per_rank / bw + step)

@@ -48,6 +48,11 @@ class CommCosts:
     # on the flows that leave a domain. An all-to-all cannot aggregate NICs (one per peer flow, PXN-routed), and
     # every rank keeps 2(n-1) connections busy at once. FITTED jointly (sim.joint ``nccl.a2a_net_fraction``).
     nccl_a2a_net_fraction: float = 1.0
+    # NCCL's rings across NVLink domains: one ring per channel, each leaving a domain through another of the group's
+    # ranks there, so the crossings spread over all their NICs (sim.comm.collectives.ring_nic_ranks; NCCL
+    # reduce-scatter 260-360 GB/s bus bandwidth across 4-128 HGX H100 nodes, ~6-7x one NIC, published.md s8).
+    # False: every crossing on one NIC per rank (the former model; the ablation's "flat ring").
+    nccl_ring_nic_spread: bool = True
     # NCCL software costs. ASSUMED (no published figure; for calibration): kernel launch + setup per
     # collective, and per-peer protocol cost of a grouped send/recv all-to-all.
     nccl_launch_s: float = 10e-6

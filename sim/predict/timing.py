@@ -254,8 +254,8 @@ class Context:
         nbytes = 0.0
         for n_params, group in ((dense, "dp"), (expert, "edp")):
             ranks = self.group_ranks(group)
-            if len(ranks) > 1 and self.crosses_nic(ranks):
-                nbytes += (len(ranks) - 1) * n_params * b
+            if len(ranks) > 1 and self.crosses_nic(ranks):  # this rank's NIC carries its share of the crossings
+                nbytes += (len(ranks) - 1) * n_params * b / comm.ring_nic_ranks(self.cluster, ranks, self.ccosts)
         t = self.fsdp_time(kind, what)
         return Flow(nbytes, nbytes / t) if nbytes > 0 and t > 0 else None
 

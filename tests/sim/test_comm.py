@@ -24,7 +24,9 @@ from sim.comm import (
     moe_alltoall,
     p2p_time,
     reduce_scatter_time,
+    ring_nic_ranks,
 )
+from sim.comm.collectives import ring_latency_s
 from sim.errors import ConfigError
 from sim.routing import expected_distinct_parts
 
@@ -152,7 +154,13 @@ def test_ring_collectives_closed_form():
     launch = COSTS.nccl_launch_s
     intra, inter = COSTS.nccl_step_nvlink_s, COSTS.nccl_step_ib_s  # NCCL: n-N steps inside a domain, N-1 across
     assert allgather_time(c16, range(8), 1e9, COSTS) == pytest.approx(launch + 7 * (1e9 / nvl + intra), rel=1e-12)
-    assert reduce_scatter_time(c16, range(16), 1e9, COSTS) == pytest.approx(launch + 15 * 1e9 / nic + 14 * intra + inter,
+    # 8 ranks of the group in each node: NCCL's channels leave it through 8 NICs
+    assert reduce_scatter_time(c16, range(16), 1e9, COSTS) == pytest.approx(
+        launch + 15 * 1e9 / (8 * nic) + 14 * intra + inter, rel=1e-12)
+    # one rank per node (a replica group): its one NIC carries every crossing, as it does with the spread off
+    assert reduce_scatter_time(c16, [0, 8], 1e9, COSTS) == pytest.approx(launch + 1e9 / nic + inter, rel=1e-12)
+    flat = dataclasses.replace(COSTS, nccl_ring_nic_spread=False)
+    assert reduce_scatter_time(c16, range(16), 1e9, flat) == pytest.approx(launch + 15 * 1e9 / nic + 14 * intra + inter,
                                                                         rel=1e-12)
     assert allreduce_time(c16, range(8), 8e9, COSTS) == pytest.approx(launch + 14 * (1e9 / nvl + intra), rel=1e-12)
     assert allgather_time(c16, [3], 1e9, COSTS) == 0.0
@@ -162,6 +170,22 @@ def test_ring_collectives_closed_form():
     assert p2p_time(c16, 0, 8, 48.5e9, COSTS) == pytest.approx(launch + 1 + 2e-6, rel=1e-12)
     assert p2p_time(c16, 0, 1, 721.8e9, COSTS) == pytest.approx(launch + 1 + 1e-6, rel=1e-12)
     assert p2p_time(c16, 4, 4, 1e9, COSTS) == 0.0
+
+
+def test_ring_crossings_spread_over_the_groups_nics_per_domain():
+    """NCCL's multi-node rings reach several NICs' worth of bus bandwidth (published.md s8: reduce-scatter at
+    260-360 GB/s across 4-128 H100 nodes of 8 x 400 Gb/s): the domain with the fewest of the group's ranks binds,
+    NVLink caps it, and the ring's NIC bytes per rank are its share."""
+    c = load_cluster("hgx-h100", n_gpus=64)
+    assert [ring_nic_ranks(c, r) for r in (range(64), range(0, 64, 2), range(0, 64, 8), [0, 1, 8], range(8))] == \
+        [8, 4, 1, 1, 0]
+    assert ring_nic_ranks(c, range(64), dataclasses.replace(COSTS, nccl_ring_nic_spread=False)) == 1
+    n = 64
+    busbw = (n - 1) * 1e9 / (reduce_scatter_time(c, range(n), 1e9, COSTS) - ring_latency_s(c, range(n), COSTS))
+    assert 260e9 <= busbw <= 400e9  # the measured multi-node range, well above one NIC's 48.5 GB/s
+    rack = load_cluster("gb200-nvl72", n_gpus=144)  # 72 ranks a domain: NVLink binds across racks
+    assert allgather_time(rack, range(144), 1e9, COSTS) == pytest.approx(
+        143 * 1e9 / 721.8e9 + ring_latency_s(rack, range(144), COSTS), rel=1e-9)
 
 
 def test_nvl72_rack_ep64_is_all_nvlink():
