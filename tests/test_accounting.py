@@ -43,7 +43,7 @@ def test_deepseek_v3_16b_matches_published() -> None:
 @pytest.mark.parametrize(
     ("name", "total", "active"),
     [("qwen3-235b-a22b", 235e9, 22e9), ("qwen3-30b-a3b", 30.5e9, 3.3e9), ("mixtral-8x22b", 141e9, 39e9),
-     ("kimi-k2", 1.04e12, 32e9), ("deepseek-v2-236b", 236e9, 21e9)],
+     ("kimi-k2", 1.04e12, 32e9), ("deepseek-v2-236b", 236e9, 21e9), ("llama4-scout-17b-16e", 109e9, 17e9)],
 )
 def test_other_catalog_models_match_their_model_cards(name: str, total: float, active: float) -> None:
     counts = count_params(load_model(name))
