@@ -177,6 +177,10 @@ class StackProfile:
     #: once-per-step reductions): the train loop's step boundary, where the GPU idles while the host finishes
     #: one step and starts the next (the joint calibration's ``step.fixed_s`` for the shipped releases).
     step_fixed_s: float = 0.0
+    #: whether the joint calibration's ``step.fixed_s`` is this release's step boundary (Megatron-Bridge's train
+    #: loop, which the fit's Megatron runs constrain); False: the profile's own ``step_fixed_s`` holds (a train loop
+    #: with another boundary: TorchTitan's one token-count sync a step).
+    joint_step_boundary: bool = True
     #: parameters per distributed-optimizer gradient bucket (ZeRO-1 stacks with overlapped gradient reduction);
     #: 0: Megatron-Core's own default, ``max(40M, 1M x data-parallel ranks)`` (:func:`sim.predict.dp_scale.bucket_params`).
     ddp_bucket_params: float = 0.0
@@ -383,7 +387,7 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
                            "deepep_tp_token_split": bool, "document_mask": bool,
                            "quantize_weights": str, "fused_act_quant": bool, "param_sharding": str,
                            "recompute_modules": list, "pp_schedules": list, "ep_backends": list, "precisions": list,
-                           "ep_overlap_available": bool, "fp8_attention_available": bool, "trains_mtp": bool, "shared_expert_overlap": bool,
+                           "ep_overlap_available": bool, "fp8_attention_available": bool, "joint_step_boundary": bool, "trains_mtp": bool, "shared_expert_overlap": bool,
                            "launch": str, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
@@ -391,7 +395,7 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
 assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file type"
 _TABLES = ("stack", "efficiency", "sources")
 #: fields a stack file may leave out (their defaults: the behaviour before the field existed).
-_OPTIONAL_FIELDS = ("host_op_s", "ddp_bucket_params", "fp8_attention_available")
+_OPTIONAL_FIELDS = ("host_op_s", "ddp_bucket_params", "fp8_attention_available", "joint_step_boundary")
 
 
 def _builtin_dir() -> Any:

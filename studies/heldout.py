@@ -1,11 +1,12 @@
 """Runs no fit reads, predicted with the shipped calibration: how far its answers carry.
 
-Three files in the dataset's schema: ``studies/data/heldout_models.toml``, models no fit has seen (GPT-OSS-120B's and
+Four files in the dataset's schema: ``studies/data/heldout_models.toml``, models no fit has seen (GPT-OSS-120B's and
 Kimi-K2's Megatron-Bridge runs), ``studies/data/heldout_runs.toml``, the other rows of the Megatron-Bridge
 performance tables for the fitted models (containers, GPUs and plans the fit did not read), and
 ``studies/data/efa_runs.toml``, a fabric and a backend no fitted run uses (Qwen3-235B over AWS EFA with NCCL,
 DeepEP and UCCL-EP; measured-runs.md s7), predicted with the transport's sourced costs alone
-(:mod:`sim.comm.transport`).
+(:mod:`sim.comm.transport`), and ``studies/data/heldout_torchtitan.toml``, TorchTitan's short single-node steps
+(DeepSeek-V3 16B from its tracker), which check its train loop's own step boundary.
 
 The joint calibration is fitted on DeepSeek-V3 and Qwen3 runs. GPT-OSS-120B differs where the cost model is
 least tied down (64-wide attention heads, every other layer in a 128-token window, 128 experts of 2880 in BF16,
@@ -29,13 +30,16 @@ from pathlib import Path
 from studies.dataset import MeasuredRun, load_runs
 from studies.validate import ValidationRow, validate_runs
 
-__all__ = ["EFA_RUNS", "HELDOUT_MODELS", "HELDOUT_RUNS", "heldout_rows", "heldout_markdown", "heldout_runs_markdown",
+__all__ = ["EFA_RUNS", "HELDOUT_MODELS", "HELDOUT_RUNS", "HELDOUT_TORCHTITAN", "torchtitan_markdown", "heldout_rows", "heldout_markdown", "heldout_runs_markdown",
            "efa_markdown", "summary", "SAME_PLAN_PAIRS"]
 
 #: Runs of models no fitted run uses (the dataset's schema; no fit reads them).
 HELDOUT_MODELS = Path(__file__).resolve().parent / "data" / "heldout_models.toml"
 #: Other Megatron-Bridge table rows of the fitted models (the dataset's schema; no fit reads them).
 HELDOUT_RUNS = Path(__file__).resolve().parent / "data" / "heldout_runs.toml"
+#: TorchTitan's short steps on one node: DeepSeek-V3 16B from TorchTitan's tracker (the dataset's schema; no fit
+#: reads them): they check the TorchTitan train loop's own step boundary.
+HELDOUT_TORCHTITAN = Path(__file__).resolve().parent / "data" / "heldout_torchtitan.toml"
 #: Runs over AWS EFA, three all-to-all backends (the dataset's schema; no fit reads them).
 EFA_RUNS = Path(__file__).resolve().parent / "data" / "efa_runs.toml"
 #: (GPU, over GPU) pairs of GPT-OSS-120B that run the same plan in every container (EP8 on HGX, EP64 on the rack).
@@ -144,6 +148,33 @@ def heldout_runs_markdown(path: Path = HELDOUT_RUNS) -> list[str]:
             f"{every['inside']:.0f} of {every['runs']:.0f}.", "",
             *_summary_lines("model", summary(rows, lambda r: r.model)), "",
             *_summary_lines("GPU", summary(rows, lambda r: r.gpu)), "", *_run_lines(rows, runs), ""]
+
+
+def torchtitan_markdown(path: Path = HELDOUT_TORCHTITAN) -> list[str]:
+    """The held-out TorchTitan section of ``docs/transfer.md``: each short-step run predicted with TorchTitan's own
+    step boundary (what the shipped model does) and, beside it, with Megatron's fitted ``step.fixed_s`` in its place
+    (what the model did before: a constant of one framework's train loop carried to another's)."""
+    from sim.joint import shipped_values  # noqa: PLC0415  (sim.joint pulls the predict stack; only here)
+
+    runs, rows = _predicted(path)
+    fixed = shipped_values()["step.fixed_s"]
+    lines = ["## TorchTitan's short steps (held out)", "",
+             f"`{path.relative_to(path.parents[2])}`: DeepSeek-V3 16B on one node from TorchTitan's own tracker, "
+             "about a second a step (sources in the file). No fit reads them. TorchTitan's train loop syncs the host "
+             "once a step, on the token count, so its step boundary is its profile's own (`step_fixed_s` = 0, "
+             "`joint_step_boundary = false`), not Megatron-Bridge's fitted `step.fixed_s` "
+             f"({fixed:.2f} s), which these steps leave no room for: the last column adds it back.", "",
+             "| run | GPU | plan | predicted | measured | error | with Megatron's step.fixed_s |",
+             "|---|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        run = runs[r.run_id]
+        assert r.predicted_tokens_per_s_per_gpu is not None
+        tokens = r.predicted_tokens_per_s_per_gpu
+        step = run.plan.get("global_batch", 1) * run.plan.get("seq_len", 1) / run.gpus / tokens
+        with_fixed = tokens * step / (step + fixed)
+        lines.append(f"| {r.run_id} | {run.gpu} | {_plan(run)} | {tokens:.0f} | {r.measured_tokens_per_s_per_gpu:.0f} | "
+                     f"{_error(r) * 100:+.1f}% | {(with_fixed / r.measured_tokens_per_s_per_gpu - 1) * 100:+.1f}% |")
+    return lines + [""]
 
 
 def efa_markdown(path: Path = EFA_RUNS) -> list[str]:

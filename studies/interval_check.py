@@ -38,6 +38,7 @@ __all__ = ["HELD_OUT_FILES", "KIND_ORDER", "HeldOutInterval", "held_out_interval
 HELD_OUT_FILES = {"heldout_runs.toml": "Megatron-Bridge table rows no fit saw",
                   "heldout_models.toml": "models no fit saw (GPT-OSS-120B, Kimi-K2)",
                   "scale_checks.toml": "MLPerf scale points no fit saw",
+                  "heldout_torchtitan.toml": "TorchTitan short steps no fit saw (DeepSeek-V3 16B)",
                   "efa_runs.toml": "AWS EFA backend matrix (a transport no fit saw)"}
 #: What each reason for lying beyond the envelope is called in the tables, by the start of its text
 #: (:func:`sim.uncertainty.classify`).

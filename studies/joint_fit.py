@@ -276,6 +276,8 @@ STACK_ABLATIONS: dict[str, dict[str, Any]] = {
     "TorchTitan's DeepEP path dispatching every token on every TP rank (off: each TP rank its share)":
         {"deepep_tp_token_split": True},
     "TorchTitan's document mask on C4 (off: causal over the packed sequence)": {"document_mask": False},
+    "TorchTitan's own step boundary (off: Megatron's fitted step.fixed_s in every release, the former model)":
+        {"joint_step_boundary": True},
 }
 
 #: Recipe facts switched off for the ablation: plan fields every run is resolved with (where its plan takes the

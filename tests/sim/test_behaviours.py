@@ -31,7 +31,7 @@ from sim.errors import ConfigError
 from sim.joint import grouped_curve, shipped_values
 from sim.predict import Prediction, predict
 from sim.specs import ClusterSpec, ParallelPlan
-from sim.stacks import load_stack
+from sim.stacks import builtin_overrides, load_stack
 from sim.workload import OpSpec, Workload
 
 FEW = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -280,7 +280,7 @@ def test_a_full_iteration_graph_never_blocks_the_host(backend: str, stack: str) 
     assert "host_sync" not in graphed.breakdown and "host_sync" not in graphed.hidden_comm
 
 
-@pytest.mark.parametrize("stack", ["torchtitan", "megatron-26.04"])
+@pytest.mark.parametrize("stack", ["megatron-26.02", "megatron-26.04"])
 @pytest.mark.parametrize("microbatches", [1, 4])
 def test_the_step_boundary_costs_its_seconds_once_per_step(stack: str, microbatches: int) -> None:
     """``step.fixed_s`` adds once to the step, whatever its microbatch count, and shows as ``step_fixed``."""
@@ -290,6 +290,20 @@ def test_the_step_boundary_costs_its_seconds_once_per_step(stack: str, microbatc
     some = predict(DEBUG, cluster, plan, stack=stack, params=_params(**{"step.fixed_s": 0.25}))
     assert some.step_time_s - none.step_time_s == pytest.approx(0.25, rel=1e-9)
     assert some.breakdown["step_fixed"] == pytest.approx(0.25) and "step_fixed" not in none.breakdown
+
+
+def test_torchtitan_keeps_its_own_step_boundary() -> None:
+    """Megatron's fitted ``step.fixed_s`` is its train loop's; TorchTitan's (one token-count sync a step) is its
+    profile's own 0 s, whatever the joint value, unless a profile opts in (``joint_step_boundary``)."""
+    cluster = load_cluster("hgx-b200", n_gpus=8)
+    titan = load_stack("torchtitan")
+    assert not titan.joint_step_boundary and titan.step_fixed_s == 0.0
+    a = predict(DEBUG, cluster, _plan(8), stack=titan, params=_params(**{"step.fixed_s": 0.0}))
+    b = predict(DEBUG, cluster, _plan(8), stack=titan, params=_params(**{"step.fixed_s": 2.0}))
+    assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-12) and "step_fixed" not in b.breakdown
+    with builtin_overrides(joint_step_boundary=True):  # the ablation's former model: Megatron's boundary everywhere
+        c = predict(DEBUG, cluster, _plan(8), stack=load_stack("torchtitan"), params=_params(**{"step.fixed_s": 2.0}))
+    assert c.step_time_s - a.step_time_s == pytest.approx(2.0, rel=1e-9)
 
 
 def test_a_users_own_stack_keeps_its_step_boundary() -> None:

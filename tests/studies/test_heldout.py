@@ -10,10 +10,12 @@ from studies.dataset import load_runs
 from studies.heldout import (
     HELDOUT_MODELS,
     HELDOUT_RUNS,
+    HELDOUT_TORCHTITAN,
     SAME_PLAN_PAIRS,
     heldout_markdown,
     heldout_rows,
     heldout_runs_markdown,
+    torchtitan_markdown,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,3 +86,19 @@ def test_the_held_out_ablation_script_reproduces_the_shipped_rows() -> None:
     models = summary(heldout_rows(), lambda r: r.model)
     assert out["gpt-oss-120b"]["mape"] == round(models["gpt-oss-120b"]["mean_abs"], 4)
     assert out["table rows"]["runs"] == 33
+
+
+def test_torchtitans_short_steps_leave_no_room_for_megatrons_step_boundary() -> None:
+    """TorchTitan's public one-node steps (about a second; DeepSeek-V3 16B, no fit reads them) come out within 30%
+    with TorchTitan's own step boundary, and more than 40% slow with Megatron's fitted ``step.fixed_s`` added: the
+    reason the joint value is Megatron's alone (``StackProfile.joint_step_boundary``)."""
+    held = load_runs(HELDOUT_TORCHTITAN)
+    assert {r.stack for r in held} == {"torchtitan"} and not {r.id for r in held} & {r.id for r in load_runs()}
+    rows = heldout_rows(HELDOUT_TORCHTITAN)
+    assert len(rows) == len(held) == 2
+    for r in rows:
+        assert r.error is not None and abs(r.error) < 0.30, (r.run_id, r.error)
+    text = "\n".join(torchtitan_markdown())
+    for line in (x for x in text.splitlines() if x.startswith("| titan-")):
+        with_fixed = float(line.rstrip(" |").rsplit("|", 1)[1].strip().rstrip("%"))
+        assert with_fixed < -40, line
