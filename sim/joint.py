@@ -25,7 +25,8 @@ Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where n
 - ``nccl.a2a_net_fraction``: the share of the network rate NCCL's all-to-all reaches across NVLink domains;
 - ``dp.straggler_cv``: how much a microbatch's time varies across data-parallel ranks (the step waits for the
   slowest rank; :mod:`sim.predict.dp_scale`);
-- ``step.fixed_s``: what a step spends once at its boundary, whatever its microbatch count and data-parallel size;
+- ``step.fixed_s``: what a step of Megatron-Bridge's train loop spends once at its boundary, whatever its microbatch
+  count and data-parallel size (TorchTitan's releases keep their profile's own, ``StackProfile.joint_step_boundary``);
 - ``grouped.half_rows``: the rows per expert at which a DeepSeek-V3-shaped grouped GEMM (7168 x 2048 per expert)
   runs at half its large-shape efficiency on a B200 SM (the large-shape efficiencies are the cost model's, and
   Transformer Engine's MXFP8 one: :data:`GROUPED_LARGE_TE`);
@@ -133,10 +134,14 @@ PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("step.fixed_s", 0.0, 0.0, 5.0, "seconds a training step spends once, whatever its microbatch count "
               "and data-parallel size, beyond the per-step work modelled apart (pipeline fill and drain, exposed "
               "data-parallel buckets, the optimizer, once-per-step reductions): the train loop's step boundary, "
-              "where the GPU idles while the host finishes one step and starts the next (StackProfile.step_fixed_s)",
+              "where the GPU idles while the host finishes one step and starts the next (StackProfile.step_fixed_s): "
+              "Megatron-Bridge's train loop; a release with another loop keeps its own (StackProfile."
+              "joint_step_boundary: TorchTitan's one token-count sync a step)",
               "prior: 0 (no published figure). What tells it from the release scalars: the runs whose steps are "
               "short (the 8-GPU Qwen3-30B runs, 8-10 s a step) and the MLPerf Training v6.0 GB200 pair, one recipe at "
-              "240 and 60 microbatches per rank (step = 0.120 s x microbatches + 1.89 s, measured-runs.md s6)"),
+              "240 and 60 microbatches per rank (step = 0.120 s x microbatches + 1.89 s, measured-runs.md s6). "
+              "TorchTitan's public one-node steps of about a second (studies/data/heldout_torchtitan.toml) leave no "
+              "room for it there"),
     ParamSpec("nccl.a2a_net_fraction", 1.0, 0.2, 1.0, "NCCL all-to-all's share of the network rate NCCL reaches "
               "point to point (CommCosts.ib_fraction: 48.5 of 50 GB/s per NDR NIC) on the flows that leave an NVLink "
               "domain (the standard EP path's dispatch and combine across nodes; sim.comm.nccl)",

@@ -19,7 +19,12 @@ from typing import Any
 
 from sim.stacks import profile_for
 from studies.dataset import MeasuredRun, load_runs
-from studies.heldout import efa_markdown, heldout_markdown, heldout_runs_markdown, torchtitan_markdown
+from studies.heldout import (
+    efa_markdown,
+    heldout_markdown,
+    heldout_runs_markdown,
+    torchtitan_markdown,
+)
 from studies.interval_check import interval_markdown
 from studies.torchtitan_layer import layer_markdown
 from studies.validate import ValidationRow, validate_runs
