@@ -237,6 +237,16 @@ def _kimi_mean() -> str:
     return f"{_heldout_model_summary()['kimi-k2']['mean_abs'] * 100:.1f}%"
 
 
+def _torchtitan_short_steps() -> str:
+    """The held-out TorchTitan short steps' errors (H100, then B200), as the README quotes them."""
+    from studies.heldout import HELDOUT_TORCHTITAN, heldout_rows
+
+    errors = {r.run_id: r.error for r in heldout_rows(HELDOUT_TORCHTITAN)}
+    h100, b200 = errors["titan-dsv3-16b-8xh100-issue1789"], errors["titan-dsv3-16b-8xb200-pr1993"]
+    assert h100 is not None and b200 is not None
+    return f"{h100 * 100:+.1f}% and {b200 * 100:+.1f}%".lstrip("+")
+
+
 def _heldout_model_errors() -> str:
     s = _heldout_model_summary()["gpt-oss-120b"]
     return f"{s['mean_abs'] * 100:.1f}%, max {s['max_abs'] * 100:.1f}%"
@@ -357,6 +367,8 @@ FIGURES: list[Figure] = [
            _logo_coverage),
     Figure("held-out model family errors", "README.md", r"mean \|error\| \*\*([\d.]+%, max [\d.]+%)\*\* \(predicted too",
            _heldout_model_errors),
+    Figure("held-out TorchTitan short steps", "README.md", r"come out\n(\S+ and \S+) with TorchTitan's own boundary",
+           _torchtitan_short_steps),
     Figure("held-out Kimi-K2 errors", "README.md", r"three held-out GB300 runs\) comes out\n\*\*([\d.]+%)\*\*", _kimi_mean),
     Figure("held-out table rows", "README.md", r"no fit reads them\) come\nout mean \|error\| \*\*([\d.]+%)\*\*",
            lambda: _heldout_table_mean("all")),
