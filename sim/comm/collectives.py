@@ -47,9 +47,11 @@ def ring_nic_ranks(cluster: ClusterSpec, ranks: Sequence[int], costs: CommCosts 
     ring per channel and rotates which rank of each domain sends out of it (a different NIC per channel), so a
     domain's crossings spread over the NICs of all the group's ranks inside it; the domain holding fewest of them
     binds. Each rank's NIC so carries ``1 / ring_nic_ranks`` of what a ring step moves. 0 when the group stays in
-    one domain; 1 across domains when ``costs.nccl_ring_nic_spread`` is off (every crossing on one NIC). Measured: NCCL reduce-scatter at 260-360 GB/s bus bandwidth across 4-128 H100 nodes of 8 GPUs and
-    one 400 Gb/s NIC each (nccl #1229), all-reduce ~350 GB/s over 1,984 H200 (nccl-tests #283), ~6-7x one NIC;
-    GB200 racks: 793 GB/s over 2 racks, within 5% of one rack's NVLink (coreweave nccl-tests; published.md s8).
+    one domain; 1 across domains when ``costs.nccl_ring_nic_spread`` is off (every crossing on one NIC).
+
+    Measured: NCCL reduce-scatter at 260-360 GB/s bus bandwidth across 4-128 H100 nodes of 8 GPUs and one 400 Gb/s
+    NIC each (nccl #1229), all-reduce ~350 GB/s over 1,984 H200 (nccl-tests #283), ~6-7x one NIC; GB200 racks:
+    793 GB/s over 2 racks, within 5% of one rack's NVLink (coreweave nccl-tests; published.md s8).
 
     >>> from sim.catalog import load_cluster
     >>> c = load_cluster("hgx-b200", n_gpus=32)
@@ -103,8 +105,9 @@ def allgather_time(cluster: ClusterSpec, ranks: Sequence[int], bytes_per_rank: f
     """Ring all-gather time (s); ``bytes_per_rank`` is each rank's input shard.
 
     The ring runs at the group's bottleneck: achievable NVLink inside one domain, else the NICs of the group's
-    ranks in a domain, over which NCCL's channels spread the crossings (:func:`ring_nic_ranks`; capped by NVLink); the n-1 steps pay NCCL's latencies (:func:`ring_latency_s`: an NVLink step inside a
-    domain, an IB step, + spine when the group spans leaf groups, into the next one), plus one ``nccl_launch_s``.
+    ranks in a domain, over which NCCL's channels spread the crossings (:func:`ring_nic_ranks`; capped by NVLink);
+    the n-1 steps pay NCCL's latencies (:func:`ring_latency_s`: an NVLink step inside a domain, an IB step, + spine
+    when the group spans leaf groups, into the next one), plus one ``nccl_launch_s``.
 
     >>> from sim.catalog import load_cluster
     >>> round(allgather_time(load_cluster("hgx-b200", n_gpus=16), range(16), 1e9, CommCosts.default()), 6)
