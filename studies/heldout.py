@@ -27,6 +27,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from sim.joint import shipped_values
 from studies.dataset import MeasuredRun, load_runs
 from studies.validate import ValidationRow, validate_runs
 
@@ -154,8 +155,6 @@ def torchtitan_markdown(path: Path = HELDOUT_TORCHTITAN) -> list[str]:
     """The held-out TorchTitan section of ``docs/transfer.md``: each short-step run predicted with TorchTitan's own
     step boundary (what the shipped model does) and, beside it, with Megatron's fitted ``step.fixed_s`` in its place
     (what the model did before: a constant of one framework's train loop carried to another's)."""
-    from sim.joint import shipped_values  # noqa: PLC0415  (sim.joint pulls the predict stack; only here)
-
     runs, rows = _predicted(path)
     fixed = shipped_values()["step.fixed_s"]
     lines = ["## TorchTitan's short steps (held out)", "",
