@@ -1,6 +1,6 @@
 """The transfer table (``docs/transfer.md``): the joint calibration's parameters with their uncertainty and the
 runs that constrain them, every run predicted by a calibration that did not see its group (leave-one-group-out),
-the ablation of each mechanism, ratios between runs, every run's error grouped by architecture, fabric,
+the ablation of each mechanism, ratios between runs, where a change's seconds go (:mod:`studies.change_budget`), every run's error grouped by architecture, fabric,
 all-to-all backend and stack, and runs no fit reads (:mod:`studies.heldout`). A number says nothing until runs it was not fitted to are predicted with it;
 this table is that check, regenerated from today's code and data:
 
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.stacks import profile_for
+from studies.change_budget import budget_markdown
 from studies.dataset import MeasuredRun, load_runs
 from studies.heldout import (
     efa_markdown,
@@ -193,6 +194,7 @@ def transfer_markdown() -> str:
             lines.append(f"| {r.run_id} | {r.baseline} | {r.predicted_speedup:.3f}x | {r.measured_speedup:.3f}x | "
                          f"{(r.predicted_speedup - r.measured_speedup) * 100:+.1f} |")
         lines.append("")
+    lines += budget_markdown()
     lines += _across_gpus(rows, runs)
     lines += heldout_markdown()
     lines += heldout_runs_markdown()

@@ -1,0 +1,160 @@
+"""Where a change's seconds go: for every two measured runs of one system that differ in a single plan field (the
+all-to-all backend, the precision, the micro-batch), the step seconds the change moves, measured against
+predicted, and the predicted move split by breakdown component (:func:`sim.predict.breakdown.breakdown`).
+
+A speedup's error says only that the model is off; the budget says which seconds it moves and how many the
+measurement leaves for them. Each move is also given per MoE layer pass (one micro-batch through one MoE layer
+of the busiest pipeline rank: forward, recompute and backward), the unit in which two systems with the same
+per-pass traffic compare:
+
+    python -m studies.change_budget                           # the shipped dataset
+    python -m studies.change_budget studies/data/efa_runs.toml
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.errors import MoesimError
+from sim.stacks import profile_for
+from studies._sim import predict_run
+from studies.dataset import MeasuredRun, load_runs, resolve_run
+
+__all__ = ["ChangeBudget", "budget_markdown", "change_budgets", "one_change_pairs"]
+
+#: A component is named in a budget when it moves at least this share of the predicted move (the rest is "other").
+NAMED_SHARE = 0.01
+#: At most this many components are named per budget.
+NAMED_MAX = 4
+
+
+@dataclass(frozen=True)
+class ChangeBudget:
+    """The step seconds one change moves (``after`` minus ``before``: negative is a saving)."""
+
+    before: str
+    after: str
+    field: str
+    change: str
+    measured_step_s: tuple[float, float]
+    predicted_step_s: tuple[float, float]
+    #: predicted seconds moved per breakdown component, largest move first
+    parts: tuple[tuple[str, float], ...]
+    #: MoE layer passes a step of the busiest pipeline rank runs (micro-batches x MoE layers per rank)
+    moe_passes: int
+
+    @property
+    def measured_delta_s(self) -> float:
+        return self.measured_step_s[1] - self.measured_step_s[0]
+
+    @property
+    def predicted_delta_s(self) -> float:
+        return self.predicted_step_s[1] - self.predicted_step_s[0]
+
+
+def one_change_pairs(runs: Sequence[MeasuredRun]) -> list[tuple[MeasuredRun, MeasuredRun, str]]:
+    """Pairs of runs of one model, GPU, scale, cluster and stack release whose plans differ in exactly one field,
+    in dataset order, with that field.
+
+    >>> [(a.id, b.id, f) for a, b, f in one_change_pairs(load_runs()) if a.gpu == "h100"]
+    [('titan-dsv3-h100-bf16', 'titan-dsv3-h100-bf16-deepep', 'ep_backend')]
+    """
+    out = []
+    for a, b in itertools.combinations(runs, 2):
+        if (a.model, a.gpu, a.gpus, a.cluster, a.stack, a.release) != (b.model, b.gpu, b.gpus, b.cluster, b.stack,
+                                                                        b.release):
+            continue
+        differ = sorted(k for k in set(a.plan) | set(b.plan) if a.plan.get(k) != b.plan.get(k))
+        if len(differ) == 1:
+            out.append((a, b, differ[0]))
+    return out
+
+
+def _step(run: MeasuredRun) -> tuple[float, float, dict[str, float], int]:
+    """(measured step seconds, predicted step seconds, predicted breakdown, MoE passes) of ``run``."""
+    model, cluster, plan = resolve_run(run)
+    pred = predict_run(model, cluster, plan, profile_for(run.stack, run.release), name=run.id)
+    tokens_per_gpu = plan.global_batch * plan.seq_len / cluster.n_gpus
+    passes = plan.n_microbatches * model.n_moe_layers // max(1, plan.pp)
+    return tokens_per_gpu / run.measured_tokens_per_s_per_gpu, pred.step_time_s, dict(pred.breakdown), passes
+
+
+def _value(run: MeasuredRun, field: str) -> str:
+    return str(run.plan.get(field, "default"))
+
+
+def change_budgets(path: str | Path | None = None) -> list[ChangeBudget]:
+    """The budget of every one-change pair of the dataset at ``path`` (default: the shipped one); a pair a
+    prediction cannot be made for is left out."""
+    runs = load_runs(path)
+    steps: dict[str, tuple[float, float, dict[str, float], int] | None] = {}
+    for run in runs:
+        try:
+            steps[run.id] = _step(run)
+        except MoesimError:
+            steps[run.id] = None
+    out = []
+    for a, b, field in one_change_pairs(runs):
+        sa, sb = steps[a.id], steps[b.id]
+        if sa is None or sb is None:
+            continue
+        moved = {k: sb[2].get(k, 0.0) - sa[2].get(k, 0.0) for k in set(sa[2]) | set(sb[2])}
+        parts = tuple(sorted(((k, v) for k, v in moved.items() if abs(v) > 1e-9), key=lambda kv: (-abs(kv[1]), kv[0])))
+        out.append(ChangeBudget(a.id, b.id, field, f"{_value(a, field)} -> {_value(b, field)}", (sa[0], sb[0]),
+                                (sa[1], sb[1]), parts, sa[3]))
+    return out
+
+
+def _named(budget: ChangeBudget) -> str:
+    """The components that carry the predicted move, then the rest as ``other``."""
+    scale = max(abs(v) for _, v in budget.parts) if budget.parts else 0.0
+    named = [(k, v) for k, v in budget.parts if abs(v) >= NAMED_SHARE * scale][:NAMED_MAX]
+    rest = sum(v for k, v in budget.parts) - sum(v for _, v in named)
+    text = [f"{k} {v:+.2f}" for k, v in named]
+    if abs(rest) >= 0.005:
+        text.append(f"other {rest:+.2f}")
+    return ", ".join(text) or "-"
+
+
+def budget_markdown(path: str | Path | None = None) -> list[str]:
+    """The budgets as a markdown section."""
+    budgets = change_budgets(path)
+    if not budgets:
+        return []
+    lines = ["## Where a change's seconds go (runs of one system that differ in one plan field)", "",
+             ("Step seconds moved by the change (after minus before; negative saves), measured (from each run's "
+             "tokens/s) against predicted, and the predicted move split by breakdown component (`python -m "
+             "studies.change_budget`). Per pass: the same moves per MoE layer and micro-batch of the busiest "
+             "pipeline rank (forward, recompute and backward), in ms."), "",
+             ("| before | after | change | measured step s | predicted step s | measured move s | predicted move s "
+             "| measured / pass ms | predicted / pass ms | predicted move by component (s) |"),
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for b in budgets:
+        ms, ps = b.measured_step_s, b.predicted_step_s
+        lines.append(f"| {b.before} | {b.after} | {b.field}: {b.change} | {ms[0]:.2f} -> {ms[1]:.2f} | "
+                     f"{ps[0]:.2f} -> {ps[1]:.2f} | {b.measured_delta_s:+.2f} | {b.predicted_delta_s:+.2f} | "
+                     f"{1e3 * b.measured_delta_s / b.moe_passes:+.1f} | {1e3 * b.predicted_delta_s / b.moe_passes:+.1f} | "
+                     f"{_named(b)} |")
+    lines.append("")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m studies.change_budget", description=__doc__.split("\n\n")[0])
+    parser.add_argument("dataset", nargs="?", help="a measured-runs file (default: the shipped dataset)")
+    args = parser.parse_args(argv)
+    try:
+        lines = budget_markdown(args.dataset)
+    except MoesimError as err:
+        print(f"error: {err}")
+        return 2
+    print("\n".join(lines) if lines else "no two runs of one system differ in exactly one plan field")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,59 @@
+"""Where a change's seconds go (studies.change_budget): runs of one system that differ in one plan field, the
+step seconds the change moves, measured against predicted, and the predicted move split by component."""
+
+from __future__ import annotations
+
+import pytest
+
+from studies.change_budget import (
+    ChangeBudget,
+    budget_markdown,
+    change_budgets,
+    main,
+    one_change_pairs,
+)
+from studies.dataset import load_runs
+
+
+@pytest.fixture(scope="module")
+def budgets() -> dict[tuple[str, str], ChangeBudget]:
+    return {(b.before, b.after): b for b in change_budgets()}
+
+
+def test_only_runs_that_differ_in_one_plan_field_are_paired() -> None:
+    pairs = {(a.id, b.id): field for a, b, field in one_change_pairs(load_runs())}
+    assert pairs[("titan-dsv3-b200-bf16", "titan-dsv3-b200-bf16-deepep")] == "ep_backend"
+    assert pairs[("titan-dsv3-b200-bf16-deepep", "titan-dsv3-b200-mxfp8-deepep")] == "precision"
+    # backend and precision both change: not one change
+    assert ("titan-dsv3-b200-bf16", "titan-dsv3-b200-mxfp8-deepep") not in pairs
+    # same plan on two chips is a different system, not a plan change
+    assert not any("sameplan" in a for a, _ in pairs)
+
+
+def test_measured_steps_come_from_each_runs_tokens_per_second(budgets: dict[tuple[str, str], ChangeBudget]) -> None:
+    b = budgets[("titan-dsv3-b200-bf16", "titan-dsv3-b200-bf16-deepep")]
+    per_gpu_tokens = 4096 * 8192 / 256  # global batch x sequence over 256 GPUs
+    assert b.measured_step_s == pytest.approx((per_gpu_tokens / 651, per_gpu_tokens / 859))
+    assert b.measured_delta_s == pytest.approx(per_gpu_tokens / 859 - per_gpu_tokens / 651)
+    # 64 microbatches x 58 MoE layers over 2 pipeline ranks
+    assert b.moe_passes == 64 * 58 // 2
+
+
+def test_the_components_account_for_the_whole_predicted_move(budgets: dict[tuple[str, str], ChangeBudget]) -> None:
+    for b in budgets.values():
+        assert sum(v for _, v in b.parts) == pytest.approx(b.predicted_delta_s, abs=1e-6)
+        assert [abs(v) for _, v in b.parts] == sorted((abs(v) for _, v in b.parts), reverse=True)
+    deepep = dict(budgets[("titan-dsv3-b200-bf16", "titan-dsv3-b200-bf16-deepep")].parts)
+    assert deepep["comm.a2a"] < 0  # DeepEP saves all-to-all time
+    mxfp8 = dict(budgets[("titan-dsv3-b200-bf16-deepep", "titan-dsv3-b200-mxfp8-deepep")].parts)
+    assert mxfp8["compute.moe.expert_gemm"] < 0 < mxfp8["compute.moe.quantize"]  # faster GEMMs, new casts
+    assert "comm.a2a" not in mxfp8  # the precision of the experts moves no all-to-all
+
+
+def test_the_section_names_every_pair_and_the_cli_reads_other_files(capsys: pytest.CaptureFixture[str]) -> None:
+    text = "\n".join(budget_markdown())
+    assert "| titan-dsv3-h100-bf16 | titan-dsv3-h100-bf16-deepep | ep_backend: nccl -> deepep |" in text
+    assert main(["studies/data/heldout_torchtitan.toml"]) == 0
+    assert "no two runs of one system differ" in capsys.readouterr().out
+    assert main(["no/such/file.toml"]) == 2
+    assert "no/such/file.toml" in capsys.readouterr().out
