@@ -204,6 +204,14 @@ class StackProfile:
     #: its K copies and writes their weighted sum once); off: an index gather and a scatter-add over the K copies
     #: (each copy read and written as a row of its own).
     fused_permute: bool = False
+    #: the MoE layer's token bookkeeping runs as separate, unfused eager PyTorch ops (TorchTitan's ``MoE.forward``,
+    #: ``_permute`` and DeepEP ``combine_tokens`` outside its compiled regions): the standard path's sender puts the
+    #: K copies back into a zeroed buffer of every token's K slots on each TP rank (the MoE input is replicated over
+    #: TP), casts it to FP32 and reduces it with a bmm against the router scores; its receiver copies the received
+    #: tokens once more (``torch.vstack`` with a padding row) before the gather; the DeepEP path multiplies the
+    #: copies by their scores in a pass of its own before the scatter-add (:meth:`sim.workload.Workload.moe_glue`).
+    #: Off: one pass per permutation, as ``fused_permute`` says.
+    eager_moe_glue: bool = False
     #: the routed experts' gate and up projections are one grouped GEMM of 2F outputs (one quantisation of its
     #: input, one gradient); off: two grouped GEMMs of F on the same input, each quantising it.
     fused_gate_up: bool = False
@@ -391,7 +399,7 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
                            "launch": str, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
-                           "kernel_overhead_s": float, "graph_node_s": float, "host_sync_s": float, "host_op_s": float, "step_fixed_s": float, "ddp_bucket_params": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "sort_single_local_expert": bool, "fused_permute": bool, "fused_gate_up": bool, "grouped_gemm_per_expert": bool, "blocking_p2p": bool, "provenance": str}
+                           "kernel_overhead_s": float, "graph_node_s": float, "host_sync_s": float, "host_op_s": float, "step_fixed_s": float, "ddp_bucket_params": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "sort_single_local_expert": bool, "fused_permute": bool, "eager_moe_glue": bool, "fused_gate_up": bool, "grouped_gemm_per_expert": bool, "blocking_p2p": bool, "provenance": str}
 assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file type"
 _TABLES = ("stack", "efficiency", "sources")
 #: fields a stack file may leave out (their defaults: the behaviour before the field existed).

@@ -60,6 +60,7 @@ __all__ = ["OpSpec", "Workload", "LAYER_KINDS", "chunk_layers", "GRAPH_SCOPE_OF"
 #: ``mtp_head``: its loss through the shared output head. Its block is a ``moe`` (or ``dense``) layer.
 LAYER_KINDS = ("embed", "dense", "moe", "head", "mtp", "mtp_head")
 BF16 = 2
+FP32 = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +262,53 @@ class Workload:
         if self.stack.fused_permute:
             return (copies + tokens) * BF16 * D
         return (2 * copies + (2 * tokens if unpermute else 0)) * BF16 * D
+
+    def moe_glue(self, step: str) -> tuple[float, float]:
+        """(forward, backward) HBM bytes of one token-bookkeeping pass of a MoE layer around its experts:
+        ``"sort"`` (the receiver sorting the received copies by local expert), ``"unsort"`` (its mirror before the
+        combine) or ``"combine"`` (the sender putting the K copies of each token back, weighted and summed).
+
+        One pass reads and writes every copy once (a permutation's backward is the inverse permutation), and the
+        sender's combine is :meth:`_sender_permute_bytes`'s, unless the stack runs the bookkeeping as separate eager
+        ops (:attr:`StackProfile.eager_moe_glue`, TorchTitan), whose passes are counted op by op:
+
+        - sort on the standard path: ``torch.vstack`` with a padding row (a copy), then the gather;
+        - unsort on a DeepEP path: the copies times their scores (forward read and write; backward the gradient
+          times the scores and the scores' gradient, which reads the gradient and the saved copies), then the
+          scatter-add per token (a gather backward);
+        - combine: a zeroed buffer of ``T x K`` slots (``T``: the rank's tokens before any TP split, the MoE input
+          being replicated over TP), the index put of the copies, its cast to FP32, a bmm with the scores into
+          ``T`` FP32 rows, their cast back; backward: the cast, the bmm's two gradients (the slots' FP32 gradient
+          written, the saved FP32 slots read), the slots' cast back, the gather of the copies' gradient (TorchTitan's
+          DeepSeek-V3 and GPT-OSS flavours, ``score_before_experts = False``; its Llama 4 and Qwen3 flavours sum the
+          BF16 slots instead, a smaller pass counted the same here).
+        """
+        D = self.model.dim
+        rows = BF16 * self.expert_rows * D  # one pass over the received copies
+        glue = self.stack.eager_moe_glue
+        if step == "sort":
+            standard = not self.in_place_dispatch
+            return (2 * rows, 2 * rows) if not (glue and standard) else (4 * rows, 4 * rows)
+        if step == "unsort":
+            if glue and self.in_place_dispatch:
+                return 4 * rows, 6 * rows
+            return 2 * rows, 2 * rows
+        if not glue:
+            nbytes = self._sender_permute_bytes(unpermute=True)
+            return nbytes, nbytes
+        tokens = self.tokens
+        slots, copies = tokens * self.model.top_k, self.tokens_dispatched * self.model.top_k
+        fwd = (BF16 * slots  # zeroed slots
+               + 2 * BF16 * copies  # index put of the copies
+               + (BF16 + FP32) * slots  # cast to FP32
+               + FP32 * slots + FP32 * tokens  # bmm with the scores
+               + (FP32 + BF16) * tokens)  # cast back
+        bwd = ((BF16 + FP32) * tokens  # cast's gradient
+               + FP32 * tokens + FP32 * slots  # slots' gradient (outer product with the scores)
+               + FP32 * tokens + FP32 * slots  # scores' gradient (reads the saved FP32 slots)
+               + (FP32 + BF16) * slots  # cast back
+               + 2 * BF16 * copies)  # gather of the copies' gradient
+        return fwd * D, bwd * D
 
     def _act_quant(self, name: str, elems: float, *, module: str = "", load_scaled: bool = False,
                    backward: bool = False, copies: int = 1, useful: float = 1.0, reads_input: bool = False,
@@ -477,7 +525,7 @@ class Workload:
                 out.append(OpSpec(ops.A2A_HOST_SYNC, "host_sync", module="moe"))
             out.append(OpSpec(ops.MOE_DISPATCH, "comm", coll="a2a.dispatch", nbytes=BF16 * rows_out * D, module="moe"))
         if self.receiver_sort:  # receiver-side sort of the received tokens by local expert
-            out.append(self._permutation(ops.MOE_PERMUTE, 2 * BF16 * rows * D, load_scaled=True))
+            out.append(self._permutation(ops.MOE_PERMUTE, self.moe_glue("sort")[0], load_scaled=True))
         dtype = self.expert_dtype
         per_call = self.stack.quantize_weights == "per_call"
         # Gate and up: one grouped GEMM of 2F outputs (the stack fuses them), or two of F on the same input.
@@ -503,11 +551,13 @@ class Workload:
                               load_scaled=True, k_in=k_in, n_out=n_out, groups=e, module="moe",
                               launches=self.expert_splits))
         if self.receiver_sort:
-            out.append(self._permutation(ops.MOE_UNPERMUTE, 2 * BF16 * rows * D, load_scaled=True))
+            fwd, bwd = self.moe_glue("unsort")
+            out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=fwd, load_scaled=True, module="moe", backward_nbytes=bwd))
         if p.ep > 1:
             out.append(OpSpec(ops.MOE_COMBINE, "comm", coll="a2a.combine", nbytes=BF16 * rows_out * D, module="moe"))
         if not in_place:  # sender-side unsort and weighted sum of the K copies of each token
-            out.append(self._permutation(ops.MOE_UNPERMUTE, self._sender_permute_bytes(unpermute=True)))
+            fwd, bwd = self.moe_glue("combine")
+            out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=fwd, module="moe", backward_nbytes=bwd))
         if m.n_shared_experts:
             fs = m.n_shared_experts * m.moe_inter_dim / p.tp
             out += self._linear(ops.MOE_SHARED_EXPERT, T, D, 2 * fs, module="shared_experts")

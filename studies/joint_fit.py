@@ -278,6 +278,8 @@ STACK_ABLATIONS: dict[str, dict[str, Any]] = {
     "TorchTitan's document mask on C4 (off: causal over the packed sequence)": {"document_mask": False},
     "TorchTitan's own step boundary (off: Megatron's fitted step.fixed_s in every release, the former model)":
         {"joint_step_boundary": True},
+    "TorchTitan's eager MoE bookkeeping (FP32 weighted sum over every token's K slots, vstack copy, DeepEP score "
+    "pass; off: one pass per permutation, the former model)": {"eager_moe_glue": False},
 }
 
 #: Recipe facts switched off for the ablation: plan fields every run is resolved with (where its plan takes the

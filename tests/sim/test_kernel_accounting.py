@@ -6,6 +6,9 @@
   row (``CostModel.grouped_work_scale``), checked against published grouped GEMM benchmarks at two shapes;
 - a GB300 runs at its own sustained clock over a B300's (``chip.gb300_clock``);
 - Transformer Engine's fused top-K permute moves each token once (``StackProfile.fused_permute``);
+- TorchTitan's eager MoE bookkeeping moves what its PyTorch ops read and write (``StackProfile.eager_moe_glue``):
+  an FP32 weighted sum over every token's K slots on each TP rank, a padding copy before the receiver's gather,
+  and DeepEP's score multiply;
 - SwiGLU and RMSNorm backwards move what their kernels read and write (``OpSpec.backward_nbytes``);
 - an FP8 cast of an activation has no backward kernel of its own (``OpSpec.backward_free``), and the casts of
   the experts' inputs read the BF16 tensor an all-to-all or Megatron's SwiGLU wrote;
@@ -109,6 +112,34 @@ def test_fused_top_k_permute_moves_each_token_once() -> None:
     assert sender[megatron] == pytest.approx((K + 1) * T * D * BF16)  # read each token, write its K copies
     assert sender[titan] == pytest.approx(2 * K * T * D * BF16)  # an index gather: every copy read and written
     assert load_stack("megatron-26.02").fused_permute and not load_stack("torchtitan").fused_permute
+
+
+def test_torchtitans_eager_moe_bookkeeping_moves_what_its_ops_read_and_write() -> None:
+    """torchtitan 1a36996b MoE.forward (score_before_experts = False): zeros over T x K slots, index put, cast to
+    FP32, bmm with the scores, cast back; with TP the MoE input is replicated, so the slots are the whole T's while
+    the copies are the rank's T/tp share. _permute: vstack (a copy) then the gather. DeepEP combine_tokens: the
+    score multiply, then the scatter-add."""
+    plan = ParallelPlan(tp=2, ep=8, dp_shard=8, seq_len=4096, global_batch=8, ac="none")
+    titan = Workload(load_model("deepseek-v3-671b"), plan, load_stack("torchtitan"))
+    T, D, K = titan.tokens, 7168, 8
+    copies = T / 2 * K
+    (fwd,) = _ops(titan, "fwd", ops.MOE_UNPERMUTE)[-1:]
+    (bwd,) = [op for op in titan.layer_ops("moe", "bwd") if op.name == ops.MOE_UNPERMUTE and op.kind == "mem"
+              and op.nbytes == fwd.backward_nbytes][:1]
+    assert fwd.nbytes == pytest.approx((12 * T * K + 4 * copies + 10 * T) * D)
+    assert bwd.nbytes == pytest.approx((14 * T * K + 4 * copies + 14 * T) * D)
+    # the receiver's sort copies the received tokens once (vstack) before gathering them
+    sort = _ops(titan, "fwd", ops.MOE_PERMUTE)[-1]
+    assert sort.nbytes == pytest.approx(4 * BF16 * titan.expert_rows * D)
+    # without the flag: one pass each, the former accounting
+    plain = Workload(load_model("deepseek-v3-671b"), plan, replace(load_stack("torchtitan"), eager_moe_glue=False))
+    assert plain.moe_glue("combine") == (plain._sender_permute_bytes(unpermute=True),) * 2
+    assert plain.moe_glue("sort") == (2 * BF16 * plain.expert_rows * D,) * 2
+    # DeepEP: the scores multiply the copies in a pass of their own before the scatter-add
+    deepep = Workload(load_model("deepseek-v3-671b"), replace(plan, ep_backend="deepep"), load_stack("torchtitan"))
+    rows = BF16 * deepep.expert_rows * D
+    assert deepep.moe_glue("unsort") == (4 * rows, 6 * rows) and deepep.moe_glue("sort") == (2 * rows, 2 * rows)
+    assert not load_stack("megatron-26.04").eager_moe_glue and load_stack("torchtitan").eager_moe_glue
 
 
 def test_swiglu_and_rmsnorm_backwards_move_what_their_kernels_read_and_write() -> None:
