@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from sim.stacks import profile_for
 from studies._sim import predict_run
 from studies.dataset import MeasuredRun, load_runs, resolve_run
 
-__all__ = ["ChangeBudget", "budget_markdown", "change_budgets", "one_change_pairs"]
+__all__ = ["ChangeBudget", "budget_markdown", "budget_summary_markdown", "change_budgets", "one_change_pairs"]
 
 #: A component is named in a budget when it moves at least this share of the predicted move (the rest is "other").
 NAMED_SHARE = 0.01
@@ -143,12 +144,45 @@ def budget_markdown(path: str | Path | None = None) -> list[str]:
     return lines
 
 
+#: A move smaller than this share of the step counts as none when directions are compared.
+STILL = 0.005
+
+
+def _direction(share: float) -> int:
+    """+1 (slower), -1 (faster) or 0 (within :data:`STILL` of the step)."""
+    return 0 if abs(share) < STILL else (1 if share > 0 else -1)
+
+
+def budget_summary_markdown(path: str | Path | None = None, title: str = "") -> list[str]:
+    """The budgets of the dataset at ``path`` grouped by change (``field: before -> after``): how many pairs, the
+    median move as a share of the step before it, measured and predicted, and in how many pairs the prediction
+    moves the step the way the measurement does (the answer a user asking "which backend?" acts on; a move under
+    :data:`STILL` of the step is no move)."""
+    groups: dict[str, list[ChangeBudget]] = {}
+    for b in change_budgets(path):
+        groups.setdefault(f"{b.field}: {b.change}", []).append(b)
+    if not groups:
+        return []
+    lines = [f"### {title or 'Changes, summarised'}", "",
+             "| change | pairs | median measured move | median predicted move | same direction |",
+             "|---|---:|---:|---:|---:|"]
+    for change in sorted(groups):
+        bs = groups[change]
+        measured = statistics.median(b.measured_delta_s / b.measured_step_s[0] for b in bs)
+        predicted = statistics.median(b.predicted_delta_s / b.predicted_step_s[0] for b in bs)
+        same = sum(_direction(b.measured_delta_s / b.measured_step_s[0])
+                   == _direction(b.predicted_delta_s / b.predicted_step_s[0]) for b in bs)
+        lines.append(f"| {change} | {len(bs)} | {measured * 100:+.1f}% | {predicted * 100:+.1f}% | {same} of {len(bs)} |")
+    lines.append("")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m studies.change_budget", description=__doc__.split("\n\n")[0])
     parser.add_argument("dataset", nargs="?", help="a measured-runs file (default: the shipped dataset)")
     args = parser.parse_args(argv)
     try:
-        lines = budget_markdown(args.dataset)
+        lines = budget_markdown(args.dataset) + budget_summary_markdown(args.dataset)
     except MoesimError as err:
         print(f"error: {err}")
         return 2

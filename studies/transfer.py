@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from sim.stacks import profile_for
-from studies.change_budget import budget_markdown
+from studies.change_budget import budget_markdown, budget_summary_markdown
 from studies.dataset import MeasuredRun, load_runs
 from studies.heldout import (
+    EFA_RUNS,
     efa_markdown,
     heldout_markdown,
     heldout_runs_markdown,
@@ -200,6 +201,8 @@ def transfer_markdown() -> str:
     lines += heldout_runs_markdown()
     lines += torchtitan_markdown()
     lines += efa_markdown()
+    lines += budget_summary_markdown(EFA_RUNS, "The EFA matrix's one-field changes: which way each moves the step "
+                                     "(`python -m studies.change_budget studies/data/efa_runs.toml`)")
     lines += interval_markdown()
     lines += layer_markdown()
     lines += _layer_cells()

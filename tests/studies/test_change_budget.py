@@ -8,6 +8,7 @@ import pytest
 from studies.change_budget import (
     ChangeBudget,
     budget_markdown,
+    budget_summary_markdown,
     change_budgets,
     main,
     one_change_pairs,
@@ -57,3 +58,18 @@ def test_the_section_names_every_pair_and_the_cli_reads_other_files(capsys: pyte
     assert "no two runs of one system differ" in capsys.readouterr().out
     assert main(["no/such/file.toml"]) == 2
     assert "no/such/file.toml" in capsys.readouterr().out
+
+
+def test_the_summary_counts_directions_with_a_dead_band() -> None:
+    """A predicted move under STILL of the step is no move: it never agrees with a measured one."""
+    from studies.change_budget import STILL, _direction
+    from studies.heldout import EFA_RUNS
+
+    assert _direction(STILL / 2) == 0 and _direction(2 * STILL) == 1 and _direction(-2 * STILL) == -1
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in budget_summary_markdown(EFA_RUNS)
+            if line.startswith("| ep_backend") or line.startswith("| micro_batch")}
+    # UCCL-EP and DeepEP cost the same in the model over EFA (0.0%), while the measured steps differ: no agreement
+    assert rows["ep_backend: uccl-ep -> deepep"][-1].startswith("0 of")
+    # a smaller micro-batch is slower in every measured pair and every prediction
+    pairs = rows["micro_batch: 4 -> 1"]
+    assert pairs[-1] == f"{pairs[1]} of {pairs[1]} |"
