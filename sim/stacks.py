@@ -403,7 +403,8 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
 assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file type"
 _TABLES = ("stack", "efficiency", "sources")
 #: fields a stack file may leave out (their defaults: the behaviour before the field existed).
-_OPTIONAL_FIELDS = ("host_op_s", "ddp_bucket_params", "fp8_attention_available", "joint_step_boundary")
+_OPTIONAL_FIELDS = ("host_op_s", "ddp_bucket_params", "fp8_attention_available", "joint_step_boundary",
+                   "eager_moe_glue")
 
 
 def _builtin_dir() -> Any:
