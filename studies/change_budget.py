@@ -45,7 +45,8 @@ class ChangeBudget:
     predicted_step_s: tuple[float, float]
     #: predicted seconds moved per breakdown component, largest move first
     parts: tuple[tuple[str, float], ...]
-    #: MoE layer passes a step of the busiest pipeline rank runs (micro-batches x MoE layers per rank)
+    #: MoE layer passes a step of the busiest pipeline rank runs before the change (micro-batches x MoE layers per
+    #: rank; 0 for a dense model)
     moe_passes: int
 
     @property
@@ -121,6 +122,11 @@ def _named(budget: ChangeBudget) -> str:
     return ", ".join(text) or "-"
 
 
+def _per_pass(seconds: float, passes: int) -> str:
+    """Milliseconds per MoE layer pass (``-`` for a model without MoE layers)."""
+    return f"{1e3 * seconds / passes:+.1f}" if passes else "-"
+
+
 def budget_markdown(path: str | Path | None = None) -> list[str]:
     """The budgets as a markdown section."""
     budgets = change_budgets(path)
@@ -138,7 +144,7 @@ def budget_markdown(path: str | Path | None = None) -> list[str]:
         ms, ps = b.measured_step_s, b.predicted_step_s
         lines.append(f"| {b.before} | {b.after} | {b.field}: {b.change} | {ms[0]:.2f} -> {ms[1]:.2f} | "
                      f"{ps[0]:.2f} -> {ps[1]:.2f} | {b.measured_delta_s:+.2f} | {b.predicted_delta_s:+.2f} | "
-                     f"{1e3 * b.measured_delta_s / b.moe_passes:+.1f} | {1e3 * b.predicted_delta_s / b.moe_passes:+.1f} | "
+                     f"{_per_pass(b.measured_delta_s, b.moe_passes)} | {_per_pass(b.predicted_delta_s, b.moe_passes)} | "
                      f"{_named(b)} |")
     lines.append("")
     return lines
