@@ -310,6 +310,11 @@ class Workload:
                + 2 * BF16 * copies)  # gather of the copies' gradient
         return fwd * D, bwd * D
 
+    def _glue_op(self, name: str, step: str, *, load_scaled: bool = False) -> OpSpec:
+        """The memory-bound op of bookkeeping pass ``step`` (:meth:`moe_glue`), its backward bytes its own."""
+        fwd, bwd = self.moe_glue(step)
+        return OpSpec(name, "mem", nbytes=fwd, load_scaled=load_scaled, module="moe", backward_nbytes=bwd)
+
     def _act_quant(self, name: str, elems: float, *, module: str = "", load_scaled: bool = False,
                    backward: bool = False, copies: int = 1, useful: float = 1.0, reads_input: bool = False,
                    splits: int = 1) -> list[OpSpec]:
@@ -525,7 +530,7 @@ class Workload:
                 out.append(OpSpec(ops.A2A_HOST_SYNC, "host_sync", module="moe"))
             out.append(OpSpec(ops.MOE_DISPATCH, "comm", coll="a2a.dispatch", nbytes=BF16 * rows_out * D, module="moe"))
         if self.receiver_sort:  # receiver-side sort of the received tokens by local expert
-            out.append(self._permutation(ops.MOE_PERMUTE, self.moe_glue("sort")[0], load_scaled=True))
+            out.append(self._glue_op(ops.MOE_PERMUTE, "sort", load_scaled=True))
         dtype = self.expert_dtype
         per_call = self.stack.quantize_weights == "per_call"
         # Gate and up: one grouped GEMM of 2F outputs (the stack fuses them), or two of F on the same input.
@@ -551,13 +556,11 @@ class Workload:
                               load_scaled=True, k_in=k_in, n_out=n_out, groups=e, module="moe",
                               launches=self.expert_splits))
         if self.receiver_sort:
-            fwd, bwd = self.moe_glue("unsort")
-            out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=fwd, load_scaled=True, module="moe", backward_nbytes=bwd))
+            out.append(self._glue_op(ops.MOE_UNPERMUTE, "unsort", load_scaled=True))
         if p.ep > 1:
             out.append(OpSpec(ops.MOE_COMBINE, "comm", coll="a2a.combine", nbytes=BF16 * rows_out * D, module="moe"))
         if not in_place:  # sender-side unsort and weighted sum of the K copies of each token
-            fwd, bwd = self.moe_glue("combine")
-            out.append(OpSpec(ops.MOE_UNPERMUTE, "mem", nbytes=fwd, module="moe", backward_nbytes=bwd))
+            out.append(self._glue_op(ops.MOE_UNPERMUTE, "combine"))
         if m.n_shared_experts:
             fs = m.n_shared_experts * m.moe_inter_dim / p.tp
             out += self._linear(ops.MOE_SHARED_EXPERT, T, D, 2 * fs, module="shared_experts")

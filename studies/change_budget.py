@@ -80,7 +80,7 @@ def _step(run: MeasuredRun) -> tuple[float, float, dict[str, float], int]:
     """(measured step seconds, predicted step seconds, predicted breakdown, MoE passes) of ``run``."""
     model, cluster, plan = resolve_run(run)
     pred = predict_run(model, cluster, plan, profile_for(run.stack, run.release), name=run.id)
-    tokens_per_gpu = plan.global_batch * plan.seq_len / cluster.n_gpus
+    tokens_per_gpu = plan.tokens_per_step / cluster.n_gpus
     passes = plan.n_microbatches * model.n_moe_layers // max(1, plan.pp)
     return tokens_per_gpu / run.measured_tokens_per_s_per_gpu, pred.step_time_s, dict(pred.breakdown), passes
 

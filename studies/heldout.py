@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sim.joint import shipped_values
-from studies.dataset import MeasuredRun, load_runs
+from studies.dataset import MeasuredRun, load_runs, resolve_run
 from studies.validate import ValidationRow, validate_runs
 
 __all__ = ["EFA_RUNS", "HELDOUT_MODELS", "HELDOUT_RUNS", "HELDOUT_TORCHTITAN", "torchtitan_markdown", "heldout_rows", "heldout_markdown", "heldout_runs_markdown",
@@ -169,7 +169,7 @@ def torchtitan_markdown(path: Path = HELDOUT_TORCHTITAN) -> list[str]:
         run = runs[r.run_id]
         assert r.predicted_tokens_per_s_per_gpu is not None
         tokens = r.predicted_tokens_per_s_per_gpu
-        step = run.plan.get("global_batch", 1) * run.plan.get("seq_len", 1) / run.gpus / tokens
+        step = resolve_run(run)[2].tokens_per_step / run.gpus / tokens
         with_fixed = tokens * step / (step + fixed)
         lines.append(f"| {r.run_id} | {run.gpu} | {_plan(run)} | {tokens:.0f} | {r.measured_tokens_per_s_per_gpu:.0f} | "
                      f"{_error(r) * 100:+.1f}% | {(with_fixed / r.measured_tokens_per_s_per_gpu - 1) * 100:+.1f}% |")
