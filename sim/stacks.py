@@ -131,6 +131,10 @@ class StackProfile:
     blocking_p2p: bool = False
     #: shared-expert compute overlaps the dispatch (Megatron ``moe_shared_expert_overlap``).
     shared_expert_overlap: bool = False
+    #: the standard (NCCL) path's combine all-to-all is waited on where its output is first used, and the shared
+    #: experts are called before that use, so in the forward and its recompute they run beside the combine
+    #: (TorchTitan: a functional collective's lazy wait); the backward's all-to-all waits at once.
+    shared_expert_beside_combine: bool = False
     # --- what the framework can run (a plan asking for anything else is refused, :meth:`refusal`) -----
     #: pipeline schedules (:data:`STACK_SCHEDULES`); the overlap switch it can run is ``ep_overlap_available``.
     pp_schedules: tuple[str, ...] = ("1f1b", "interleaved-1f1b", "dualpipev", "gpipe", "looped-bfs",
@@ -395,7 +399,7 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
                            "deepep_tp_token_split": bool, "document_mask": bool,
                            "quantize_weights": str, "fused_act_quant": bool, "param_sharding": str,
                            "recompute_modules": list, "pp_schedules": list, "ep_backends": list, "precisions": list,
-                           "ep_overlap_available": bool, "fp8_attention_available": bool, "joint_step_boundary": bool, "trains_mtp": bool, "shared_expert_overlap": bool,
+                           "ep_overlap_available": bool, "fp8_attention_available": bool, "joint_step_boundary": bool, "trains_mtp": bool, "shared_expert_overlap": bool, "shared_expert_beside_combine": bool,
                            "launch": str, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
@@ -404,7 +408,7 @@ assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file 
 _TABLES = ("stack", "efficiency", "sources")
 #: fields a stack file may leave out (their defaults: the behaviour before the field existed).
 _OPTIONAL_FIELDS = ("host_op_s", "ddp_bucket_params", "fp8_attention_available", "joint_step_boundary",
-                   "eager_moe_glue")
+                   "eager_moe_glue", "shared_expert_beside_combine")
 
 
 def _builtin_dir() -> Any:

@@ -280,6 +280,8 @@ STACK_ABLATIONS: dict[str, dict[str, Any]] = {
         {"joint_step_boundary": True},
     "TorchTitan's eager MoE bookkeeping (FP32 weighted sum over every token's K slots, vstack copy, DeepEP score "
     "pass; off: one pass per permutation, the former model)": {"eager_moe_glue": False},
+    "TorchTitan's shared experts beside the standard path's combine in the forward and recompute (off: after it)":
+        {"shared_expert_beside_combine": False},
 }
 
 #: Recipe facts switched off for the ablation: plan fields every run is resolved with (where its plan takes the

@@ -6,7 +6,9 @@ and breakdown), all-to-alls run on the ``comm`` stream and TP collectives on ``t
 group, as NCCL gives each communicator its own), host stalls block the rank,
 FSDP gathers and reductions run on their own streams and share the NIC with the all-to-alls. Where the
 stack overlaps the shared expert with the dispatch (``StackProfile.shared_expert_overlap``), the shared
-expert is a side branch issued right after the dispatch. (DeepEP's in-place data path, with no
+expert is a side branch issued right after the dispatch; where the standard path's combine is waited on only
+at its output's first use (``StackProfile.shared_expert_beside_combine``), right after the combine in the
+forward and its recompute. (DeepEP's in-place data path, with no
 sender-side permute/unpermute, is in the op lists of :mod:`sim.workload`.)
 
 An overlapped F&B pair (DualPipe's, Megatron's combined 1F1B) interleaves the forward chunk of one
@@ -25,6 +27,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from sim import ops
 from sim.engine import Engine, Record, Task
@@ -108,12 +111,14 @@ def _layer_nodes(ctx: Context, kind: str, phase: str) -> list[Node]:
     if phase == "bwd" and kind in ("dense", "moe"):
         seq += [(op, "recompute") for op in wl.layer_ops(kind, "recompute")]
     seq += [(op, phase) for op in wl.layer_ops(kind, phase)]
-    overlap = stack.shared_expert_overlap and kind == "moe" and p.ep > 1
     shared: set[int] = set()  # positions (in the reordered seq) of shared-expert ops moved under an a2a
     src: dict[int, int] = {}  # first moved op -> position whose output it reads
     consumer: dict[int, int] = {}  # position that reads the shared branch's output -> last moved op
-    if overlap:
-        seq, shared, src, consumer = _shared_under_a2a(seq)
+    if kind == "moe" and p.ep > 1:
+        if stack.shared_expert_overlap:
+            seq, shared, src, consumer = _shared_under_a2a(seq, "first")
+        elif stack.shared_expert_beside_combine and p.ep_backend == "nccl":
+            seq, shared, src, consumer = _shared_under_a2a(seq, "last", phases=("fwd", "recompute"))
     # Data dependencies: a chain, except that a weight gradient feeds nothing (its successor depends on its
     # predecessor) and the moved shared expert is a side branch (from before the a2a to its consumer).
     nodes: list[Node] = []
@@ -133,16 +138,22 @@ def _layer_nodes(ctx: Context, kind: str, phase: str) -> list[Node]:
     return nodes
 
 
-def _shared_under_a2a(seq: list[tuple[OpSpec, str]]
+def _shared_under_a2a(seq: list[tuple[OpSpec, str]], anchor: Literal["first", "last"],
+                      phases: tuple[str, ...] | None = None
                       ) -> tuple[list[tuple[OpSpec, str]], set[int], dict[int, int], dict[int, int]]:
-    """Megatron's ``moe_shared_expert_overlap``: in each pass, issue the shared-expert ops right after the
-    pass's first all-to-all (forward: the dispatch), reading what the op before that all-to-all's group read,
-    and make the first compute op after the pass's last all-to-all wait for them."""
+    """The shared experts beside an all-to-all: in each pass (of ``phases``; None: every pass), issue the
+    shared-expert ops right after the pass's ``anchor`` all-to-all, reading what the op before that
+    all-to-all's group read, and make the first compute op after the pass's last all-to-all (and after the
+    moved ops) wait for them. ``"first"``: Megatron's ``moe_shared_expert_overlap`` (forward: beside the
+    dispatch); ``"last"``: the shared experts called while the combine is in flight
+    (``StackProfile.shared_expert_beside_combine``)."""
     out = list(seq)
     shared: set[int] = set()
     src: dict[int, int] = {}
     consumer: dict[int, int] = {}
     for ph in dict.fromkeys(p for _, p in seq):
+        if phases is not None and ph not in phases:
+            continue
         pos = [i for i, (op, p) in enumerate(out) if p == ph]
         moved = [i for i in pos if out[i][0].name == ops.MOE_SHARED_EXPERT]
         a2as = [i for i in pos if is_a2a(out[i][0])]
@@ -150,7 +161,8 @@ def _shared_under_a2a(seq: list[tuple[OpSpec, str]]
             continue
         block = [out[i] for i in moved]
         rest = [x for i, x in enumerate(out) if i not in set(moved)]
-        first = next(j for j, (op, p) in enumerate(rest) if p == ph and is_a2a(op))
+        in_pass = [j for j, (op, p) in enumerate(rest) if p == ph and is_a2a(op)]
+        first = in_pass[0] if anchor == "first" else in_pass[-1]
         start = first
         while start > 0 and (rest[start - 1][0].kind == "host_sync" or rest[start - 1][0].coll == "a2a.counts"):
             start -= 1
@@ -161,8 +173,8 @@ def _shared_under_a2a(seq: list[tuple[OpSpec, str]]
         shared |= new_shared
         src[first + 1] = start - 1
         last_a2a = max(j for j, (op, p) in enumerate(out) if p == ph and is_a2a(op))
-        after = next((j for j in range(last_a2a + 1, len(out)) if out[j][1] == ph and out[j][0].kind != "comm"),
-                     None)
+        after = next((j for j in range(max(last_a2a, first + len(block)) + 1, len(out))
+                      if out[j][1] == ph and out[j][0].kind != "comm"), None)
         if after is not None:
             consumer[after] = first + len(block)
     return out, shared, src, consumer

@@ -280,6 +280,36 @@ def test_shared_expert_overlap_hides_dispatch_behind_shared_expert():
     assert res[True].hidden_s.get("comm.a2a", 0.0) > res[False].hidden_s.get("comm.a2a", 0.0)
     assert sum(res[True].parts.values()) == pytest.approx(res[True].time_s)
 
+def test_shared_expert_beside_combine_hides_combine_in_forward_and_recompute_only():
+    """TorchTitan's standard path (StackProfile.shared_expert_beside_combine): the combine all-to-all is waited on
+    where its output is first used, after the shared experts, so they run beside it in the forward and its
+    recompute; the backward (an all-to-all that waits at once) and the DeepEP path (combine_tokens waits before
+    returning) are unchanged. The saving is at most the shared experts' own seconds."""
+    from sim.predict.layers import simulate_layer
+    from sim.predict.timing import Context
+    from sim.stacks import StackProfile, load_stack
+
+    model, cluster = load_model("deepseek-v3-16b"), load_cluster("hgx-b200", n_gpus=16)
+    res = {}
+    for backend in ("nccl", "deepep"):
+        plan = ParallelPlan(ep=16, dp_shard=16, global_batch=16, seq_len=4096, ac="full", ep_backend=backend)
+        for beside in (False, True):
+            ctx = Context(model, cluster, plan, default_costs(cluster.gpu),
+                          StackProfile(shared_expert_beside_combine=beside))
+            res[backend, beside] = {ph: simulate_layer(ctx, "moe", ph) for ph in ("fwd", "bwd")}
+    off, on = res["nccl", False], res["nccl", True]
+    shared_fwd = off["fwd"].parts["compute.moe.shared_expert"]
+    assert off["fwd"].time_s - shared_fwd - 1e-9 <= on["fwd"].time_s < off["fwd"].time_s
+    assert on["fwd"].hidden_s.get("comm.a2a", 0.0) > off["fwd"].hidden_s.get("comm.a2a", 0.0)
+    # the bwd phase holds the recompute (beside) and the backward (not): it gains at most one forward's worth
+    assert off["bwd"].time_s - shared_fwd - 1e-9 <= on["bwd"].time_s < off["bwd"].time_s
+    for ph in ("fwd", "bwd"):
+        assert sum(on[ph].parts.values()) == pytest.approx(on[ph].time_s)
+        assert res["deepep", True][ph].time_s == pytest.approx(res["deepep", False][ph].time_s)
+    assert load_stack("torchtitan").shared_expert_beside_combine
+    assert not load_stack("megatron-26.04").shared_expert_beside_combine
+
+
 
 def test_zero1_replaces_per_layer_gathers_with_one_bucketed_reduction():
     """Megatron's distributed optimizer (stack.param_sharding = zero1): no FSDP streams in the layers, only the
