@@ -57,6 +57,16 @@ class ChangeBudget:
     def predicted_delta_s(self) -> float:
         return self.predicted_step_s[1] - self.predicted_step_s[0]
 
+    @property
+    def move_ratio(self) -> float | None:
+        """Measured over predicted move: the factor the components that carry the predicted move would need (or
+        the share of the move something outside the model carries); None when the model predicts no move.
+
+        >>> ChangeBudget("a", "b", "precision", "bf16 -> mxfp8", (10.0, 9.0), (12.0, 10.0), (), 0).move_ratio
+        0.5
+        """
+        return self.measured_delta_s / self.predicted_delta_s if abs(self.predicted_delta_s) > 1e-9 else None
+
 
 def one_change_pairs(runs: Sequence[MeasuredRun]) -> list[tuple[MeasuredRun, MeasuredRun, str]]:
     """Pairs of runs of one model, GPU, scale, cluster and stack release whose plans differ in exactly one field,
@@ -122,6 +132,11 @@ def _named(budget: ChangeBudget) -> str:
     return ", ".join(text) or "-"
 
 
+def _ratio(ratio: float | None) -> str:
+    """A move ratio as ``0.51x`` (``-`` where the model predicts no move)."""
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
 def _per_pass(seconds: float, passes: int) -> str:
     """Milliseconds per MoE layer pass (``-`` for a model without MoE layers)."""
     return f"{1e3 * seconds / passes:+.1f}" if passes else "-"
@@ -136,15 +151,17 @@ def budget_markdown(path: str | Path | None = None) -> list[str]:
              ("Step seconds moved by the change (after minus before; negative saves), measured (from each run's "
              "tokens/s) against predicted, and the predicted move split by breakdown component (`python -m "
              "studies.change_budget`). Per pass: the same moves per MoE layer and micro-batch of the busiest "
-             "pipeline rank (forward, recompute and backward), in ms."), "",
+             "pipeline rank (forward, recompute and backward), in ms. Measured / predicted: the factor the "
+             "components that carry the predicted move would need for the measured one (1: the move is right; "
+             "far from 1: those components are off by it, or a cost that moves with the change is missing)."), "",
              ("| before | after | change | measured step s | predicted step s | measured move s | predicted move s "
-             "| measured / pass ms | predicted / pass ms | predicted move by component (s) |"),
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| measured / predicted | measured / pass ms | predicted / pass ms | predicted move by component (s) |"),
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for b in budgets:
         ms, ps = b.measured_step_s, b.predicted_step_s
         lines.append(f"| {b.before} | {b.after} | {b.field}: {b.change} | {ms[0]:.2f} -> {ms[1]:.2f} | "
                      f"{ps[0]:.2f} -> {ps[1]:.2f} | {b.measured_delta_s:+.2f} | {b.predicted_delta_s:+.2f} | "
-                     f"{_per_pass(b.measured_delta_s, b.moe_passes)} | {_per_pass(b.predicted_delta_s, b.moe_passes)} | "
+                     f"{_ratio(b.move_ratio)} | {_per_pass(b.measured_delta_s, b.moe_passes)} | {_per_pass(b.predicted_delta_s, b.moe_passes)} | "
                      f"{_named(b)} |")
     lines.append("")
     return lines

@@ -73,3 +73,13 @@ def test_the_summary_counts_directions_with_a_dead_band() -> None:
     # a smaller micro-batch is slower in every measured pair and every prediction
     pairs = rows["micro_batch: 4 -> 1"]
     assert pairs[-1] == f"{pairs[1]} of {pairs[1]} |"
+
+
+def test_the_move_ratio_is_measured_over_predicted(budgets: dict[tuple[str, str], ChangeBudget]) -> None:
+    """The factor the moving components would need: 1 for a right move; None where nothing is predicted to move."""
+    for b in budgets.values():
+        assert b.move_ratio == pytest.approx(b.measured_delta_s / b.predicted_delta_s)
+    mxfp8 = budgets[("titan-dsv3-b200-bf16-deepep", "titan-dsv3-b200-mxfp8-deepep")]
+    assert f"| {mxfp8.move_ratio:.2f}x |" in "\n".join(budget_markdown())
+    still = ChangeBudget("a", "b", "micro_batch", "1 -> 2", (10.0, 9.0), (10.0, 10.0), (), 0)
+    assert still.move_ratio is None
