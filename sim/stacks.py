@@ -133,7 +133,8 @@ class StackProfile:
     shared_expert_overlap: bool = False
     #: the standard (NCCL) path's combine all-to-all is waited on where its output is first used, and the shared
     #: experts are called before that use, so in the forward and its recompute they run beside the combine
-    #: (TorchTitan: a functional collective's lazy wait); the backward's all-to-all waits at once.
+    #: (TorchTitan: a functional collective's lazy wait); the backward's all-to-all waits at once. A stack that
+    #: overlaps them with the dispatch (``shared_expert_overlap``) keeps that.
     shared_expert_beside_combine: bool = False
     # --- what the framework can run (a plan asking for anything else is refused, :meth:`refusal`) -----
     #: pipeline schedules (:data:`STACK_SCHEDULES`); the overlap switch it can run is ``ep_overlap_available``.

@@ -162,21 +162,21 @@ def _shared_under_a2a(seq: list[tuple[OpSpec, str]], anchor: Literal["first", "l
         block = [out[i] for i in moved]
         rest = [x for i, x in enumerate(out) if i not in set(moved)]
         in_pass = [j for j, (op, p) in enumerate(rest) if p == ph and is_a2a(op)]
-        first = in_pass[0] if anchor == "first" else in_pass[-1]
-        start = first
+        at = in_pass[0] if anchor == "first" else in_pass[-1]  # the anchor all-to-all's position
+        start = at
         while start > 0 and (rest[start - 1][0].kind == "host_sync" or rest[start - 1][0].coll == "a2a.counts"):
             start -= 1
-        out = rest[: first + 1] + block + rest[first + 1:]
+        out = rest[: at + 1] + block + rest[at + 1:]
         # positions are now final for this pass; earlier passes' records shift by nothing (moves stay inside
         # their pass, which is contiguous)
-        new_shared = set(range(first + 1, first + 1 + len(block)))
+        new_shared = set(range(at + 1, at + 1 + len(block)))
         shared |= new_shared
-        src[first + 1] = start - 1
+        src[at + 1] = start - 1
         last_a2a = max(j for j, (op, p) in enumerate(out) if p == ph and is_a2a(op))
-        after = next((j for j in range(max(last_a2a, first + len(block)) + 1, len(out))
+        after = next((j for j in range(max(last_a2a, at + len(block)) + 1, len(out))
                       if out[j][1] == ph and out[j][0].kind != "comm"), None)
         if after is not None:
-            consumer[after] = first + len(block)
+            consumer[after] = at + len(block)
     return out, shared, src, consumer
 
 
