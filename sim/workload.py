@@ -287,8 +287,8 @@ class Workload:
         rows = BF16 * self.expert_rows * D  # one pass over the received copies
         glue = self.stack.eager_moe_glue
         if step == "sort":
-            standard = not self.in_place_dispatch
-            return (2 * rows, 2 * rows) if not (glue and standard) else (4 * rows, 4 * rows)
+            passes = 4 if glue and not self.in_place_dispatch else 2
+            return passes * rows, passes * rows
         if step == "unsort":
             if glue and self.in_place_dispatch:
                 return 4 * rows, 6 * rows
@@ -313,7 +313,7 @@ class Workload:
     def _glue_op(self, name: str, step: str, *, load_scaled: bool = False) -> OpSpec:
         """The memory-bound op of bookkeeping pass ``step`` (:meth:`moe_glue`), its backward bytes its own."""
         fwd, bwd = self.moe_glue(step)
-        return OpSpec(name, "mem", nbytes=fwd, load_scaled=load_scaled, module="moe", backward_nbytes=bwd)
+        return self._permutation(name, fwd, backward_nbytes=bwd, load_scaled=load_scaled)
 
     def _act_quant(self, name: str, elems: float, *, module: str = "", load_scaled: bool = False,
                    backward: bool = False, copies: int = 1, useful: float = 1.0, reads_input: bool = False,
@@ -421,9 +421,12 @@ class Workload:
         return OpSpec(name, "mem", nbytes=2 * width, module="layernorm", backward_nbytes=3 * width)
 
     @staticmethod
-    def _permutation(name: str, nbytes: float, *, load_scaled: bool = False) -> OpSpec:
-        """A permute or unpermute pass of ``nbytes``; its backward is the inverse pass over the same bytes."""
-        return OpSpec(name, "mem", nbytes=nbytes, load_scaled=load_scaled, module="moe", backward_nbytes=nbytes)
+    def _permutation(name: str, nbytes: float, *, backward_nbytes: float | None = None,
+                     load_scaled: bool = False) -> OpSpec:
+        """A permute or unpermute pass of ``nbytes``; its backward moves ``backward_nbytes`` (default: the inverse
+        pass over the same bytes)."""
+        return OpSpec(name, "mem", nbytes=nbytes, load_scaled=load_scaled, module="moe",
+                      backward_nbytes=nbytes if backward_nbytes is None else backward_nbytes)
 
     @staticmethod
     def _swiglu(name: str, rows: float, hidden: float, *, module: str, load_scaled: bool = False) -> OpSpec:

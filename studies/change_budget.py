@@ -142,9 +142,9 @@ def _per_pass(seconds: float, passes: int) -> str:
     return f"{1e3 * seconds / passes:+.1f}" if passes else "-"
 
 
-def budget_markdown(path: str | Path | None = None) -> list[str]:
-    """The budgets as a markdown section."""
-    budgets = change_budgets(path)
+def budget_markdown(path: str | Path | None = None, budgets: Sequence[ChangeBudget] | None = None) -> list[str]:
+    """The budgets of the dataset at ``path`` (or ``budgets``, already computed) as a markdown section."""
+    budgets = change_budgets(path) if budgets is None else budgets
     if not budgets:
         return []
     lines = ["## Where a change's seconds go (runs of one system that differ in one plan field)", "",
@@ -176,13 +176,14 @@ def _direction(share: float) -> int:
     return 0 if abs(share) < STILL else (1 if share > 0 else -1)
 
 
-def budget_summary_markdown(path: str | Path | None = None, title: str = "") -> list[str]:
+def budget_summary_markdown(path: str | Path | None = None, title: str = "",
+                            budgets: Sequence[ChangeBudget] | None = None) -> list[str]:
     """The budgets of the dataset at ``path`` grouped by change (``field: before -> after``): how many pairs, the
     median move as a share of the step before it, measured and predicted, and in how many pairs the prediction
     moves the step the way the measurement does (the answer a user asking "which backend?" acts on; a move under
-    :data:`STILL` of the step is no move)."""
+    :data:`STILL` of the step is no move). ``budgets``: already computed (``path`` is then not read)."""
     groups: dict[str, list[ChangeBudget]] = {}
-    for b in change_budgets(path):
+    for b in change_budgets(path) if budgets is None else budgets:
         groups.setdefault(f"{b.field}: {b.change}", []).append(b)
     if not groups:
         return []
@@ -205,7 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("dataset", nargs="?", help="a measured-runs file (default: the shipped dataset)")
     args = parser.parse_args(argv)
     try:
-        lines = budget_markdown(args.dataset) + budget_summary_markdown(args.dataset)
+        budgets = change_budgets(args.dataset)
+        lines = budget_markdown(budgets=budgets) + budget_summary_markdown(budgets=budgets)
     except MoesimError as err:
         print(f"error: {err}")
         return 2
