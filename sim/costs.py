@@ -311,9 +311,9 @@ class CostModel:
         elif k == "mem":
             t, cls = self.memory_time(op.nbytes * f, gpu.hbm_bw_bytes_per_s), "mem"
         elif k == "quant":
-            t, cls = self.quantize_time(op.elems * f, gpu.hbm_bw_bytes_per_s, op.copies), "mem"
+            t, cls = self.quantize_time(op.elems * f, gpu.hbm_bw_bytes_per_s, op.copies), "quant"
         elif k == "rearrange":
-            t, cls = self.rearrange_time(op.elems * f, op.layout), "mem"
+            t, cls = self.rearrange_time(op.elems * f, op.layout), "quant"
         else:
             raise ValueError(f"op {op.name!r}: kind {k!r} is not a compute op")
         if t <= 0:

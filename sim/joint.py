@@ -9,8 +9,9 @@ constrain them in ``sim/data/joint_fit.json``. This module is the one place they
 
 Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where no run constrains it):
 
-- ``release.<profile>``: what is left of how fast a framework release is, one scalar per release
-  (every op class alike), fitted over that release's runs on every GPU class;
+- ``release.<profile>``: what is left of how fast a framework release is, one scalar per release, fitted over
+  that release's runs on every GPU class; it slows every op class but the library kernels whose rate a
+  microbenchmark of that very kernel gives (:data:`BENCHMARKED_CLASSES`: grouped GEMMs, MXFP8 quantisation);
 - ``chip.nvl72_rate``: the tensor rate a 1200 W Grace-Blackwell part (GB200, GB300) sustains in training, as a
   fraction of its datasheet rate (its datasheet says +11% over the HGX part; same-plan runs say ~0);
 - ``chip.sm103_clock``: Blackwell Ultra's sustained tensor rate over Blackwell's in training (prior: the clock
@@ -63,7 +64,7 @@ from sim.specs import ClusterSpec, GPUSpec, ParallelPlan
 from sim.stacks import StackProfile
 
 __all__ = ["ParamSpec", "PARAMS", "PARAM_NAMES", "prior_values", "shipped_values", "apply_params",
-           "launch_mode", "issues_eagerly", "te_grouped_large", "half_rows_on", "REF_TENSOR_FLOPS_PER_SM", "JOINT_FIT_FILE", "NVL72_PARTS", "BALANCED_ARRIVAL_CV", "covers", "step_fixed_s", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s"]
+           "launch_mode", "issues_eagerly", "te_grouped_large", "half_rows_on", "REF_TENSOR_FLOPS_PER_SM", "JOINT_FIT_FILE", "NVL72_PARTS", "BALANCED_ARRIVAL_CV", "covers", "step_fixed_s", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s", "BENCHMARKED_CLASSES", "release_efficiency"]
 
 #: The registry of fitted numbers (values, uncertainties, correlations, constraining runs, LOGO folds).
 JOINT_FIT_FILE = "data/joint_fit.json"
@@ -84,9 +85,34 @@ class ParamSpec:
     fitted: bool = True
 
 
+#: Op classes a release scalar does not slow: library kernels whose cost-model rate is a microbenchmark of the
+#: kernel the framework calls (grouped GEMMs: torch._grouped_mm / TE's grouped GEMM against the shape roll-off
+#: ``grouped.*``; ``quant``: TorchAO's MXFP8 quantize and scale-rearrange kernels at their measured share of HBM
+#: bandwidth, published.md s4). The seed's MXFP8 pair is what identifies it: its 9.8 s saving a step over the
+#: MXFP8 / BF16 kernel ratio at its shape (1.27x, TorchAO's chart at G = 8) puts TorchTitan's BF16 grouped GEMMs at
+#: the microbenchmark's rate, not at half of it; a release scalar on them doubles the pair's predicted saving.
+#: The joint-fit switch ``release.spares_benchmarked`` = 0 slows them too (the ablation's former model).
+BENCHMARKED_CLASSES: tuple[str, ...] = ("grouped_gemm", "quant")
+
+
+def release_efficiency(scalar: float, values: Mapping[str, float]) -> dict[str, dict[str, float]]:
+    """A covered release's :attr:`~sim.stacks.StackProfile.efficiency` table under ``values``: ``scalar`` on
+    every architecture and op class but :data:`BENCHMARKED_CLASSES`, which run at the cost model's rates.
+
+    >>> release_efficiency(0.5, {})
+    {'*': {'default': 0.5, 'grouped_gemm': 1.0, 'quant': 1.0}}
+    >>> release_efficiency(0.5, {"release.spares_benchmarked": 0.0})
+    {'*': {'default': 0.5}}
+    """
+    table = {"default": float(scalar)}
+    if values.get("release.spares_benchmarked", 1.0):
+        table |= {op_class: 1.0 for op_class in BENCHMARKED_CLASSES}
+    return {"*": table}
+
+
 PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("release.torchtitan", 0.468, 0.1, 1.5, "TorchTitan (1a36996b) kernel speed relative to the "
-              "calibration's rates, every op class", "prior: the former one-run fit on titan-dsv3-b200-bf16"),
+              "calibration's rates, every op class but BENCHMARKED_CLASSES", "prior: the former one-run fit on titan-dsv3-b200-bf16"),
     ParamSpec("release.megatron-26.02", 0.70, 0.1, 1.5, "Megatron-Bridge 26.02 kernel speed relative to the "
               "calibration's rates", "prior: the former one-run fit on mcore-26.02-dsv3-256xb200"),
     ParamSpec("release.megatron-26.04", 0.736, 0.1, 1.5, "Megatron-Bridge 26.04 kernel speed relative to the "
@@ -354,7 +380,7 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
     gpu = datasheet_gpu = cluster.gpu
     if covers(stack, values):
         per_kernel = launch_s(launch_mode(stack, plan), values, base=stack.launch, compiled_s=stack.kernel_overhead_s)
-        stack = replace(stack, efficiency={"*": {"default": float(values[f"release.{stack.name}"])}},
+        stack = replace(stack, efficiency=release_efficiency(values[f"release.{stack.name}"], values),
                         kernel_overhead_s=float(per_kernel), graph_node_s=float(values["launch.graphs_s"]),
                         host_sync_s=float(values["host.sync_s"]),
                         host_op_s=float(values["host.eager_op_s"]),

@@ -8,7 +8,8 @@ host overheads (per-kernel launch gap, blocking device-to-host sync), its traini
 and its kernel efficiency per op class and GPU architecture, relative to the calibration's kernel rates.
 
 Op classes (keys of :attr:`StackProfile.efficiency` per architecture): ``gemm.fwd``, ``gemm.dgrad``,
-``gemm.wgrad``, ``grouped_gemm``, ``attn.fwd``, ``attn.bwd``, ``mem``. A missing key reads as the
+``gemm.wgrad``, ``grouped_gemm``, ``attn.fwd``, ``attn.bwd``, ``mem``, ``quant`` (a separate MXFP8 quantize or
+scale-rearrange kernel, TorchAO's; TE's casts fused into their producer are ``mem``). A missing key reads as the
 architecture's ``default`` entry, then the profile-wide ``"*"`` architecture, then 1.0.
 
 >>> s = StackProfile(efficiency={"*": {"default": 0.5}, "sm100": {"grouped_gemm": 0.8}})
@@ -69,7 +70,7 @@ __all__ = [
     "profile_for",
 ]
 
-OP_CLASSES = ("gemm.fwd", "gemm.dgrad", "gemm.wgrad", "grouped_gemm", "attn.fwd", "attn.bwd", "mem")
+OP_CLASSES = ("gemm.fwd", "gemm.dgrad", "gemm.wgrad", "grouped_gemm", "attn.fwd", "attn.bwd", "mem", "quant")
 FORCE_BALANCE = ("round-robin", "random")
 PARAM_SHARDING = ("fsdp", "zero1")
 QUANTIZE_WEIGHTS = ("per_call", "per_step")

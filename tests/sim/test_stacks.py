@@ -175,7 +175,20 @@ def test_cli_bad_stack_file_exits_2(tmp_path) -> None:
 
 
 def test_op_classes_cover_every_compute_kind() -> None:
-    assert len(OP_CLASSES) == 7 and not math.isnan(load_stack("deepseek").eff("sm90", "mem"))
+    """Every compute op kind is timed under an op class a profile can name, and a separate quantize kernel is its
+    own class (not ``mem``): a stack's ``quant`` entry moves it, its ``mem`` entry does not."""
+    from sim.workload import OpSpec
+
+    gpu = load_gpu("b200")
+    costs = default_costs(gpu)
+    quant = OpSpec("q", "quant", elems=1e9)
+    def seconds(efficiency: dict[str, dict[str, float]]) -> float:
+        return costs.op_seconds(quant, gpu, StackProfile(efficiency=efficiency, kernel_overhead_s=0.0))
+
+    base = seconds({})
+    assert seconds({"*": {"quant": 0.5}}) == pytest.approx(2 * base)
+    assert seconds({"*": {"mem": 0.5}}) == pytest.approx(base)
+    assert set(OP_CLASSES) >= {"mem", "quant", "grouped_gemm"} and not math.isnan(load_stack("deepseek").eff("sm90", "mem"))
 
 
 def test_scenario_stack_key_and_override(tmp_path) -> None:
