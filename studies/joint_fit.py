@@ -258,8 +258,6 @@ ABLATIONS: dict[str, dict[str, float]] = {
     "alternative: all of the grouped roll-off fixed per expert (grouped.per_expert_share = 1, the former rule)":
         {"grouped.per_expert_share": 1.0},
     "GB300's own clock (chip.gb300_clock = 1: a B300's)": {"chip.gb300_clock": 1.0},
-    "NCCL all-to-all below the network's point-to-point rate (nccl.a2a_net_fraction = 1)":
-        {"nccl.a2a_net_fraction": 1.0},
     "per-step fixed work at the step boundary (step.fixed_s = 0)": {"step.fixed_s": 0.0},
     "host floor of eagerly issued ops (host.eager_op_s = 0: the host always keeps ahead)": {"host.eager_op_s": 0.0},
     "NCCL rings spread their crossings over the group's NICs in each NVLink domain (off: one NIC per rank)":
