@@ -258,12 +258,12 @@ ABLATIONS: dict[str, dict[str, float]] = {
     "alternative: all of the grouped roll-off fixed per expert (grouped.per_expert_share = 1, the former rule)":
         {"grouped.per_expert_share": 1.0},
     "GB300's own clock (chip.gb300_clock = 1: a B300's)": {"chip.gb300_clock": 1.0},
+    "NCCL all-to-all below the network's point-to-point rate (nccl.a2a_net_fraction = 1)":
+        {"nccl.a2a_net_fraction": 1.0},
     "per-step fixed work at the step boundary (step.fixed_s = 0)": {"step.fixed_s": 0.0},
     "host floor of eagerly issued ops (host.eager_op_s = 0: the host always keeps ahead)": {"host.eager_op_s": 0.0},
     "NCCL rings spread their crossings over the group's NICs in each NVLink domain (off: one NIC per rank)":
         {"nccl.ring_nic_spread": 0.0},
-    "release scalars spare the microbenchmarked library kernels (grouped GEMM, MXFP8 quantize; off: they slow "
-    "every op class, the former model)": {"release.spares_benchmarked": 0.0},
 }
 
 #: Framework behaviours switched off for the ablation: stack-profile fields every built-in release reads with
@@ -343,8 +343,7 @@ def write_release_scalars(values: Mapping[str, float], profiles: Path = _PROFILE
         start, end = first.start(), last.start()
         spared = "".join(f"{c} = {v:.1f}\n" for c, v in release_efficiency(value, {})["*"].items() if c != "default")
         block = ("# FITTED jointly (python -m studies.joint_fit --write; sim/data/joint_fit.json): this release's one "
-                 "scalar, over its\n# runs on every GPU class; sim.joint applies the stored value to every prediction. "
-                 "The\n# microbenchmarked library kernels run at the cost model's rates (sim.joint.BENCHMARKED_CLASSES).\n"
+                 "scalar, over its\n# runs on every GPU class; sim.joint applies the stored value to every prediction.\n"
                  f'[efficiency."*"]\ndefault = {value:.4f}\n{spared}\n')
         text = text[:start] + block + text[end:]
         text = re.sub(r'\n"efficiency\.[^"]*" = "[^\n]*', "", text)

@@ -46,8 +46,7 @@ class CommCosts:
     ib_fraction: float = 48.5 / 50
     # NCCL's all-to-all across NVLink domains: its share of the NIC rate above (what NCCL reaches point to point),
     # on the flows that leave a domain. An all-to-all cannot aggregate NICs (one per peer flow, PXN-routed), and
-    # every rank keeps 2(n-1) connections busy at once. 1: the point-to-point rate (sim.joint ``nccl.a2a_net_fraction``:
-    # a joint fit reads 0.95 +- 0.06 and holding it at 1 predicts the held-out groups better, so it is not fitted).
+    # every rank keeps 2(n-1) connections busy at once. FITTED jointly (sim.joint ``nccl.a2a_net_fraction``).
     nccl_a2a_net_fraction: float = 1.0
     # NCCL's rings across NVLink domains: one ring per channel, each leaving a domain through another of the group's
     # ranks there, so the crossings spread over all their NICs (sim.comm.collectives.ring_nic_ranks; NCCL

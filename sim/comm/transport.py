@@ -41,7 +41,7 @@ def is_efa(cluster: ClusterSpec) -> bool:
 
 def nccl_a2a_net_share(cluster: ClusterSpec, costs: CommCosts) -> float:
     """The share of a NIC's line rate an NCCL all-to-all reaches on the flows that leave an NVLink domain: on
-    InfiniBand NCCL's point-to-point share times ``nccl_a2a_net_fraction`` (1: not fitted), on EFA the
+    InfiniBand NCCL's point-to-point share times ``nccl_a2a_net_fraction`` (fitted jointly), on EFA the
     share nccl-tests measured (``efa_a2a_fraction``)."""
     if is_efa(cluster):
         return costs.efa_a2a_fraction

@@ -69,9 +69,8 @@ def test_release_scalars_are_mirrored_in_the_stack_profiles() -> None:
         if name.startswith("release."):
             stack = load_stack(name.removeprefix("release."))
             for arch in ("sm90", "sm100", "sm103"):
-                assert stack.eff(arch, "attn.fwd") == pytest.approx(value, abs=5e-5)
-                for spared in BENCHMARKED_CLASSES:
-                    assert stack.eff(arch, spared) == 1.0
+                for op_class in ("attn.fwd", *BENCHMARKED_CLASSES):
+                    assert stack.eff(arch, op_class) == pytest.approx(value, abs=5e-5)
 
 
 def test_apply_params_touches_fitted_releases_only() -> None:
@@ -81,11 +80,12 @@ def test_apply_params_touches_fitted_releases_only() -> None:
     values = dict(prior_values(), **{"release.torchtitan": 0.3})
     _, _, stack = apply_params(values, gpu_cluster, costs, load_stack("torchtitan"), plan)
     assert stack.eff("sm100", "attn.fwd") == 0.3
-    # the microbenchmarked library kernels keep the cost model's rates; the ablation's switch slows them too
-    assert stack.eff("sm100", "grouped_gemm") == stack.eff("sm90", "quant") == 1.0
-    _, _, former = apply_params(dict(values, **{"release.spares_benchmarked": 0.0}), gpu_cluster, costs,
+    # the scalar slows every class; the alternative's switch keeps the microbenchmarked library kernels at 1
+    assert stack.eff("sm100", "grouped_gemm") == stack.eff("sm90", "quant") == 0.3
+    _, _, spared = apply_params(dict(values, **{"release.spares_benchmarked": 1.0}), gpu_cluster, costs,
                                 load_stack("torchtitan"), plan)
-    assert former.eff("sm100", "grouped_gemm") == former.eff("sm90", "quant") == 0.3
+    assert spared.eff("sm100", "grouped_gemm") == spared.eff("sm90", "quant") == 1.0
+    assert spared.eff("sm100", "attn.fwd") == 0.3
     assert stack.kernel_overhead_s == launch_s(launch_mode(stack, plan), values, base=stack.launch,
                                                compiled_s=load_stack("torchtitan").kernel_overhead_s)
     for user in (dataclasses.replace(load_stack("torchtitan"), name="my-stack"),
