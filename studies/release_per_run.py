@@ -1,0 +1,104 @@
+"""Each run's own release scalar: the value of ``release.<profile>`` that makes one run exact, every other joint
+parameter at the shipped fit. Issue 27's diagnostic of what a release scalar absorbs: if the mechanisms were right,
+the runs of one release would agree on it (on every GPU class, model and scale); their spread is what the one
+jointly fitted scalar averages over.
+
+    python -m studies.release_per_run                       # TorchTitan's fitted and held-out runs
+    python -m studies.release_per_run --release megatron-26.04
+    python -m studies.release_per_run --spared              # with sim.joint's spared-kernels switch on
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from scipy.optimize import brentq
+
+from sim.errors import MoesimError
+from sim.joint import PARAMS, shipped_values
+from sim.predict import predict
+from sim.stacks import load_stack, profile_for
+from studies.dataset import MeasuredRun, load_runs, resolve_run
+from studies.heldout import HELDOUT_MODELS, HELDOUT_RUNS, HELDOUT_TORCHTITAN
+
+__all__ = ["RunScalar", "per_run_scalar", "release_scalars", "main"]
+
+#: The bracket searched for a run's scalar (the joint parameter's own bounds).
+_BRACKET = next((p.lower, p.upper) for p in PARAMS if p.name.startswith("release."))
+
+
+@dataclass(frozen=True)
+class RunScalar:
+    """One run's own release scalar (None where no scalar in the bracket makes the run exact)."""
+
+    run: str
+    gpu: str
+    gpus: int
+    held_out: bool
+    scalar: float | None
+
+
+def per_run_scalar(run: MeasuredRun, values: Mapping[str, float]) -> float | None:
+    """The ``release.<profile>`` value at which ``run``'s predicted tokens/s equals its measured one, the other
+    joint ``values`` held (None: none in the parameter's bounds)."""
+    key = f"release.{profile_for(run.stack, run.release)}"
+    if key not in values:
+        raise MoesimError(f"run {run.id!r}: no joint parameter {key!r} (a release the fit does not cover)")
+    model, cluster, plan = resolve_run(run)
+    stack = load_stack(profile_for(run.stack, run.release))
+
+    def log_error(scalar: float) -> float:
+        pred = predict(model, cluster, plan, stack=stack, params=dict(values, **{key: scalar}))
+        return math.log(pred.tokens_per_s_per_gpu / run.measured_tokens_per_s_per_gpu)
+
+    lo, hi = _BRACKET
+    f_lo, f_hi = log_error(lo), log_error(hi)
+    if f_lo * f_hi > 0:
+        return None
+    return float(brentq(log_error, lo, hi, xtol=1e-4))
+
+
+def release_scalars(release: str, values: Mapping[str, float] | None = None,
+                    heldout: Sequence[Path] = (HELDOUT_TORCHTITAN, HELDOUT_RUNS, HELDOUT_MODELS)) -> list[RunScalar]:
+    """Every measured run of profile ``release`` (the shipped dataset, then the held-out files) with its own scalar."""
+    vals = dict(shipped_values() if values is None else values)
+    fitted = [(r, False) for r in load_runs() if profile_for(r.stack, r.release) == release]
+    held = [(r, True) for path in heldout for r in load_runs(path) if profile_for(r.stack, r.release) == release]
+    return [RunScalar(r.id, r.gpu, r.gpus, h, per_run_scalar(r, vals)) for r, h in fitted + held]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m studies.release_per_run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--release", default="torchtitan", help="a release profile the joint fit covers "
+                        "(default: torchtitan)")
+    parser.add_argument("--spared", action="store_true", help="with the release scalar sparing the microbenchmarked "
+                        "library kernels (sim.joint.BENCHMARKED_CLASSES)")
+    args = parser.parse_args(argv)
+    values = dict(shipped_values())
+    if f"release.{args.release}" not in values:
+        known = ", ".join(sorted(n.removeprefix("release.") for n in values if n.startswith("release.")))
+        print(f"error: --release {args.release!r} is not a release the joint fit covers (known: {known})")
+        return 2
+    if args.spared:
+        values["release.spares_benchmarked"] = 1.0
+    try:
+        rows = release_scalars(args.release, values)
+    except MoesimError as err:
+        print(f"error: {err}")
+        return 2
+    fitted = values[f"release.{args.release}"]
+    print(f"| run | GPU | GPUs | held out | own scalar | over the joint {fitted:.3f} |")
+    print("|---|---|---:|---|---:|---:|")
+    for r in rows:
+        own = "-" if r.scalar is None else f"{r.scalar:.3f}"
+        ratio = "-" if r.scalar is None else f"{r.scalar / fitted:.2f}x"
+        print(f"| {r.run} | {r.gpu} | {r.gpus} | {'yes' if r.held_out else 'no'} | {own} | {ratio} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
