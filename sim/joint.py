@@ -96,7 +96,8 @@ class ParamSpec:
 #: at 1), every seed row comes within 3%, but TorchTitan's scalar drops to 0.30 and the checks off the fitted runs
 #: move the wrong way: the held-out one-node TorchTitan 16B steps -32% on H100 (-13% shipped), the B300 / B200 ratio
 #: at PP16 past 3%, a layer cell past 10%, the H100 DeepEP speedup past 10%. Not shipped until what the 671B runs
-#: lack beside the kernels is modelled.
+#: lack beside the kernels is modelled; whoever ships it also writes the spared classes into the profiles'
+#: ``[efficiency."*"]`` (``studies.joint_fit.write_release_scalars`` writes the scalar alone).
 BENCHMARKED_CLASSES: tuple[str, ...] = ("grouped_gemm", "quant")
 
 

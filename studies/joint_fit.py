@@ -35,7 +35,7 @@ from scipy.optimize import least_squares
 
 from sim.costs import CostModel, default_costs
 from sim.errors import ConfigError
-from sim.joint import JOINT_FIT_FILE, PARAMS, prior_values, release_efficiency, spec
+from sim.joint import JOINT_FIT_FILE, PARAMS, prior_values, spec
 from sim.layer_check import predict_moe_layer
 from sim.measured_runs import MeasuredRun, resolve_run
 from sim.predict import predict
@@ -341,10 +341,9 @@ def write_release_scalars(values: Mapping[str, float], profiles: Path = _PROFILE
         if first is None or last is None or first.start() > last.start():
             raise ConfigError(f"{path}: no [efficiency.*] table before [sources] to write the fitted scalar into")
         start, end = first.start(), last.start()
-        spared = "".join(f"{c} = {v:.1f}\n" for c, v in release_efficiency(value, {})["*"].items() if c != "default")
         block = ("# FITTED jointly (python -m studies.joint_fit --write; sim/data/joint_fit.json): this release's one "
                  "scalar, over its\n# runs on every GPU class; sim.joint applies the stored value to every prediction.\n"
-                 f'[efficiency."*"]\ndefault = {value:.4f}\n{spared}\n')
+                 f'[efficiency."*"]\ndefault = {value:.4f}\n\n')
         text = text[:start] + block + text[end:]
         text = re.sub(r'\n"efficiency\.[^"]*" = "[^\n]*', "", text)
         text = text.rstrip("\n") + ('\n"efficiency.*" = "FITTED jointly by python -m studies.joint_fit over every run of '

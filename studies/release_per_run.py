@@ -19,17 +19,13 @@ from pathlib import Path
 from scipy.optimize import brentq
 
 from sim.errors import MoesimError
-from sim.joint import PARAMS, shipped_values
+from sim.joint import shipped_values, spec
 from sim.predict import predict
 from sim.stacks import load_stack, profile_for
 from studies.dataset import MeasuredRun, load_runs, resolve_run
 from studies.heldout import HELDOUT_MODELS, HELDOUT_RUNS, HELDOUT_TORCHTITAN
 
 __all__ = ["RunScalar", "per_run_scalar", "release_scalars", "main"]
-
-#: The bracket searched for a run's scalar (the joint parameter's own bounds).
-_BRACKET = next((p.lower, p.upper) for p in PARAMS if p.name.startswith("release."))
-
 
 @dataclass(frozen=True)
 class RunScalar:
@@ -45,17 +41,18 @@ class RunScalar:
 def per_run_scalar(run: MeasuredRun, values: Mapping[str, float]) -> float | None:
     """The ``release.<profile>`` value at which ``run``'s predicted tokens/s equals its measured one, the other
     joint ``values`` held (None: none in the parameter's bounds)."""
-    key = f"release.{profile_for(run.stack, run.release)}"
+    profile = profile_for(run.stack, run.release)
+    key = f"release.{profile}"
     if key not in values:
         raise MoesimError(f"run {run.id!r}: no joint parameter {key!r} (a release the fit does not cover)")
     model, cluster, plan = resolve_run(run)
-    stack = load_stack(profile_for(run.stack, run.release))
+    stack = load_stack(profile)
 
     def log_error(scalar: float) -> float:
         pred = predict(model, cluster, plan, stack=stack, params=dict(values, **{key: scalar}))
         return math.log(pred.tokens_per_s_per_gpu / run.measured_tokens_per_s_per_gpu)
 
-    lo, hi = _BRACKET
+    lo, hi = spec(key).lower, spec(key).upper  # the joint parameter's own bounds
     f_lo, f_hi = log_error(lo), log_error(hi)
     if f_lo * f_hi > 0:
         return None
