@@ -73,7 +73,7 @@ _PLAN_HELP = {
 #: Plan fields ``moesim predict`` takes a flag for (``compare`` variants may set these and no others).
 PLAN_FLAG_FIELDS = (*_PLAN_INTS, "pp_schedule", "ac", "recompute_modules", "pp_layout", "precision", "ep_backend",
                     "routing", "ep_overlap", "grad_reduce_dtype", "cuda_graphs", "cuda_graph_scope", "fp8_output_proj",
-                    "fp8_attention")
+                    "fp8_attention", "compile_model")
 GIB = float(1 << 30)
 _NIC_GBPS_MAX = 8e6  # 8 Pb/s: sim.limits.CLUSTER_BOUNDS nic_bw_bytes_per_s maximum, in Gb/s
 
@@ -126,6 +126,9 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--fp8-attention", action="store_true", default=None, dest="fp8_attention",
                    help="the attention core in FP8 (Transformer Engine fp8_dot_product_attention; needs an FP8 "
                         "precision; default: BF16)")
+    p.add_argument("--no-compile-model", action="store_false", default=None, dest="compile_model",
+                   help="the model's blocks run eager (TorchTitan without \"model\" in compile.components); default: "
+                        "a compiled stack compiles them")
     o = parser.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON object with a 'predictions' list")
     o.add_argument("--wide", action="store_true", help="exposed and hidden seconds of every communication kind")

@@ -28,8 +28,8 @@ Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where n
   slowest rank; :mod:`sim.predict.dp_scale`);
 - ``step.fixed_s``: what a step of Megatron-Bridge's train loop spends once at its boundary, whatever its microbatch
   count and data-parallel size (TorchTitan's releases keep their profile's own, ``StackProfile.joint_step_boundary``);
-- ``grouped.half_rows``: the rows per expert at which a DeepSeek-V3-shaped grouped GEMM (7168 x 2048 per expert)
-  runs at half its large-shape efficiency on a B200 SM (the large-shape efficiencies are the cost model's, and
+- ``grouped.half_rows``: the rows per expert at which a DeepSeek-V3-shaped BF16 grouped GEMM (7168 x 2048 per
+  expert) runs at half its large-shape efficiency on a B200 SM (FP8 curves at twice the rows: :func:`grouped_half_rows`) (the large-shape efficiencies are the cost model's, and
   Transformer Engine's MXFP8 one: :data:`GROUPED_LARGE_TE`);
 - ``grouped.per_expert_share``: the share of that loss that is a fixed time per expert, so its part of the
   half-point shrinks with the expert's work per row (:meth:`sim.costs.CostModel.grouped_work_scale`); the rest
@@ -64,7 +64,7 @@ from sim.specs import ClusterSpec, GPUSpec, ParallelPlan
 from sim.stacks import StackProfile
 
 __all__ = ["ParamSpec", "PARAMS", "PARAM_NAMES", "prior_values", "shipped_values", "apply_params",
-           "launch_mode", "issues_eagerly", "te_grouped_large", "half_rows_on", "REF_TENSOR_FLOPS_PER_SM", "JOINT_FIT_FILE", "NVL72_PARTS", "BALANCED_ARRIVAL_CV", "covers", "step_fixed_s", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s", "BENCHMARKED_CLASSES", "release_efficiency"]
+           "launch_mode", "issues_eagerly", "te_grouped_large", "half_rows_on", "grouped_half_rows", "FLASHINFER_HALF_ROWS_FP4", "REF_TENSOR_FLOPS_PER_SM", "JOINT_FIT_FILE", "NVL72_PARTS", "BALANCED_ARRIVAL_CV", "covers", "step_fixed_s", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s", "BENCHMARKED_CLASSES", "release_efficiency"]
 
 #: The registry of fitted numbers (values, uncertainties, correlations, constraining runs, LOGO folds).
 JOINT_FIT_FILE = "data/joint_fit.json"
@@ -116,6 +116,11 @@ def release_efficiency(scalar: float, values: Mapping[str, float]) -> dict[str, 
         table |= {op_class: 1.0 for op_class in BENCHMARKED_CLASSES}
     return {"*": table}
 
+
+#: Rows per expert at which flashinfer PR #2503's NVFP4 masked grouped GEMM on a B200 reaches half its large-shape
+#: rate (published.md s8: 431 TFLOPS at 28 rows, 3,249 at 455, DeepSeek-V3's expert shape): the source of the
+#: ``grouped.half_rows`` prior, which states it at BF16's rate per SM (a quarter of FP4's).
+FLASHINFER_HALF_ROWS_FP4 = 341.0
 
 PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("release.torchtitan", 0.468, 0.1, 1.5, "TorchTitan (1a36996b) kernel speed relative to the "
@@ -188,11 +193,18 @@ PARAMS: tuple[ParamSpec, ...] = (
               "ASSUMED: the EP-barrier arrival cv fitted on DeepSeek's H800 trace (CommCosts.arrival_cv); not fitted: "
               "freed, the 8-GPU runs (few ranks, few microbatches) take it to 0.3 as a stand-in for what they lack, and "
               "the leave-one-group-out error rises", fitted=False),
-    ParamSpec("grouped.half_rows", 340.0, 16.0, 8192.0, "rows per expert at which a grouped GEMM of DeepSeek-V3's "
-              "expert shape (7168 x 2048) reaches half its large-shape efficiency on a B200 SM (eff = e_large x "
-              "r / (r + r_half)); other chips and expert shapes move it as grouped.per_expert_share says "
-              "(sim.joint.half_rows_on)", "prior: flashinfer PR #2503 (published.md s8), block-scaled masked grouped "
-              "GEMM on Blackwell: 431 TFLOPS at 28 rows, 3,249 at 455 rows per expert -> r_half = 341"),
+    ParamSpec("grouped.half_rows", FLASHINFER_HALF_ROWS_FP4 * 2250 / 9000, 8.0, 8192.0, "rows per expert at which "
+              "a BF16 grouped GEMM of DeepSeek-V3's expert shape (7168 x 2048) reaches half its large-shape efficiency "
+              "on a B200 SM (eff = e_large x r / (r + r_half)); other chips, precisions and expert shapes move it as "
+              "the SM's tensor rate (sim.joint.half_rows_on, grouped_half_rows) and grouped.per_expert_share say",
+              "prior 85: flashinfer PR #2503 (published.md s8), its masked grouped GEMM in NVFP4 on a B200 (431 "
+              "TFLOPS at 28 rows, 3,249 at 455 rows per expert -> r_half = 341 at the FP4 rate; FP4 by its own byte "
+              "count: 4.5 TB/s over 18 x 4096 x 7168 half-byte weights in 67 us), at BF16's quarter of that rate per "
+              "SM. Not fitted to the runs: freed, they pull it to 2,104 +- 730 (the joint fit to issue 27's twentieth "
+              "session, at 340 then), which TE PR #2045's H100 grouped GEMMs (16 x 2,048 rows, K 2048, N 768: 637 "
+              "TFLOPS measured, 312 at 2,104) and TorchTitan PR #1993's 16B ladder on 8 B200 (EP8 -> EP1, 12,288 -> "
+              "1,536 rows per expert: 17.5% -> 18% MFU measured, 44% slower at 2,104; "
+              "studies/data/heldout_torchtitan.toml) refuse", fitted=False),
     ParamSpec("grouped.per_expert_share", GROUPED_PER_EXPERT_SHARE, 0.0, 1.0, "share of a grouped GEMM's roll-off half-point (at "
               "DeepSeek-V3's expert shape) that is a fixed time per expert, amortised over the expert's work per row "
               "(K x N); the rest follows its rows alone (weight tiles, the partial last row tile): an expert of w "
@@ -246,12 +258,15 @@ def shipped_values() -> dict[str, float]:
 
 
 def launch_mode(stack: StackProfile, plan: ParallelPlan) -> str:
-    """How the plan's kernels reach the GPU: the plan's ``cuda_graphs`` when it says, else the stack's launch."""
+    """How the plan's kernels reach the GPU: the plan's ``cuda_graphs`` when it says, else the stack's launch; a
+    compiled stack's blocks launch eagerly when the plan does not compile the model (``compile_model`` False)."""
     graphs = getattr(plan, "cuda_graphs", "stack")
     if graphs == "full":
         return "graphs"
     if graphs == "partial":
         return "partial"
+    if stack.launch == "compiled" and not getattr(plan, "compile_model", True):
+        return "eager"
     if graphs == "none":
         return "eager" if stack.launch == "cuda_graphs" else stack.launch
     return {"cuda_graphs": "graphs"}.get(stack.launch, stack.launch)
@@ -343,6 +358,21 @@ def half_rows_on(gpu: GPUSpec, half_rows: float) -> float:
     return float(half_rows * per_sm)
 
 
+def grouped_half_rows(gpu: GPUSpec, half_rows: float, curve_key: str) -> float:
+    """The half-point of ``gpu``'s grouped GEMM curve ``curve_key`` (``bf16``, ``fp8``, ``mxfp8``, ...):
+    ``grouped.half_rows`` on ``gpu`` (:func:`half_rows_on`) times the precision's tensor rate over BF16's. An FP8
+    tile does twice a BF16 tile's math in the same time on the same SM, so it needs twice the rows to amortise the
+    same fixed time per tile.
+
+    >>> from sim.catalog import load_gpu
+    >>> b200 = load_gpu("b200")
+    >>> grouped_half_rows(b200, 100.0, "bf16"), grouped_half_rows(b200, 100.0, "mxfp8_wgrad")
+    (100.0, 200.0)
+    """
+    rate = gpu.fp8_flops / gpu.bf16_flops if "fp8" in curve_key and gpu.bf16_flops > 0 else 1.0
+    return half_rows_on(gpu, half_rows) * rate
+
+
 def grouped_curve(large_eff: float, half_rows: float) -> Curve:
     """A grouped GEMM efficiency curve (indexed like the cost model's: rows per expert x 8) that is
     ``large_eff`` at 16,384 rows per expert and follows r / (r + ``half_rows``) below and above it."""
@@ -417,11 +447,12 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
     if costs.provenance.startswith("moesim defaults"):  # a trace-fitted calibration keeps its measured curves
         # The chip-rate factors above are sustained clocks: a faster clock shortens a tile's fixed time per SM as
         # much as its math, so the rows that amortise it follow the datasheet rate per SM, not the clock.
-        half = half_rows_on(datasheet_gpu, values["grouped.half_rows"])
+        half = float(values["grouped.half_rows"])
         te = stack.quantize_weights == "per_step"
         large = te_grouped_large(costs) if te else {}
         base = costs.grouped_gemm_eff
-        curves = {k: grouped_curve(large.get(k, c(_REF_ROWS * _CURVE_GROUPS)), half) for k, c in base.items()}
+        curves = {k: grouped_curve(large.get(k, c(_REF_ROWS * _CURVE_GROUPS)), grouped_half_rows(datasheet_gpu, half, k))
+                  for k, c in base.items()}
         if not te and {"bf16", "mxfp8", "mxfp8_wgrad"} <= set(base):
             # TorchAO's MXFP8 kernels: their published speedup over BF16 at each shape, over the joint BF16 curve
             # (the roll-off shared with BF16 would flatten it to the large-shape speedup)

@@ -469,6 +469,11 @@ class ParallelPlan:
     #: ``fp8_dot_product_attention`` (cuDNN's FP8 fused attention; MLPerf Training v6.0's DeepSeek-V3 recipes set
     #: ``FP8_DPA=True``). Needs an FP8 precision. False: BF16 attention, every framework's default.
     fp8_attention: bool = False
+    #: the model's blocks under torch.compile (TorchTitan's ``compile.components`` lists ``"model"``): a compiled
+    #: stack launches them as compiled regions. False: the blocks run eager (TorchTitan with ``compile.enable`` off
+    #: or only the loss compiled), so they launch and issue from Python as an eager stack's do
+    #: (:func:`sim.joint.launch_mode`). No effect on a stack that launches eagerly or from CUDA graphs.
+    compile_model: bool = True
 
     def __post_init__(self) -> None:
         owner = "plan"
@@ -515,6 +520,8 @@ class ParallelPlan:
         if self.fp8_output_proj and self.precision != "mxfp8":
             raise ConfigError(f"plan: fp8_output_proj needs precision 'mxfp8' (Megatron-Core: MXFP8 only), "
                               f"got precision {self.precision!r}")
+        if not isinstance(self.compile_model, bool):
+            raise ConfigError(f"plan: compile_model must be true or false, got {self.compile_model!r}")
         if not isinstance(self.fp8_attention, bool):
             raise ConfigError(f"plan: fp8_attention must be true or false, got {self.fp8_attention!r}")
         if self.fp8_attention and self.precision not in FP8_ATTENTION_PRECISIONS:

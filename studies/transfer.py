@@ -25,6 +25,7 @@ from studies.heldout import (
     efa_markdown,
     heldout_markdown,
     heldout_runs_markdown,
+    ladder_markdown,
     torchtitan_markdown,
 )
 from studies.interval_check import interval_markdown
@@ -200,6 +201,7 @@ def transfer_markdown() -> str:
     lines += heldout_markdown()
     lines += heldout_runs_markdown()
     lines += torchtitan_markdown()
+    lines += ladder_markdown()
     lines += efa_markdown()
     lines += budget_summary_markdown(EFA_RUNS, "The EFA matrix's one-field changes: which way each moves the step "
                                      "(`python -m studies.change_budget studies/data/efa_runs.toml`)")

@@ -148,8 +148,9 @@ def from_torchtitan(path: str) -> ImportedConfig:
     compiled = bool_value(keys, "compile.enable", keys.get("compile.enable", False))
     components = str_list(keys.get("compile.components", ["model", "loss"]))
     if not (compiled and "model" in components):
-        notes.append("note: the model is not compiled (compile.enable / compile.components); the torchtitan stack "
-                     "profile was fitted on torch.compile'd runs and is used as it is")
+        f["compile_model"] = False
+        notes.append("note: the model is not compiled (compile.enable / compile.components): its blocks launch "
+                     "eagerly (compile_model false); the elementwise fusion torch.compile adds is not modelled")
     balanced = bool_value(keys, "debug.moe_force_load_balance", keys.get("debug.moe_force_load_balance", False))
     f["routing"] = "balanced"
     if not balanced:

@@ -226,3 +226,19 @@ def test_megatron_fp8_dot_product_attention_needs_an_fp8_recipe(tmp_path: Path, 
     cfg = import_config(path, "megatron")
     assert cfg.fields["fp8_attention"] is fp8_attn
     assert any("fp8_dot_product_attention runs inside an FP8 recipe only" in n for n in cfg.notes) == noted
+
+
+@pytest.mark.parametrize(("enable", "components", "compiled"), [("true", '["model", "loss"]', True),
+                                                                 ("true", '["loss"]', False),
+                                                                 ("false", '["model", "loss"]', False)])
+def test_torchtitan_compile_scope_becomes_the_plans(tmp_path: Path, enable: str, components: str,
+                                                   compiled: bool) -> None:
+    """TorchTitan compiles the model's blocks only with ``compile.enable`` and ``"model"`` in ``compile.components``
+    (the 16B tomls of late 2025 compiled the loss alone): otherwise the plan's blocks launch eagerly."""
+    text = (EXAMPLES / "torchtitan-dsv3-671b.toml").read_text()
+    path = tmp_path / "job.toml"
+    path.write_text(text.replace('enable = true\ncomponents = ["model", "loss"]',
+                                 f"enable = {enable}\ncomponents = {components}"))
+    fields = plan_fields(import_config(path, "torchtitan"), 256)
+    assert fields.get("compile_model", True) is compiled
+    assert plan_from_mapping(fields).compile_model is compiled

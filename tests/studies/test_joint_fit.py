@@ -14,12 +14,14 @@ import pytest
 from sim.calibration import load_calibration, to_cost_model
 from sim.catalog import load_cluster, load_model
 from sim.costs import default_costs
+from sim.errors import ConfigError
 from sim.joint import (
     BENCHMARKED_CLASSES,
     NVL72_PARTS,
     PARAMS,
     apply_params,
     grouped_curve,
+    issues_eagerly,
     joint_fit_record,
     launch_mode,
     launch_s,
@@ -127,6 +129,19 @@ def test_cuda_graphs_cost_less_per_kernel_than_eager() -> None:
     stack = load_stack("megatron")
     assert launch_mode(stack, ParallelPlan(cuda_graphs="full")) == "graphs"
     assert launch_mode(stack, ParallelPlan()) == stack.launch
+
+
+def test_a_model_torch_compile_leaves_out_launches_eagerly() -> None:
+    """TorchTitan with only the loss compiled (``compile_model`` false) launches and issues its blocks as an eager
+    stack does, and pays the host floor; an eager stack (Megatron) is the same either way."""
+    titan, megatron = load_stack("torchtitan"), load_stack("megatron")
+    assert launch_mode(titan, ParallelPlan()) == "compiled" and not issues_eagerly(titan, ParallelPlan())
+    assert launch_mode(titan, ParallelPlan(compile_model=False)) == "eager"
+    assert issues_eagerly(titan, ParallelPlan(compile_model=False))
+    assert launch_mode(megatron, ParallelPlan(compile_model=False)) == launch_mode(megatron, ParallelPlan())
+    assert launch_mode(titan, ParallelPlan(compile_model=False, cuda_graphs="full")) == "graphs"
+    with pytest.raises(ConfigError, match="compile_model"):
+        ParallelPlan(compile_model="no")  # type: ignore[arg-type]
 
 
 def test_predict_takes_explicit_parameters() -> None:

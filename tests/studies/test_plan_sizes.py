@@ -136,9 +136,12 @@ def test_a_range_no_count_of_which_meets_the_target_answers_none() -> None:
     answer = smallest_cluster(MODEL, tokens=1e13, days=30, gpus=["b200"], space=SMALL_SPACE, gpus_range=(8, 64))
     assert answer.best is None and answer.tried["b200"] == []  # 64 GPUs lie below the proven floor: none searched
     assert "miss the target even at their compute alone" in answer.too_small["b200"]
-    # above the floor (416) but below the smallest count that meets the target (576 B200 in this space)
-    answer = smallest_cluster(MODEL, tokens=1e13, days=30, gpus=["b200"], space=SMALL_SPACE, gpus_range=(8, 520))
-    assert answer.best is None and answer.tried["b200"] and all(t.n_gpus <= 520 for t in answer.tried["b200"])
+    # above the proven floor but below the smallest count that meets the target in this space
+    smallest = smallest_cluster(MODEL, tokens=1e13, days=30, gpus=["b200"], space=SMALL_SPACE).best
+    assert smallest is not None
+    top = smallest.n_gpus - 8
+    answer = smallest_cluster(MODEL, tokens=1e13, days=30, gpus=["b200"], space=SMALL_SPACE, gpus_range=(8, top))
+    assert answer.best is None and answer.tried["b200"] and all(t.n_gpus <= top for t in answer.tried["b200"])
     assert all(t.outcome == "too slow" for t in answer.tried["b200"])
     code, out, _err = _cli("plan", "--model", MODEL, "--tokens", "1e13", "--days", "30", "--gpu", "b200",
                            "--gpus-range", "8:64", "--no-progress", "--workers", "1")
