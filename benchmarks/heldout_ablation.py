@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
 
 #: The rows run without arguments: the shipped fit, then each held value refitted around.
 DEFAULT_ABLATIONS: tuple[dict[str, float], ...] = (
-    {}, {"grouped.half_rows": 340.0}, {"chip.nvl72_rate": 1.0}, {"step.fixed_s": 0.0})
+    {}, {"grouped.half_rows_per_expert_launch": 85.25}, {"chip.nvl72_rate": 1.0}, {"step.fixed_s": 0.0})
 
 
 def row(fixed: dict[str, float]) -> dict[str, object]:

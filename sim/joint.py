@@ -28,9 +28,11 @@ Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where n
   slowest rank; :mod:`sim.predict.dp_scale`);
 - ``step.fixed_s``: what a step of Megatron-Bridge's train loop spends once at its boundary, whatever its microbatch
   count and data-parallel size (TorchTitan's releases keep their profile's own, ``StackProfile.joint_step_boundary``);
-- ``grouped.half_rows``: the rows per expert at which a DeepSeek-V3-shaped BF16 grouped GEMM (7168 x 2048 per
-  expert) runs at half its large-shape efficiency on a B200 SM (FP8 curves at twice the rows: :func:`grouped_half_rows`) (the large-shape efficiencies are the cost model's, and
-  Transformer Engine's MXFP8 one: :data:`GROUPED_LARGE_TE`);
+- ``grouped.half_rows_per_expert_launch``: the rows per expert at which a DeepSeek-V3-shaped BF16 grouped GEMM
+  (7168 x 2048 per expert) launched as one GEMM per expert (Transformer Engine) runs at half its large-shape
+  efficiency on a B200 SM; one grouped kernel over every expert takes its microbenchmark's instead
+  (:data:`GROUPED_HALF_ROWS_ONE_KERNEL`); FP8 curves at twice the rows (:func:`grouped_half_rows`); the large-shape
+  efficiencies are the cost model's, and Transformer Engine's MXFP8 one: :data:`GROUPED_LARGE_TE`;
 - ``grouped.per_expert_share``: the share of that loss that is a fixed time per expert, so its part of the
   half-point shrinks with the expert's work per row (:meth:`sim.costs.CostModel.grouped_work_scale`); the rest
   follows the rows alone. Both grow with the chip's tensor rate per SM (:func:`half_rows_on`).
@@ -64,7 +66,7 @@ from sim.specs import ClusterSpec, GPUSpec, ParallelPlan
 from sim.stacks import StackProfile
 
 __all__ = ["ParamSpec", "PARAMS", "PARAM_NAMES", "prior_values", "shipped_values", "apply_params",
-           "launch_mode", "issues_eagerly", "te_grouped_large", "half_rows_on", "grouped_half_rows", "FLASHINFER_HALF_ROWS_FP4", "REF_TENSOR_FLOPS_PER_SM", "JOINT_FIT_FILE", "NVL72_PARTS", "BALANCED_ARRIVAL_CV", "covers", "step_fixed_s", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s", "BENCHMARKED_CLASSES", "release_efficiency"]
+           "launch_mode", "issues_eagerly", "te_grouped_large", "half_rows_on", "grouped_half_rows", "FLASHINFER_HALF_ROWS_FP4", "GROUPED_HALF_ROWS_ONE_KERNEL", "REF_TENSOR_FLOPS_PER_SM", "JOINT_FIT_FILE", "NVL72_PARTS", "BALANCED_ARRIVAL_CV", "covers", "step_fixed_s", "joint_fit_record", "grouped_curve", "GROUPED_LARGE_TE", "launch_s", "BENCHMARKED_CLASSES", "release_efficiency"]
 
 #: The registry of fitted numbers (values, uncertainties, correlations, constraining runs, LOGO folds).
 JOINT_FIT_FILE = "data/joint_fit.json"
@@ -118,9 +120,20 @@ def release_efficiency(scalar: float, values: Mapping[str, float]) -> dict[str, 
 
 
 #: Rows per expert at which flashinfer PR #2503's NVFP4 masked grouped GEMM on a B200 reaches half its large-shape
-#: rate (published.md s8: 431 TFLOPS at 28 rows, 3,249 at 455, DeepSeek-V3's expert shape): the source of the
-#: ``grouped.half_rows`` prior, which states it at BF16's rate per SM (a quarter of FP4's).
+#: rate (published.md s8: 431 TFLOPS at 28 rows, 3,249 at 455, DeepSeek-V3's expert shape). FP4 by the benchmark's
+#: own byte count: 4.5 TB/s over 18 x 4096 x 7168 half-byte weights in 67 us.
 FLASHINFER_HALF_ROWS_FP4 = 341.0
+#: Rows per expert at which one grouped kernel over every local expert (torch._grouped_mm, TorchAO's, DeepGEMM's) in
+#: BF16, of DeepSeek-V3's expert shape (7168 x 2048), reaches half its large-shape efficiency on a B200 SM: the
+#: flashinfer half-point at BF16's quarter of FP4's rate per SM (an SM needs rows in proportion to its tensor rate
+#: to amortise a tile's fixed time). Other chips, precisions and expert shapes move it as :func:`half_rows_on`,
+#: :func:`grouped_half_rows` and ``grouped.per_expert_share`` say. A sourced constant, not a joint parameter: when
+#: one fitted half-point served every stack the runs (Megatron's, whose experts launch one GEMM each) pulled it to
+#: 2,104 +- 730, which TE PR #2045's CUTLASS grouped kernel (H100, 16 x 2,048 rows, K 2048, N 768: 637 TFLOPS) and
+#: TorchTitan PR #1993's 16B ladder on 8 B200 (EP8 -> EP1, 12,288 -> 1,536 rows per expert: 17.5% -> 18% MFU
+#: measured, 44% slower at 2,104; studies/data/heldout_torchtitan.toml) refuse. Joint values may override it under
+#: the key ``grouped.half_rows`` (the ablation's alternative).
+GROUPED_HALF_ROWS_ONE_KERNEL = FLASHINFER_HALF_ROWS_FP4 * 2250 / 9000
 
 PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("release.torchtitan", 0.468, 0.1, 1.5, "TorchTitan (1a36996b) kernel speed relative to the "
@@ -193,18 +206,14 @@ PARAMS: tuple[ParamSpec, ...] = (
               "ASSUMED: the EP-barrier arrival cv fitted on DeepSeek's H800 trace (CommCosts.arrival_cv); not fitted: "
               "freed, the 8-GPU runs (few ranks, few microbatches) take it to 0.3 as a stand-in for what they lack, and "
               "the leave-one-group-out error rises", fitted=False),
-    ParamSpec("grouped.half_rows", FLASHINFER_HALF_ROWS_FP4 * 2250 / 9000, 8.0, 8192.0, "rows per expert at which "
-              "a BF16 grouped GEMM of DeepSeek-V3's expert shape (7168 x 2048) reaches half its large-shape efficiency "
-              "on a B200 SM (eff = e_large x r / (r + r_half)); other chips, precisions and expert shapes move it as "
-              "the SM's tensor rate (sim.joint.half_rows_on, grouped_half_rows) and grouped.per_expert_share say",
-              "prior 85: flashinfer PR #2503 (published.md s8), its masked grouped GEMM in NVFP4 on a B200 (431 "
-              "TFLOPS at 28 rows, 3,249 at 455 rows per expert -> r_half = 341 at the FP4 rate; FP4 by its own byte "
-              "count: 4.5 TB/s over 18 x 4096 x 7168 half-byte weights in 67 us), at BF16's quarter of that rate per "
-              "SM. Not fitted to the runs: freed, they pull it to 2,104 +- 730 (the joint fit to issue 27's twentieth "
-              "session, at 340 then), which TE PR #2045's H100 grouped GEMMs (16 x 2,048 rows, K 2048, N 768: 637 "
-              "TFLOPS measured, 312 at 2,104) and TorchTitan PR #1993's 16B ladder on 8 B200 (EP8 -> EP1, 12,288 -> "
-              "1,536 rows per expert: 17.5% -> 18% MFU measured, 44% slower at 2,104; "
-              "studies/data/heldout_torchtitan.toml) refuse", fitted=False),
+    ParamSpec("grouped.half_rows_per_expert_launch", 2104.0, 8.0, 8192.0,
+              "grouped.half_rows for a grouped GEMM run as one GEMM launch per local expert (Transformer Engine's "
+              "multi-stream cuBLAS, StackProfile.grouped_gemm_per_expert): each expert's kernel fills and drains the "
+              "GPU on its own (the one-kernel half-point is sim.joint.GROUPED_HALF_ROWS_ONE_KERNEL, 85 rows, sourced)",
+              "prior: the former joint value (2,104 +- 730), fitted when one half-point served every stack and the "
+              "Megatron runs, the only ones that launch per expert, set it; fitted on them. TE PR #2045's "
+              "multi-stream cuBLAS on H100 (16 x 2,048 rows, K 2048, N 768: 554 TFLOPS; 8 x 4,096: 628) sits "
+              "between this curve and the one-kernel curve"),
     ParamSpec("grouped.per_expert_share", GROUPED_PER_EXPERT_SHARE, 0.0, 1.0, "share of a grouped GEMM's roll-off half-point (at "
               "DeepSeek-V3's expert shape) that is a fixed time per expert, amortised over the expert's work per row "
               "(K x N); the rest follows its rows alone (weight tiles, the partial last row tile): an expert of w "
@@ -317,8 +326,8 @@ def te_grouped_large(costs: CostModel) -> dict[str, float]:
     (``nvte_multi_stream_cublas_gemm``, ``num_streams = 4``, transformer_engine/common/gemm/cublaslt_gemm.cu):
     at large per-expert shapes each expert is a large dense cuBLAS GEMM, so BF16 and FP8 run at the cost model's
     dense cuBLAS asymptote on the chip (H100 BF16 0.80, FP8 0.709, blockwise FP8 0.536; B200 0.607, 0.616), not at
-    ``torch._grouped_mm``'s; MXFP8 keeps :data:`GROUPED_LARGE_TE`. Below the large shape the shared roll-off
-    (``grouped.half_rows``) applies as to every grouped GEMM.
+    ``torch._grouped_mm``'s; MXFP8 keeps :data:`GROUPED_LARGE_TE`. Below the large shape the roll-off of GEMMs
+    launched per expert (``grouped.half_rows_per_expert_launch``) applies.
 
     >>> from sim.catalog import load_gpu
     >>> from sim.costs import default_costs
@@ -334,13 +343,13 @@ _CURVE_GROUPS = GROUPED_REF_GROUPS  # the cost model reads its grouped curves at
 _ROWS_GRID = tuple(float(2 ** k) for k in range(4, 18))  # 16 .. 131072 rows per expert
 
 
-#: Dense BF16 tensor rate per SM of the chip ``grouped.half_rows`` is stated for: an HGX B200 (2,250 TFLOPS over
+#: Dense BF16 tensor rate per SM of the chip the grouped half-points are stated for: an HGX B200 (2,250 TFLOPS over
 #: 148 SMs; published.md s3), the chip of its flashinfer prior and of most runs that constrain it.
 REF_TENSOR_FLOPS_PER_SM = 2250e12 / 148
 
 
 def half_rows_on(gpu: GPUSpec, half_rows: float) -> float:
-    """``grouped.half_rows`` (stated for DeepSeek-V3's expert shape on a B200 SM) on ``gpu``, at that shape.
+    """A grouped half-point (stated for DeepSeek-V3's expert shape on a B200 SM) on ``gpu``, at that shape.
 
     What a grouped GEMM loses below its large shape is time on each SM (its tiles' pipeline fill and drain, the
     partial last row tile and wave, the epilogue), so the rows that amortise it grow with what an SM computes per
@@ -360,7 +369,7 @@ def half_rows_on(gpu: GPUSpec, half_rows: float) -> float:
 
 def grouped_half_rows(gpu: GPUSpec, half_rows: float, curve_key: str) -> float:
     """The half-point of ``gpu``'s grouped GEMM curve ``curve_key`` (``bf16``, ``fp8``, ``mxfp8``, ...):
-    ``grouped.half_rows`` on ``gpu`` (:func:`half_rows_on`) times the precision's tensor rate over BF16's. An FP8
+    the BF16 half-point ``half_rows`` on ``gpu`` (:func:`half_rows_on`) times the precision's tensor rate over BF16's. An FP8
     tile does twice a BF16 tile's math in the same time on the same SM, so it needs twice the rows to amortise the
     same fixed time per tile.
 
@@ -447,7 +456,8 @@ def apply_params(values: Mapping[str, float], cluster: ClusterSpec, costs: CostM
     if costs.provenance.startswith("moesim defaults"):  # a trace-fitted calibration keeps its measured curves
         # The chip-rate factors above are sustained clocks: a faster clock shortens a tile's fixed time per SM as
         # much as its math, so the rows that amortise it follow the datasheet rate per SM, not the clock.
-        half = float(values["grouped.half_rows"])
+        half = (float(values["grouped.half_rows_per_expert_launch"]) if stack.grouped_gemm_per_expert
+                else float(values.get("grouped.half_rows", GROUPED_HALF_ROWS_ONE_KERNEL)))
         te = stack.quantize_weights == "per_step"
         large = te_grouped_large(costs) if te else {}
         base = costs.grouped_gemm_eff

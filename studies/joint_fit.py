@@ -249,8 +249,10 @@ ABLATIONS: dict[str, dict[str, float]] = {
     "Blackwell Ultra clock (chip.sm103_clock = 1)": {"chip.sm103_clock": 1.0},
     "data-parallel scale (stragglers off)": {"dp.straggler_cv": 0.0},
     "launch modes (partial and full CUDA graphs cost as eager)": {"launch.graphs_s": -1.0},
-    "alternative: the grouped GEMM roll-off the runs pull it to when freed (grouped.half_rows = 2104, not the "
-    "flashinfer prior 340)": {"grouped.half_rows": 2104.0},
+    "alternative: the grouped GEMM roll-off the runs pulled it to when freed (grouped.half_rows = 2104, not its "
+    "flashinfer source's 85)": {"grouped.half_rows": 2104.0},
+    "grouped GEMMs launched per expert at their own half-point (off: at the one-kernel half-point, "
+    "grouped.half_rows_per_expert_launch = 85)": {"grouped.half_rows_per_expert_launch": 85.25},
     "host syncs (host.sync_s = 0)": {"host.sync_s": 0.0},
     "EP barrier waits absent under forced balance (alternative: the real router's spread, "
     "ep.arrival_cv_balanced = 0.0731)": {"ep.arrival_cv_balanced": 0.0731},

@@ -28,10 +28,12 @@ from sim.catalog import load_cluster, load_gpu, load_model
 from sim.costs import default_costs
 from sim.joint import (
     FLASHINFER_HALF_ROWS_FP4,
+    GROUPED_HALF_ROWS_ONE_KERNEL,
     REF_TENSOR_FLOPS_PER_SM,
     apply_params,
     grouped_half_rows,
     half_rows_on,
+    prior_values,
     shipped_values,
     spec,
 )
@@ -69,8 +71,9 @@ def test_an_fp8_grouped_gemm_needs_twice_the_rows_of_a_bf16_one() -> None:
     assert grouped_half_rows(b200, 85.0, "bf16") == pytest.approx(85.0)
     for key in ("fp8", "mxfp8", "mxfp8_wgrad", "fp8-blockwise"):
         assert grouped_half_rows(b200, 85.0, key) == pytest.approx(170.0)
-    assert spec("grouped.half_rows").prior == pytest.approx(FLASHINFER_HALF_ROWS_FP4 * 2250 / 9000)
-    assert not spec("grouped.half_rows").fitted
+    assert GROUPED_HALF_ROWS_ONE_KERNEL == pytest.approx(FLASHINFER_HALF_ROWS_FP4 * 2250 / 9000)
+    assert "grouped.half_rows" not in prior_values()  # a sourced constant, no joint parameter
+    assert spec("grouped.half_rows_per_expert_launch").fitted
 
 
 def _grouped_seconds_per_flop(k_in: float, n_out: float, rows_per_expert: float, share: float) -> float:

@@ -82,11 +82,9 @@ def h100_pair():
     return out
 
 
-# Must show 4: TorchTitan's 512-H100 pair within 10% each and its DeepEP speedup within 10%. The NCCL row sits at
-# +12% since Megatron's step boundary left TorchTitan (the one TorchTitan scalar between the B200 and H100 runs).
-@pytest.mark.parametrize("backend", [pytest.param("nccl", marks=pytest.mark.xfail(
-    strict=True, reason="issue 27: the NCCL row predicted ~12% fast (the TorchTitan scalar between B200 and H100)")),
-    "deepep"])
+# Must show 4: TorchTitan's 512-H100 pair within 10% each and its DeepEP speedup within 10%. The NCCL row sits just
+# inside (+9.8% at the 2026-12-06 calibration; +11.3% with the one shared grouped half-point before it).
+@pytest.mark.parametrize("backend", ["nccl", "deepep"])
 def test_torchtitan_h100_row_within_ten_percent(h100_pair, backend):
     measured, predicted = h100_pair[backend]
     assert predicted == pytest.approx(measured, rel=0.10)

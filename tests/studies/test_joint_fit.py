@@ -174,7 +174,7 @@ def test_the_fit_recovers_a_planted_release_scalar(small_cases: list[RunCase]) -
     # Three runs cannot pin three free parameters (the roll-off trades against the scalar on these shapes): the
     # other shared parameters are held at their shipped values, so the scalar alone is fitted.
     shipped = shipped_values()
-    held = {n: shipped[n] for n in ("launch.eager_s", "grouped.half_rows", "step.fixed_s")}
+    held = {n: shipped[n] for n in ("launch.eager_s", "grouped.half_rows_per_expert_launch", "step.fixed_s")}
     fit = fit_joint(planted, start=shipped, fixed=held, max_nfev=20)
     assert fit.free == ["release.megatron-26.04"]
     assert fit.values["release.megatron-26.04"] == pytest.approx(0.55, rel=0.03)
