@@ -207,9 +207,11 @@ PARAMS: tuple[ParamSpec, ...] = (
               "freed, the 8-GPU runs (few ranks, few microbatches) take it to 0.3 as a stand-in for what they lack, and "
               "the leave-one-group-out error rises", fitted=False),
     ParamSpec("grouped.half_rows_per_expert_launch", 2104.0, 8.0, 8192.0,
-              "grouped.half_rows for a grouped GEMM run as one GEMM launch per local expert (Transformer Engine's "
-              "multi-stream cuBLAS, StackProfile.grouped_gemm_per_expert): each expert's kernel fills and drains the "
-              "GPU on its own (the one-kernel half-point is sim.joint.GROUPED_HALF_ROWS_ONE_KERNEL, 85 rows, sourced)",
+              "rows per expert at which a BF16 grouped GEMM of DeepSeek-V3's expert shape (7168 x 2048) run as one "
+              "GEMM launch per local expert (Transformer Engine's multi-stream cuBLAS, "
+              "StackProfile.grouped_gemm_per_expert) reaches half its large-shape efficiency on a B200 SM: each "
+              "expert's kernel fills and drains the GPU on its own (one grouped kernel over every expert: "
+              "sim.joint.GROUPED_HALF_ROWS_ONE_KERNEL, 85 rows, sourced)",
               "prior: the former joint value (2,104 +- 730), fitted when one half-point served every stack and the "
               "Megatron runs, the only ones that launch per expert, set it; fitted on them. TE PR #2045's "
               "multi-stream cuBLAS on H100 (16 x 2,048 rows, K 2048, N 768: 554 TFLOPS; 8 x 4,096: 628) sits "
