@@ -132,7 +132,7 @@ FLASHINFER_HALF_ROWS_FP4 = 341.0
 #: 2,104 +- 730, which TE PR #2045's CUTLASS grouped kernel (H100, 16 x 2,048 rows, K 2048, N 768: 637 TFLOPS) and
 #: TorchTitan PR #1993's 16B ladder on 8 B200 (EP8 -> EP1, 12,288 -> 1,536 rows per expert: 17.5% -> 18% MFU
 #: measured, 44% slower at 2,104; studies/data/heldout_torchtitan.toml) refuse. Joint values may override it under
-#: the key ``grouped.half_rows`` (the ablation's alternative).
+#: the key ``grouped.half_rows`` (the ablation's alternative). B200 dense rates: BF16 2,250, NVFP4 9,000 TFLOPS.
 GROUPED_HALF_ROWS_ONE_KERNEL = FLASHINFER_HALF_ROWS_FP4 * 2250 / 9000
 
 PARAMS: tuple[ParamSpec, ...] = (
@@ -370,10 +370,10 @@ def half_rows_on(gpu: GPUSpec, half_rows: float) -> float:
 
 
 def grouped_half_rows(gpu: GPUSpec, half_rows: float, curve_key: str) -> float:
-    """The half-point of ``gpu``'s grouped GEMM curve ``curve_key`` (``bf16``, ``fp8``, ``mxfp8``, ...):
-    the BF16 half-point ``half_rows`` on ``gpu`` (:func:`half_rows_on`) times the precision's tensor rate over BF16's. An FP8
-    tile does twice a BF16 tile's math in the same time on the same SM, so it needs twice the rows to amortise the
-    same fixed time per tile.
+    """The half-point of ``gpu``'s grouped GEMM curve ``curve_key`` (``bf16``, ``fp8``, ``mxfp8``, ...): the BF16
+    half-point ``half_rows`` on ``gpu`` (:func:`half_rows_on`) times the precision's tensor rate over BF16's. An
+    FP8 tile does twice a BF16 tile's math in the same time on the same SM, so it needs twice the rows to amortise
+    the same fixed time per tile.
 
     >>> from sim.catalog import load_gpu
     >>> b200 = load_gpu("b200")

@@ -25,7 +25,8 @@ from sim.stacks import profile_for
 from studies._sim import predict_run
 from studies.dataset import MeasuredRun, load_runs, resolve_run
 
-__all__ = ["ChangeBudget", "budget_markdown", "budget_summary_markdown", "change_budgets", "one_change_pairs"]
+__all__ = ["ChangeBudget", "budget_markdown", "budget_summary_markdown", "change_budgets", "one_change_pairs",
+           "plan_changes"]
 
 #: A component is named in a budget when it moves at least this share of the predicted move (the rest is "other").
 NAMED_SHARE = 0.01
@@ -95,8 +96,11 @@ def _step(run: MeasuredRun) -> tuple[float, float, dict[str, float], int]:
     return tokens_per_gpu / run.measured_tokens_per_s_per_gpu, pred.step_time_s, dict(pred.breakdown), passes
 
 
-def _value(run: MeasuredRun, field: str) -> str:
-    return str(run.plan.get(field, "default"))
+def plan_changes(before: MeasuredRun, after: MeasuredRun) -> list[tuple[str, str, str]]:
+    """(field, value before, value after) of every field of the two runs' resolved plans that differs (a field a
+    run's file leaves out reads as the value the plan takes), but the data-parallel widths derived from them."""
+    a, b = resolve_run(before)[2].as_dict(), resolve_run(after)[2].as_dict()
+    return [(k, str(a[k]), str(b[k])) for k in sorted(b) if a[k] != b[k] and k not in ("dp_shard", "dp_replicate")]
 
 
 def change_budgets(path: str | Path | None = None) -> list[ChangeBudget]:
@@ -116,8 +120,8 @@ def change_budgets(path: str | Path | None = None) -> list[ChangeBudget]:
             continue
         moved = {k: sb[2].get(k, 0.0) - sa[2].get(k, 0.0) for k in set(sa[2]) | set(sb[2])}
         parts = tuple(sorted(((k, v) for k, v in moved.items() if abs(v) > 1e-9), key=lambda kv: (-abs(kv[1]), kv[0])))
-        out.append(ChangeBudget(a.id, b.id, field, f"{_value(a, field)} -> {_value(b, field)}", (sa[0], sb[0]),
-                                (sa[1], sb[1]), parts, sa[3]))
+        change = next((f"{old} -> {new}" for k, old, new in plan_changes(a, b) if k == field), "")
+        out.append(ChangeBudget(a.id, b.id, field, change, (sa[0], sb[0]), (sa[1], sb[1]), parts, sa[3]))
     return out
 
 

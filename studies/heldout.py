@@ -28,11 +28,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sim.joint import shipped_values
+from studies.change_budget import plan_changes
 from studies.dataset import MeasuredRun, load_runs, resolve_run
 from studies.validate import ValidationRow, validate_runs
 
 __all__ = ["EFA_RUNS", "HELDOUT_MODELS", "HELDOUT_RUNS", "HELDOUT_TORCHTITAN", "torchtitan_markdown", "ladder_markdown",
-           "ladder_rungs", "plan_change", "heldout_rows", "heldout_markdown", "heldout_runs_markdown",
+           "ladder_rungs", "heldout_rows", "heldout_markdown", "heldout_runs_markdown",
            "efa_markdown", "summary", "SAME_PLAN_PAIRS"]
 
 #: Runs of models no fitted run uses (the dataset's schema; no fit reads them).
@@ -177,18 +178,14 @@ def torchtitan_markdown(path: Path = HELDOUT_TORCHTITAN) -> list[str]:
     return lines + [""]
 
 
-def plan_change(run: MeasuredRun, baseline: MeasuredRun) -> str:
-    """The plan fields ``run`` changes from ``baseline``, as ``field: old -> new`` (comma-separated)."""
-    before, after = resolve_run(baseline)[2].as_dict(), resolve_run(run)[2].as_dict()
-    return ", ".join(f"{k}: {before[k]} -> {after[k]}" for k in sorted(after) if after[k] != before[k]
-                     and k not in ("dp_shard", "dp_replicate")) or "none in the plan"
-
-
 def ladder_rungs(path: Path = HELDOUT_TORCHTITAN) -> list[tuple[ValidationRow, MeasuredRun, str]]:
     """Each held-out run that names a ``baseline`` (a rung of a one-machine ladder) with its run and the plan change
     from that baseline, in file order."""
     runs, rows = _predicted(path)
-    return [(r, runs[r.run_id], plan_change(runs[r.run_id], runs[r.baseline])) for r in rows
+    def change(run: MeasuredRun, baseline: MeasuredRun) -> str:
+        return ", ".join(f"{k}: {old} -> {new}" for k, old, new in plan_changes(baseline, run)) or "none in the plan"
+
+    return [(r, runs[r.run_id], change(runs[r.run_id], runs[r.baseline])) for r in rows
             if r.baseline is not None and r.measured_speedup is not None and r.predicted_speedup is not None]
 
 
