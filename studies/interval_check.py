@@ -2,7 +2,7 @@
 and by distance from the evidence, and the widening each reason for lying beyond the envelope needs.
 
 Every run of the held-out files (``studies/data/heldout_runs.toml``, ``heldout_models.toml``, ``scale_checks.toml``,
-``efa_runs.toml``) is predicted with the shipped calibration and given its interval exactly as ``moesim predict``
+``efa_runs.toml``, ``mlperf_gpt_oss.toml``) is predicted with the shipped calibration and given its interval exactly as ``moesim predict``
 gives one (:func:`sim.uncertainty.prediction_interval`). For the runs beyond the envelope the check also reports,
 per reason (a model no run measured, a scale past 2x the largest measured, a backend or precision never measured
 on its class, a fabric transport never measured), the multiplier of the leave-one-group-out half-width at which
@@ -39,7 +39,8 @@ HELD_OUT_FILES = {"heldout_runs.toml": "Megatron-Bridge table rows no fit saw",
                   "heldout_models.toml": "models no fit saw (GPT-OSS-120B, Kimi-K2)",
                   "scale_checks.toml": "MLPerf scale points no fit saw",
                   "heldout_torchtitan.toml": "TorchTitan short steps no fit saw (DeepSeek-V3 16B)",
-                  "efa_runs.toml": "AWS EFA backend matrix (a transport no fit saw)"}
+                  "efa_runs.toml": "AWS EFA backend matrix (a transport no fit saw)",
+                  "mlperf_gpt_oss.toml": "MLPerf GPT-OSS-20B recipe cells no fit saw"}
 #: What each reason for lying beyond the envelope is called in the tables, by the start of its text
 #: (:func:`sim.uncertainty.classify`).
 _REASON_KINDS = (("model ", "model"), ("fabric transport", "transport"), ("EP backend", "backend or precision"),

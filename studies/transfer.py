@@ -23,6 +23,7 @@ from studies.dataset import MeasuredRun, load_runs
 from studies.heldout import (
     EFA_RUNS,
     efa_markdown,
+    mlperf_gpt_oss_markdown,
     heldout_markdown,
     heldout_runs_markdown,
     ladder_markdown,
@@ -202,6 +203,7 @@ def transfer_markdown() -> str:
     lines += heldout_runs_markdown()
     lines += torchtitan_markdown()
     lines += ladder_markdown()
+    lines += mlperf_gpt_oss_markdown()
     lines += efa_markdown()
     lines += budget_summary_markdown(EFA_RUNS, "The EFA matrix's one-field changes: which way each moves the step "
                                      "(`python -m studies.change_budget studies/data/efa_runs.toml`)")

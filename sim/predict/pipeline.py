@@ -161,7 +161,7 @@ def _pipeline_spec(ctx: Context, chunks: list[Chunk]) -> tuple[PipelineSpec, lis
 
 def _fixed_tail(ctx: Context, chunks: list[Chunk]) -> tuple[float, float, float]:
     """(replica all-reduce, optimizer, step boundary) seconds after the pipeline: they do not depend on its
-    timeline (the step boundary is :attr:`sim.stacks.StackProfile.step_fixed_s`, paid once per step)."""
+    timeline (the step boundary is :meth:`sim.stacks.StackProfile.step_boundary_s`, paid once per step)."""
     plan, cluster, stack = ctx.plan, ctx.cluster, ctx.stack
     local_params = sum(sum(ctx.layer_shards(k)) for ch in chunks for k in ch.layers) / max(1, plan.pp)
     dp_ar = ctx.collective("ar", local_params * ctx.wl.stack.grad_bytes, "rep") if plan.dp_replicate > 1 else 0.0
@@ -171,7 +171,7 @@ def _fixed_tail(ctx: Context, chunks: list[Chunk]) -> tuple[float, float, float]
     opt = ctx.costs.memory_time(shard * optimizer_step_bytes_per_param(ctx.wl.stack), cluster.gpu.hbm_bw_bytes_per_s,
                                 kernels=1, overhead_s=stack.kernel_overhead_s) / stack.eff(cluster.gpu.arch, "mem")
     opt += sum(ctx.costs.op_seconds(op, cluster.gpu, stack) for op in ctx.wl.step_ops())  # per-step weight quant
-    return dp_ar, opt, stack.step_fixed_s
+    return dp_ar, opt, stack.step_boundary_s(plan)
 
 
 def assemble(ctx: Context) -> Step:

@@ -281,15 +281,29 @@ def test_a_full_iteration_graph_never_blocks_the_host(backend: str, stack: str) 
 
 
 @pytest.mark.parametrize("stack", ["megatron-26.02", "megatron-26.04"])
-@pytest.mark.parametrize("microbatches", [1, 4])
+@pytest.mark.parametrize("microbatches", [2, 4, 16])
 def test_the_step_boundary_costs_its_seconds_once_per_step(stack: str, microbatches: int) -> None:
-    """``step.fixed_s`` adds once to the step, whatever its microbatch count, and shows as ``step_fixed``."""
+    """``step.fixed_s`` adds once to an accumulating step, whatever its microbatch count, and shows as
+    ``step_fixed``."""
     cluster = load_cluster("hgx-b200", n_gpus=8)
     plan = _plan(8, global_batch=8 * microbatches, micro_batch=1)
     none = predict(DEBUG, cluster, plan, stack=stack, params=_params(**{"step.fixed_s": 0.0}))
     some = predict(DEBUG, cluster, plan, stack=stack, params=_params(**{"step.fixed_s": 0.25}))
     assert some.step_time_s - none.step_time_s == pytest.approx(0.25, rel=1e-9)
     assert some.breakdown["step_fixed"] == pytest.approx(0.25) and "step_fixed" not in none.breakdown
+
+
+@pytest.mark.parametrize("stack", ["megatron-26.02", "megatron-26.04"])
+def test_a_step_of_one_microbatch_pays_no_step_boundary(stack: str) -> None:
+    """The boundary was measured only on steps that accumulate gradients (MLPerf v6.0 GPT-OSS-20B's one-microbatch
+    steps, 0.09-0.57 s, leave it no room): a step of one microbatch per rank does not pay it, at any size of it."""
+    cluster = load_cluster("hgx-b200", n_gpus=8)
+    plan = _plan(8, global_batch=8 * 3, micro_batch=3)
+    assert plan.n_microbatches == 1
+    none = predict(DEBUG, cluster, plan, stack=stack, params=_params(**{"step.fixed_s": 0.0}))
+    some = predict(DEBUG, cluster, plan, stack=stack, params=_params(**{"step.fixed_s": 5.0}))
+    assert some.step_time_s == pytest.approx(none.step_time_s, rel=1e-12)
+    assert "step_fixed" not in some.breakdown
 
 
 def test_torchtitan_keeps_its_own_step_boundary() -> None:

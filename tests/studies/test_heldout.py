@@ -6,17 +6,20 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from studies.dataset import load_runs
+from sim.joint import shipped_values
+from studies.dataset import load_runs, resolve_run
 from studies.heldout import (
     HELDOUT_MODELS,
     HELDOUT_RUNS,
     HELDOUT_TORCHTITAN,
+    MLPERF_GPT_OSS,
     SAME_PLAN_PAIRS,
     heldout_markdown,
     heldout_rows,
     heldout_runs_markdown,
     ladder_markdown,
     ladder_rungs,
+    mlperf_gpt_oss_markdown,
     torchtitan_markdown,
 )
 
@@ -142,3 +145,39 @@ def test_the_ladders_memory_walls_are_where_it_hit_them() -> None:
     assert abs(share(4, 4096) - 2 / 3) < 0.10
     assert share(6, 4096) < 1 < share(8, 4096) and share(8, 4096, ep=8) > 1
     assert abs(share(4, 6144) - 0.88) < 0.10 and share(4, 8192) > 1
+
+
+def test_mlperf_gpt_oss_cells_take_one_microbatch_and_no_fit_reads_them() -> None:
+    """MLPerf v6.0 GPT-OSS-20B: one run per recipe cell, none in the fitted dataset, every step one microbatch per
+    rank (gradient_accumulation_steps 1 in every log) on a model no fitted run uses."""
+    held = load_runs(MLPERF_GPT_OSS)
+    shipped = load_runs()
+    assert len(held) == 15 and {r.model for r in held} == {"gpt-oss-20b-mlperf"}
+    assert not {r.id for r in shipped} & {r.id for r in held}
+    assert {r.gpu for r in held} == {"gb300", "gb200", "b300", "b200", "h100"}
+    for run in held:
+        assert resolve_run(run)[2].n_microbatches == 1, run.id
+
+
+def test_mlperf_gpt_oss_steps_leave_no_room_for_megatrons_step_boundary() -> None:
+    """The cells whose plan the model covers whole (no context parallelism: no exchange left unpriced) land within
+    20% without a step boundary; with the fitted one (1.85 s) every cell would be 75% or more slow: the steps of
+    one microbatch, 0.09-0.57 s, are why the boundary is charged only to accumulating steps."""
+    runs = {r.id: r for r in load_runs(MLPERF_GPT_OSS)}
+    rows = heldout_rows(MLPERF_GPT_OSS)
+    fixed = shipped_values()["step.fixed_s"]
+    assert fixed > 1.0
+    covered = [r for r in rows if runs[r.run_id].plan.get("cp", 1) == 1]
+    assert len(covered) >= 9
+    for r in covered:
+        assert r.predicted_tokens_per_s_per_gpu is not None
+        assert abs(r.predicted_tokens_per_s_per_gpu / r.measured_tokens_per_s_per_gpu - 1) < 0.25, r.run_id
+    for r in rows:
+        assert r.predicted_tokens_per_s_per_gpu is not None
+        run = runs[r.run_id]
+        step = resolve_run(run)[2].tokens_per_step / run.gpus / r.predicted_tokens_per_s_per_gpu
+        assert step < 0.7, r.run_id
+        with_boundary = r.predicted_tokens_per_s_per_gpu * step / (step + fixed)
+        assert with_boundary / r.measured_tokens_per_s_per_gpu - 1 < -0.7, r.run_id
+    text = "\n".join(mlperf_gpt_oss_markdown())
+    assert all(f"| {rid.removeprefix('mlperf-v6.0-gpt-oss-20b-')} |" in text for rid in runs)
