@@ -23,10 +23,10 @@ from studies.dataset import MeasuredRun, load_runs
 from studies.heldout import (
     EFA_RUNS,
     efa_markdown,
-    mlperf_gpt_oss_markdown,
     heldout_markdown,
     heldout_runs_markdown,
     ladder_markdown,
+    mlperf_gpt_oss_markdown,
     torchtitan_markdown,
 )
 from studies.interval_check import interval_markdown
