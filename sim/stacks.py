@@ -394,7 +394,10 @@ class StackProfile:
         MLPerf loop, with the same distributed optimizer (MLPerf v6.0 GPT-OSS-20B, 13 recipe cells on 8 to 512
         GPUs, 0.09-0.57 s a step; ``studies/data/mlperf_gpt_oss.toml``), show none: predicted without it they
         land within a few % where their plan is modelled, with it 77-95% slow. What in an accumulating step
-        costs it is not identified, so the model charges it where it was measured, not beyond.
+        costs it is not identified, so the model charges it where it was measured, not beyond; nor is accumulation
+        all of it: MLPerf's GB300 DeepSeek-V3 recipe accumulates 8-240 microbatches and shows none either
+        (``studies/data/scale_checks.toml``: CoreWeave's 8,192 GB300 take 1.70 s a step, the rest of the predicted
+        step is 1.78 s), where its GB200 recipe shows 1.3-2.3 s.
 
         >>> from sim.specs import ParallelPlan
         >>> s = StackProfile(step_fixed_s=1.8)

@@ -42,11 +42,14 @@ def test_the_scaling_doc_is_fresh(points, measured, heldout) -> None:  # type: i
 
 def test_heldout_runs_are_outside_the_dataset_and_follow_their_logs(heldout) -> None:  # type: ignore[no-untyped-def]
     """The held-out MLPerf runs are no run of the dataset (no fit reads them): the GB200 recipe at 4,096 and 8,192
-    GPUs with 16,384 sequences per step and the GB300 recipe at 256 and 512 with 15,360, each measured rate its
-    batch of 4,096-token sequences over its logged step time."""
+    GPUs with 16,384 sequences per step and the GB300 recipe at 256 and 512 with 15,360 (NVIDIA's), CoreWeave's
+    GB300 at 2,048, 4,096 and 8,192 with 16,384 and Google's GB200 at 256 with 15,360, each measured rate its batch
+    of 4,096-token sequences over its logged step time."""
     ids = {r.id for r in load_runs()}
-    assert [p.gpus for p in heldout] == [4096, 8192, 256, 512] and not ids & {p.run_id for p in heldout}
-    for p, batch, tp, step_s in zip(heldout, (16384, 16384, 15360, 15360), (2, 2, 1, 1), (5.42, 3.49, 38.96, 19.93),
+    assert [p.gpus for p in heldout] == [4096, 8192, 256, 512, 2048, 4096, 8192, 256]
+    assert not ids & {p.run_id for p in heldout}
+    for p, batch, tp, step_s in zip(heldout, (16384, 16384, 15360, 15360, 16384, 16384, 16384, 15360),
+                                    (2, 2, 1, 1, 1, 1, 1, 2), (5.42, 3.49, 38.96, 19.93, 6.1572, 3.0757, 1.6985, 59.1936),
                                     strict=True):
         assert p.microbatches == batch // (p.gpus // (tp * 4))  # PP4: gpus / (tp x 4) data-parallel ranks
         assert p.measured_tokens_per_s_per_gpu == pytest.approx(batch * 4096 / step_s / p.gpus, rel=5e-4)
