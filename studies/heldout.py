@@ -199,7 +199,7 @@ def mlperf_gpt_oss_markdown(path: Path = MLPERF_GPT_OSS) -> list[str]:
              f"`{path.relative_to(path.parents[2])}`: the `gpt_oss_20b` benchmark (NVIDIA's NeMo recipe: MXFP8, "
              "full-iteration CUDA graphs, HybridEP with 128 SMs, attention recomputed, the distributed optimizer) on "
              "GB300, GB200, B300, B200 and H100 (FP8, DeepEP), 8 to 512 GPUs, one run per recipe cell: where several "
-             "organisations submitted a cell, its median (their spread is 1-3%; sources in the file). No fit reads "
+             "organisations submitted a cell, its median (their spread: 1.3-3.4% of it; sources in the file). No fit reads "
              "them. Every step takes one microbatch (0.09-0.57 s): Megatron's fitted step boundary "
              f"(`step.fixed_s`, {fixed:.2f} s), measured only on steps that accumulate 8-512 microbatches, leaves no "
              "room in them, so it is charged only to accumulating steps (`StackProfile.step_boundary_s`); these runs "
