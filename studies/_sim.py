@@ -38,12 +38,16 @@ def stack_profile(name: str) -> StackProfile:
 
 
 @cache
-def step_boundary_seconds(stack_name: str) -> float:
-    """Seconds every step of stack ``stack_name`` pays at its boundary under the shipped joint parameters
-    (:func:`sim.joint.step_fixed_s`): a term of every prediction of the stack, so of every lower bound too."""
+def step_boundary_seconds(stack_name: str, plan: ParallelPlan) -> float:
+    """Seconds a step of ``plan`` under stack ``stack_name`` pays at its boundary with the shipped joint parameters
+    (:func:`sim.joint.step_fixed_s`, charged as :meth:`sim.stacks.StackProfile.step_boundary_s` charges it: only to
+    a step that accumulates microbatches): a term of the plan's prediction, so of every lower bound of it too."""
+    from dataclasses import replace
+
     from sim.joint import shipped_values, step_fixed_s
 
-    return step_fixed_s(stack_profile(stack_name), shipped_values())
+    stack = stack_profile(stack_name)
+    return replace(stack, step_fixed_s=step_fixed_s(stack, shipped_values())).step_boundary_s(plan)
 
 
 #: A line for reports: how stacks reach the simulator.

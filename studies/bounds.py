@@ -15,8 +15,8 @@ checks them against predictions over generated plans):
   overlapped pairs at their compute. Summed per pipeline rank, plus the
   pipeline's unavoidable fill and drain: a rank cannot start before microbatch 0's forward has crossed
   the chunks before its first, and (schedules without deferred weight gradients) after its last backward
-  the same microbatch's backward must still cross those chunks; plus the step boundary every step of the
-  stack pays (:func:`studies._sim.step_boundary_seconds`). The compute-only times
+  the same microbatch's backward must still cross those chunks; plus the step boundary the plan's step pays
+  (:func:`studies._sim.step_boundary_seconds`: an accumulating step of the stack). The compute-only times
   (:func:`studies._sim.layer_compute_seconds`) are a cheaper first bound for every schedule.
 - :func:`schedule_bound_s` (the simulator's own schedule): the plan's pipeline schedule run on its
   simulated chunks, each overlapped pair at the compute its busiest symmetry class runs (the compute stream
@@ -143,7 +143,7 @@ def pipeline_compute_bound_s(model: ModelSpec, cluster: ClusterSpec, plan: Paral
     fwd, bwd = cols[fi], cols[bi]
     fwd_alone, bwd_alone, fwd_comm, bwd_comm = cols[0], cols[1], cols[4], cols[5]
     m = plan.n_microbatches
-    boundary = step_boundary_seconds(stack_name)  # paid once by every step of the stack, whatever its plan
+    boundary = step_boundary_seconds(stack_name, plan)  # paid once by an accumulating step of the stack
     if dual:
         return _dual_bound(plan, fwd, bwd, fwd_alone, bwd_alone, fwd_comm, bwd_comm) + boundary
     ranks = chunk_ranks(plan, len(chunks))

@@ -80,7 +80,12 @@ def test_the_compute_bound_carries_the_step_boundary_every_step_pays() -> None:
 
     model, cluster = load_model("debug"), load_cluster("hgx-b200", n_gpus=8)
     plan = ParallelPlan(ep=4, dp_shard=8, global_batch=16, seq_len=512)
-    boundary = step_boundary_seconds("megatron-26.04")
+    boundary = step_boundary_seconds("megatron-26.04", plan)
     assert boundary == shipped_values()["step.fixed_s"] > 0
     bound = pipeline_compute_bound_s(model, cluster, plan, "megatron-26.04")
     assert boundary < bound <= predict_run(model, cluster, plan, "megatron-26.04").step_time_s
+    # a step of one microbatch pays none (StackProfile.step_boundary_s), so neither does its bound
+    single = ParallelPlan(ep=4, dp_shard=8, global_batch=8, seq_len=512)
+    assert step_boundary_seconds("megatron-26.04", single) == 0.0
+    assert pipeline_compute_bound_s(model, cluster, single, "megatron-26.04") <= predict_run(
+        model, cluster, single, "megatron-26.04").step_time_s < boundary
