@@ -182,8 +182,9 @@ PARAMS: tuple[ParamSpec, ...] = (
               "at MBS 4) is host-bound at its measured step; no fit reads that run. Constrained by the fitted runs "
               "whose layer passes sit at the floor (Qwen3-235B at MBS 1 on B200 and H100, Qwen3-30B on 16 H100): "
               "above ~200 us they come out slow"),
-    ParamSpec("step.fixed_s", 0.0, 0.0, 5.0, "seconds a training step spends once, whatever its microbatch count "
-              "and data-parallel size, beyond the per-step work modelled apart (pipeline fill and drain, exposed "
+    ParamSpec("step.fixed_s", 0.0, 0.0, 5.0, "seconds a training step that accumulates gradients spends once, "
+              "whatever its microbatch count (from two: StackProfile.step_boundary_s) and data-parallel size, beyond "
+              "the per-step work modelled apart (pipeline fill and drain, exposed "
               "data-parallel buckets, the optimizer, once-per-step reductions): the train loop's step boundary, "
               "where the GPU idles while the host finishes one step and starts the next (StackProfile.step_fixed_s): "
               "Megatron-Bridge's train loop; a release with another loop keeps its own (StackProfile."

@@ -178,9 +178,9 @@ class StackProfile:
     #: time of its eager ops (:func:`sim.predict.layers.host_issue_s`); 0: the host always keeps ahead. The
     #: joint calibration's ``host.eager_op_s`` for the shipped releases under eager and partial launch.
     host_op_s: float = 0.0
-    #: seconds each training step spends once, whatever its microbatch count and data-parallel size, beyond the
-    #: per-step work modelled apart (pipeline fill and drain, exposed data-parallel buckets, the optimizer, the
-    #: once-per-step reductions): the train loop's step boundary, where the GPU idles while the host finishes
+    #: seconds each accumulating training step spends once (:meth:`step_boundary_s`), whatever its microbatch count
+    #: and data-parallel size, beyond the per-step work modelled apart (pipeline fill and drain, exposed data-parallel
+    #: buckets, the optimizer, the once-per-step reductions): the train loop's step boundary, where the GPU idles while the host finishes
     #: one step and starts the next (the joint calibration's ``step.fixed_s`` for the shipped releases).
     step_fixed_s: float = 0.0
     #: whether the joint calibration's ``step.fixed_s`` is this release's step boundary (Megatron-Bridge's train
