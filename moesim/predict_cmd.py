@@ -36,6 +36,7 @@ from sim.loaders import (
 from sim.scenarios import DEFAULT_SCENARIO, load_scenario, run_scenario
 from sim.specs import (
     AC_MODES,
+    CP_COMM_TYPES,
     CUDA_GRAPH_SCOPES,
     EP_BACKENDS,
     GRAD_REDUCE_DTYPES,
@@ -73,7 +74,7 @@ _PLAN_HELP = {
 #: Plan fields ``moesim predict`` takes a flag for (``compare`` variants may set these and no others).
 PLAN_FLAG_FIELDS = (*_PLAN_INTS, "pp_schedule", "ac", "recompute_modules", "pp_layout", "precision", "ep_backend",
                     "routing", "ep_overlap", "grad_reduce_dtype", "cuda_graphs", "cuda_graph_scope", "fp8_output_proj",
-                    "fp8_attention", "compile_model")
+                    "fp8_attention", "compile_model", "cp_comm_type")
 GIB = float(1 << 30)
 _NIC_GBPS_MAX = 8e6  # 8 Pb/s: sim.limits.CLUSTER_BOUNDS nic_bw_bytes_per_s maximum, in Gb/s
 
@@ -126,6 +127,9 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--fp8-attention", action="store_true", default=None, dest="fp8_attention",
                    help="the attention core in FP8 (Transformer Engine fp8_dot_product_attention; needs an FP8 "
                         "precision; default: BF16)")
+    p.add_argument("--cp-comm-type", choices=CP_COMM_TYPES, dest="cp_comm_type",
+                   help="with --cp > 1: how context parallelism exchanges attention's inputs (Megatron cp_comm_type): "
+                        "p2p (ring attention, under the attention; default) or a2a (all-to-alls around the core)")
     p.add_argument("--no-compile-model", action="store_false", default=None, dest="compile_model",
                    help="the model's blocks run eager (TorchTitan without \"model\" in compile.components); default: "
                         "a compiled stack compiles them")
@@ -300,6 +304,8 @@ def resolved_plan(plan: dict[str, Any], stack: Any, varying: tuple[str, ...] = (
     shard = "ZeRO-1" if stack.param_sharding == "zero1" else "FSDP"
     sched = plan["pp_schedule"] + (f", vpp {plan['vpp']}" if plan.get("vpp", 1) > 1 else "")
     extra = "".join(f", {k} {plan[k]}" for k in ("dp_replicate", "cp") if plan.get(k, 1) > 1)
+    if plan.get("cp", 1) > 1:
+        extra += f" ({plan.get('cp_comm_type', 'p2p')})"
     overlap = ", ep_overlap" if plan.get("ep_overlap") else ""
     tail = (f", {plan['precision']}, {plan['ep_backend']}{overlap}" if not varying
             else f" ({' and '.join(varying)} per variant)")

@@ -45,6 +45,7 @@ __all__ = [
     "TP_ALL_REDUCE",
     "TP_ALL_GATHER",
     "TP_REDUCE_SCATTER",
+    "CP_ALL_TO_ALL",
     "PP_SEND",
     "PP_RECV",
     "DP_ALL_REDUCE",
@@ -94,6 +95,9 @@ FSDP_REDUCE_SCATTER = "fsdp.reduce_scatter"
 TP_ALL_REDUCE = "tp.all_reduce"
 TP_ALL_GATHER = "tp.all_gather"
 TP_REDUCE_SCATTER = "tp.reduce_scatter"
+#: context parallelism's exchange around the attention core under Megatron's ``cp_comm_type`` "a2a"
+#: (DeepSpeed-Ulysses): Q, K, V from sequence shards to head shards before it, the output back after it
+CP_ALL_TO_ALL = "cp.all_to_all"
 PP_SEND = "pp.send"
 PP_RECV = "pp.recv"
 DP_ALL_REDUCE = "dp.all_reduce"
@@ -128,6 +132,7 @@ ALL_OPS: tuple[str, ...] = (
     TP_ALL_REDUCE,
     TP_ALL_GATHER,
     TP_REDUCE_SCATTER,
+    CP_ALL_TO_ALL,
     PP_SEND,
     PP_RECV,
     DP_ALL_REDUCE,
@@ -145,6 +150,7 @@ COMM_OPS: frozenset[str] = frozenset(
         TP_ALL_REDUCE,
         TP_ALL_GATHER,
         TP_REDUCE_SCATTER,
+        CP_ALL_TO_ALL,
         PP_SEND,
         PP_RECV,
         DP_ALL_REDUCE,

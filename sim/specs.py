@@ -51,6 +51,7 @@ __all__ = [
     "RECOMPUTE_MODULES",
     "GRAD_REDUCE_DTYPES",
     "GRAD_REDUCE_BYTES",
+    "CP_COMM_TYPES",
     "TE_GRAPH_SCOPES",
 ]
 
@@ -68,6 +69,10 @@ EP_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep", "uccl-ep", "deepep-v2"
 TRANSPORTS = ("infiniband", "efa")
 #: gradient accumulation / reduction dtypes a plan may name, and their bytes per element.
 GRAD_REDUCE_DTYPES = ("fp32", "bf16")
+#: Megatron-Core ``cp_comm_type``: "p2p" (ring attention: key/value blocks passed around the ring, each transfer
+#: under the attention of the block before; its default and TorchTitan's) or "a2a" (DeepSpeed-Ulysses: all-to-alls
+#: of Q, K, V and the output around the attention core, on the step's path).
+CP_COMM_TYPES = ("p2p", "a2a")
 GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2}
 ATTENTION_KINDS = ("mla", "gqa")
 SCORE_FUNCS = ("sigmoid", "softmax")
@@ -474,6 +479,10 @@ class ParallelPlan:
     #: or only the loss compiled), so they launch and issue from Python as an eager stack's do
     #: (:func:`sim.joint.launch_mode`). No effect on a stack that launches eagerly or from CUDA graphs.
     compile_model: bool = True
+    #: how context parallelism exchanges attention's inputs (:data:`CP_COMM_TYPES`; Megatron ``cp_comm_type``):
+    #: "p2p" passes key/value blocks around the CP ring under the attention of the block before (not priced),
+    #: "a2a" all-to-alls Q, K, V and the output around the core (``cp.all_to_all`` ops). Only with ``cp`` > 1.
+    cp_comm_type: str = "p2p"
 
     def __post_init__(self) -> None:
         owner = "plan"
@@ -504,6 +513,7 @@ class ParallelPlan:
         _require_choice(owner, "precision", self.precision, PRECISIONS)
         _require_choice(owner, "ep_backend", self.ep_backend, EP_BACKENDS)
         _require_choice(owner, "cuda_graphs", self.cuda_graphs, CUDA_GRAPH_SCOPES)
+        _require_choice(owner, "cp_comm_type", self.cp_comm_type, CP_COMM_TYPES)
         if not isinstance(self.cuda_graph_scope, str):
             raise ConfigError(f"plan: cuda_graph_scope must be a comma-separated string, got {self.cuda_graph_scope!r}")
         for scope in _names(self.cuda_graph_scope):

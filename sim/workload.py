@@ -483,6 +483,8 @@ class Workload:
             out += self._act_quant(ops.ATTN_CORE, T * (H / t * qk + kv_heads * (qk + v)), module="core_attn",
                                    reads_input=True, copies=2 if self.plan.precision == "mxfp8" else 1)
             attn_dtype = "fp8"
+        kv_heads = H / t if m.attention == "mla" else max(1, m.n_kv_heads // t)
+        out += self._cp_exchange(T * (H / t * qk + kv_heads * (qk + v)))  # Q, K, V: sequence -> head shards
         window_share = rows = 0.0
         if m.n_windowed_layers:
             f = m.n_windowed_layers / m.n_layers
@@ -491,9 +493,19 @@ class Workload:
         out.append(OpSpec(ops.ATTN_CORE, "attn", flops=2 * T * H / t * (qk + v) * mean_keys,
                           elems=T * H / t * mean_keys, module="core_attn", dtype=attn_dtype, rows=rows,
                           window_share=window_share))
+        out += self._cp_exchange(T * H / t * v)  # the output: head -> sequence shards
         out += self._linear(ops.ATTN_O_PROJ, T, H * v / t, D)
         out += self._tp("rs")
         return out
+
+    def _cp_exchange(self, elems: float) -> list[OpSpec]:
+        """Context parallelism's all-to-all of ``elems`` BF16 values of this rank's sequence shard under Megatron's
+        ``cp_comm_type`` "a2a" (DeepSpeed-Ulysses; Transformer Engine's attention runs it around the core):
+        each rank keeps 1/cp of them. None under "p2p": ring attention passes key/value blocks around the CP
+        ring, each transfer under the attention of the block before, off the step's path (not priced)."""
+        if self.plan.cp == 1 or self.plan.cp_comm_type != "a2a":
+            return []
+        return [OpSpec(ops.CP_ALL_TO_ALL, "comm", coll=ops.CP_ALL_TO_ALL, nbytes=BF16 * elems, module="core_attn")]
 
     def _dense_ffn(self) -> list[OpSpec]:
         m, t, T = self.model, self.plan.tp, self.tokens
@@ -637,6 +649,7 @@ class Workload:
                 "tp.reduce_scatter": (ops.TP_ALL_GATHER, "tp.all_gather"),
                 "a2a.dispatch": (ops.MOE_DISPATCH, "a2a.combine"),
                 "a2a.combine": (ops.MOE_COMBINE, "a2a.dispatch"),
+                ops.CP_ALL_TO_ALL: (ops.CP_ALL_TO_ALL, ops.CP_ALL_TO_ALL),  # the gradients all-to-all back
             }
             if op.coll not in swap:
                 return []

@@ -204,8 +204,8 @@ def mlperf_gpt_oss_markdown(path: Path = MLPERF_GPT_OSS) -> list[str]:
              f"(`step.fixed_s`, {fixed:.2f} s), measured only on steps that accumulate 8-512 microbatches, leaves no "
              "room in them, so it is charged only to accumulating steps (`StackProfile.step_boundary_s`); these runs "
              "set that rule, so they check the rest of the model, not the rule. The last column adds the boundary "
-             "back. Not modelled here: context parallelism's all-to-all exchange and the expert-rank capacity "
-             "padding of the CUDA-graphed dispatch.", "",
+             "back. Context parallelism's exchange is the recipe's (`cp_comm_type` a2a: all-to-alls around the "
+             "attention core); not modelled: the expert-rank capacity padding of the CUDA-graphed dispatch.", "",
              f"{every['runs']:.0f} cells: mean |error| **{every['mean_abs'] * 100:.1f}%**, max "
              f"**{every['max_abs'] * 100:.1f}%**, mean signed {every['mean'] * 100:+.1f}%, inside p10-p90 "
              f"{every['inside']:.0f} of {every['runs']:.0f}.", "",

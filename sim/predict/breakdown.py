@@ -7,7 +7,7 @@ the bytes it sends per step, the link class, the achieved rate over the engine's
 backend's own cost model says limits it (:class:`sim.comm.CommCost`).
 
 Categories: ``compute.<op class>``, exposed communication (``comm.a2a``: exposed all-to-all seconds,
-``comm.a2a_count_exchange``, ``comm.tp``, ``comm.fsdp``, ``comm.dp``, ``comm.wait``: a stream waiting for
+``comm.a2a_count_exchange``, ``comm.tp``, ``comm.cp``, ``comm.fsdp``, ``comm.dp``, ``comm.wait``: a stream waiting for
 a peer or another stream with nothing running), ``host_sync`` (GPU idle behind a blocking host copy),
 ``pipeline_bubble``, ``optimizer``, and data-parallel work at scale (:mod:`sim.predict.dp_scale`):
 ``comm.dp_exposed`` (ZeRO-1 buckets not hidden), ``comm.dp_once`` (once-per-step reductions) and
@@ -35,6 +35,7 @@ BOTTLENECKS = {
     "comm.a2a": f"{ops.MOE_DISPATCH}/combine (ep all-to-all)",
     "comm.a2a_count_exchange": ops.A2A_COUNT_EXCHANGE,
     "comm.tp": f"{ops.TP_ALL_GATHER}/reduce_scatter",
+    "comm.cp": f"{ops.CP_ALL_TO_ALL} (context parallelism's exchange around attention)",
     "comm.fsdp": f"{ops.FSDP_ALL_GATHER}/reduce_scatter",
     "comm.dp": ops.DP_ALL_REDUCE,
     "comm.dp_exposed": "data-parallel gradient reduce-scatter / parameter all-gather (exposed buckets)",
@@ -172,6 +173,9 @@ class _Costs:
         if op.coll in ("tp.all_gather", "tp.reduce_scatter"):
             ranks = ctx.group_ranks("tp")
             return comm.ring_cost(ctx.cluster, ranks, op.nbytes, ctx.ccosts) if len(ranks) > 1 else None
+        if op.coll == ops.CP_ALL_TO_ALL:
+            ranks = ctx.group_ranks("cp")
+            return comm.ring_cost(ctx.cluster, ranks, op.nbytes / ctx.plan.cp, ctx.ccosts) if len(ranks) > 1 else None
         return None
 
     def fsdp(self, kind: str, what: str) -> comm.CommCost | None:

@@ -46,11 +46,12 @@ EXPOSED_KIND = {
     ops.A2A_HOST_SYNC: "host_sync",
     ops.TP_ALL_GATHER: "comm.tp",
     ops.TP_REDUCE_SCATTER: "comm.tp",
+    ops.CP_ALL_TO_ALL: "comm.cp",
     ops.FSDP_ALL_GATHER: "comm.fsdp",
     ops.FSDP_REDUCE_SCATTER: "comm.fsdp",
 }
 #: when several exposed things overlap, the earlier category takes the time (the sum stays the span).
-_PRIORITY = ("host_sync", "comm.a2a", "comm.a2a_count_exchange", "comm.tp", "comm.fsdp", "comm.other")
+_PRIORITY = ("host_sync", "comm.a2a", "comm.a2a_count_exchange", "comm.tp", "comm.cp", "comm.fsdp", "comm.other")
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from sim import comm
+from sim import comm, ops
 from sim.accounting import count_params
 from sim.costs import CostModel
 from sim.layout import Coords, Layout
@@ -145,12 +145,13 @@ class Context:
         return self._coll[key]
 
     def group_ranks(self, group: str) -> list[int]:
-        """The representative rank's ``tp``, ``dp`` (FSDP), ``edp`` (expert FSDP) or ``rep`` group (memoised)."""
+        """The representative rank's ``tp``, ``dp`` (FSDP), ``edp`` (expert FSDP), ``rep`` or ``cp`` group
+        (memoised)."""
         ranks = self._groups.get(group)
         if ranks is None:
             ranks = self._groups[group] = list(
                 {"tp": self.layout.tp_group, "dp": self.layout.dp_shard_group, "edp": self.layout.expert_fsdp_group,
-                 "rep": self.layout.dp_replicate_group}[group](self.rep))
+                 "rep": self.layout.dp_replicate_group, "cp": self.layout.cp_group}[group](self.rep))
         return list(ranks)
 
     def crosses_nic(self, ranks: list[int]) -> bool:
@@ -213,6 +214,8 @@ class Context:
             return OpTime(self.collective("ag", op.nbytes), self.ccosts.nccl_channels)
         if op.coll == "tp.reduce_scatter":
             return OpTime(self.collective("rs", op.nbytes), self.ccosts.nccl_channels)
+        if op.coll == ops.CP_ALL_TO_ALL:  # each rank sends (cp - 1) / cp of its bytes: an all-gather's traffic
+            return OpTime(self.collective("ag", op.nbytes / self.plan.cp, "cp"), self.ccosts.nccl_channels)
         raise AssertionError(op)
 
     # --- FSDP / ZeRO sizes ------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 from sim.catalog import load_model, model_names
 from sim.errors import ConfigError
 from sim.fileio import read_input
-from sim.specs import FP8_ATTENTION_PRECISIONS, TE_GRAPH_SCOPES
+from sim.specs import CP_COMM_TYPES, FP8_ATTENTION_PRECISIONS, TE_GRAPH_SCOPES
 from studies.importers.common import (
     ImportedConfig,
     Keys,
@@ -259,6 +259,11 @@ def from_megatron(path: str) -> ImportedConfig:
     elif f.get("vpp", 1) > 1:
         raise m.fail("virtual_pipeline_model_parallel_size", f["vpp"], "needs pipeline_model_parallel_size > 1")
     m.get("train_iters")
+    cp_comm = m.get("cp_comm_type")
+    if cp_comm is not None:
+        if cp_comm not in CP_COMM_TYPES:
+            raise m.fail("cp_comm_type", cp_comm, f"moesim simulates {' or '.join(CP_COMM_TYPES)}")
+        f["cp_comm_type"] = cp_comm
     sp = m.flag("sequence_parallel")
     if f.get("tp", 1) > 1 and sp is False:
         notes.append("note: sequence_parallel is off with tensor parallelism; moesim simulates sequence-parallel TP")

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim import comm
+from sim import comm, ops
 from sim.calibration import load_calibration, to_cost_model
 from sim.catalog import gpu_names, load_cluster, load_gpu, load_model
 from sim.costs import CostModel, default_costs
@@ -557,3 +557,32 @@ def test_te_casts_a_grouped_linears_input_expert_by_expert(precision: str, per_s
     if precision == "mxfp8":
         titan = Workload(load_model("deepseek-v3-16b"), plan, load_stack("torchtitan"))
         assert {op.launches for op in titan.layer_ops("moe", "fwd") if op.name == "moe.quantize"} == {1}
+
+
+def test_context_parallel_a2a_exchanges_qkv_and_the_output_around_the_core() -> None:
+    """Megatron's ``cp_comm_type`` a2a (Ulysses) all-to-alls Q, K, V before the attention core and its output
+    after, forward and backward, on the CP group: ``comm.cp`` seconds the p2p ring (under the attention) does not
+    pay; each op moves an all-gather's traffic of its bytes over ``cp`` ranks."""
+    from sim.predict import simulation_context
+
+    cluster = load_cluster("hgx-b200", n_gpus=8)
+    ring = _plan(8, cp=2, dp_shard=4, seq_len=2048, global_batch=8)
+    ulysses = dataclasses.replace(ring, cp_comm_type="a2a")
+    p_ring, p_uly = predict(DEBUG, cluster, ring), predict(DEBUG, cluster, ulysses)
+    assert "comm.cp" not in p_ring.breakdown and p_uly.breakdown["comm.cp"] > 0
+    assert p_uly.step_time_s > p_ring.step_time_s
+    stack = load_stack("torchtitan")
+    ctx = simulation_context(DEBUG, cluster, ulysses, default_costs(cluster.gpu), stack)
+    fwd = [op for op in ctx.wl.layer_ops("moe", "fwd") if op.name == ops.CP_ALL_TO_ALL]
+    bwd = [op for op in ctx.wl.layer_ops("moe", "bwd") if op.name == ops.CP_ALL_TO_ALL]
+    assert len(fwd) == 2 and len(bwd) >= 2
+    m, T = DEBUG, ulysses.micro_batch * ulysses.seq_len / ulysses.cp
+    if m.attention == "mla":  # every head's K and V, decompressed (the debug model is MLA)
+        qk, v, kv = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim, m.n_heads
+    else:
+        qk, v, kv = m.head_dim, m.head_dim, max(1, m.n_kv_heads)
+    assert fwd[0].nbytes == pytest.approx(2 * T * (m.n_heads * qk + kv * (qk + v)))
+    assert fwd[1].nbytes == pytest.approx(2 * T * m.n_heads * v)
+    assert ctx.op_time(fwd[1], 0).seconds == pytest.approx(ctx.collective("ag", fwd[1].nbytes / 2, "cp"))
+    ring_ctx = simulation_context(DEBUG, cluster, ring, default_costs(cluster.gpu), stack)
+    assert not [op for op in ring_ctx.wl.layer_ops("moe", "fwd") if op.name == ops.CP_ALL_TO_ALL]
