@@ -77,9 +77,10 @@ def assumptions(args: argparse.Namespace) -> list[str]:
 
         rec = joint_fit_record().get("params", {}).get("step.fixed_s", {})
         if covers(profile, shipped_values()) and rec.get("value"):
-            lines.append(f"step boundary: {rec['value']:.2f} s (+- {rec.get('sigma') or 0:.2f}) each step spends once, "
-                         "whatever its microbatches and data-parallel size (joint step.fixed_s; it weighs most on "
-                         "short steps: many GPUs for a small global batch)")
+            lines.append(f"step boundary: {rec['value']:.2f} s (+- {rec.get('sigma') or 0:.2f}) each step that "
+                         "accumulates two or more microbatches per rank spends once, whatever its data-parallel size "
+                         "(joint step.fixed_s, StackProfile.step_boundary_s; it weighs most on short steps: many GPUs "
+                         "for a small global batch; a step of one microbatch pays none)")
     if profile is not None and profile.document_mask:
         lines.append("attention: masked at document boundaries, documents of C4's lengths (this stack's "
                      "FlexAttention block_causal mask; sim.documents); longer documents cost more attention")
