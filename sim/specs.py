@@ -514,6 +514,9 @@ class ParallelPlan:
         _require_choice(owner, "ep_backend", self.ep_backend, EP_BACKENDS)
         _require_choice(owner, "cuda_graphs", self.cuda_graphs, CUDA_GRAPH_SCOPES)
         _require_choice(owner, "cp_comm_type", self.cp_comm_type, CP_COMM_TYPES)
+        if self.cp_comm_type != "p2p" and self.cp == 1:
+            raise ConfigError(f"plan: cp_comm_type {self.cp_comm_type!r} needs context parallelism (cp > 1): with cp "
+                              "(1) there is no exchange")
         if not isinstance(self.cuda_graph_scope, str):
             raise ConfigError(f"plan: cuda_graph_scope must be a comma-separated string, got {self.cuda_graph_scope!r}")
         for scope in _names(self.cuda_graph_scope):

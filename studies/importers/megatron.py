@@ -263,7 +263,8 @@ def from_megatron(path: str) -> ImportedConfig:
     if cp_comm is not None:
         if cp_comm not in CP_COMM_TYPES:
             raise m.fail("cp_comm_type", cp_comm, f"moesim simulates {' or '.join(CP_COMM_TYPES)}")
-        f["cp_comm_type"] = cp_comm
+        if f.get("cp", 1) > 1:  # recipes name it with cp 1 too, where it does nothing
+            f["cp_comm_type"] = cp_comm
     sp = m.flag("sequence_parallel")
     if f.get("tp", 1) > 1 and sp is False:
         notes.append("note: sequence_parallel is off with tensor parallelism; moesim simulates sequence-parallel TP")

@@ -75,3 +75,11 @@ def test_tied_embeddings_have_no_output_matrix() -> None:
     tied, untied = dataclasses.replace(m, tie_embeddings=True), dataclasses.replace(m, tie_embeddings=False)
     assert count_params(untied).total - count_params(tied).total == m.vocab_size * m.dim
     assert count_params(tied).output == 0
+
+
+def test_cp_comm_type_is_a_choice_and_needs_context_parallelism() -> None:
+    with pytest.raises(ConfigError, match=r"^plan: cp_comm_type must be one of p2p, a2a; got 'ring'"):
+        ParallelPlan(cp=2, dp_shard=1, cp_comm_type="ring")
+    with pytest.raises(ConfigError, match=r"^plan: cp_comm_type 'a2a' needs context parallelism \(cp > 1\)"):
+        ParallelPlan(cp_comm_type="a2a")
+    assert ParallelPlan(cp=2, cp_comm_type="a2a").cp_comm_type == "a2a"

@@ -245,11 +245,13 @@ def test_torchtitan_compile_scope_becomes_the_plans(tmp_path: Path, enable: str,
 
 
 def test_megatron_cp_comm_type_becomes_the_plans(tmp_path: Path) -> None:
-    """``model.cp_comm_type`` (Megatron-Core: p2p ring attention or a2a Ulysses all-to-alls) is the plan's; a value
-    moesim does not simulate is refused naming the key."""
+    """``model.cp_comm_type`` (Megatron-Core: p2p ring attention or a2a Ulysses all-to-alls) is the plan's when
+    context parallelism is on; a value moesim does not simulate is refused naming the key."""
     path = tmp_path / "r.yaml"
     path.write_text("model:\n  context_parallel_size: 2\n  cp_comm_type: a2a\n")
     assert import_config(path, "megatron").fields["cp_comm_type"] == "a2a"
     path.write_text("model:\n  context_parallel_size: 2\n  cp_comm_type: a2a+p2p\n")
     with pytest.raises(ConfigError, match="cp_comm_type"):
         import_config(path, "megatron")
+    path.write_text("model:\n  cp_comm_type: a2a\n")  # named without context parallelism: nothing to exchange
+    assert "cp_comm_type" not in import_config(path, "megatron").fields
