@@ -410,9 +410,10 @@ def covers(stack: StackProfile, values: Mapping[str, float]) -> bool:
 
 
 def step_fixed_s(stack: StackProfile, values: Mapping[str, float]) -> float:
-    """Seconds every step of ``stack`` pays once at its boundary under ``values``: the joint ``step.fixed_s`` for
-    a release the fit covers (:func:`covers`) whose train loop it describes (``StackProfile.joint_step_boundary``),
-    else the stack's own ``step_fixed_s``."""
+    """Seconds a step of ``stack`` pays once at its boundary under ``values`` (an accumulating step: which steps pay
+    it is :meth:`sim.stacks.StackProfile.step_boundary_s`): the joint ``step.fixed_s`` for a release the fit covers
+    (:func:`covers`) whose train loop it describes (``StackProfile.joint_step_boundary``), else the stack's own
+    ``step_fixed_s``."""
     if covers(stack, values) and stack.joint_step_boundary:
         return float(values["step.fixed_s"])
     return stack.step_fixed_s
