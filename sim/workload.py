@@ -474,17 +474,17 @@ class Workload:
         full_keys = attended_keys(self.plan.seq_len) if self.stack.document_mask else (self.plan.seq_len + 1) / 2
         mean_keys = m.mean_attended_keys(self.plan.seq_len, full_keys)
         attn_dtype = "bf16"
+        kv_heads = H / t if m.attention == "mla" else max(1, m.n_kv_heads // t)
+        qkv_elems = T * (H / t * qk + kv_heads * (qk + v))  # the core's inputs on this rank
         if self.plan.fp8_attention:
             # FP8 attention (TE fp8_dot_product_attention): Q, K and V cast from the BF16 the projections (and MLA's
             # RoPE concat) write, under MXFP8 along both the sequence and the head dimension (TE PR #2719's
             # mxfp8_quantize_fast_path: the forward and backward matmuls contract over either); the core runs at FP8
             # attention's rates (CostModel.attention_time).
-            kv_heads = H / t if m.attention == "mla" else max(1, m.n_kv_heads // t)
-            out += self._act_quant(ops.ATTN_CORE, T * (H / t * qk + kv_heads * (qk + v)), module="core_attn",
+            out += self._act_quant(ops.ATTN_CORE, qkv_elems, module="core_attn",
                                    reads_input=True, copies=2 if self.plan.precision == "mxfp8" else 1)
             attn_dtype = "fp8"
-        kv_heads = H / t if m.attention == "mla" else max(1, m.n_kv_heads // t)
-        out += self._cp_exchange(T * (H / t * qk + kv_heads * (qk + v)))  # Q, K, V: sequence -> head shards
+        out += self._cp_exchange(qkv_elems)  # Q, K, V: sequence -> head shards
         window_share = rows = 0.0
         if m.n_windowed_layers:
             f = m.n_windowed_layers / m.n_layers
