@@ -170,13 +170,12 @@ class _Costs:
                                          overlapped=self.overlapped)
         if op.coll == "a2a.counts":
             return ctx.a2a("a2a.dispatch").counts_cost
-        if op.coll in ("tp.all_gather", "tp.reduce_scatter"):
-            ranks = ctx.group_ranks("tp")
-            return comm.ring_cost(ctx.cluster, ranks, op.nbytes, ctx.ccosts) if len(ranks) > 1 else None
-        if op.coll == ops.CP_ALL_TO_ALL:
-            ranks = ctx.group_ranks("cp")
-            return comm.ring_cost(ctx.cluster, ranks, op.nbytes / ctx.plan.cp, ctx.ccosts) if len(ranks) > 1 else None
-        return None
+        ring = ctx.ring_of(op)
+        if ring is None:
+            return None
+        kind, nbytes, group = ring
+        ranks = ctx.group_ranks(group)
+        return comm.ring_cost(ctx.cluster, ranks, nbytes, ctx.ccosts, kind) if len(ranks) > 1 else None
 
     def fsdp(self, kind: str, what: str) -> comm.CommCost | None:
         """One layer's FSDP gather (``ag``) or reduction (``rs``) over its dense and expert groups

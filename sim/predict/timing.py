@@ -210,13 +210,22 @@ class Context:
             nic = float(res.nic_bytes.max())
             flow = Flow(nic, nic / t) if nic > 0 and t > 0 else None
             return OpTime(t, res.sms_used, flow)
+        ring = self.ring_of(op)
+        if ring is None:
+            raise AssertionError(op)
+        return OpTime(self.collective(*ring), self.ccosts.nccl_channels)
+
+    def ring_of(self, op: OpSpec) -> tuple[str, float, str] | None:
+        """(kind, bytes per rank, group) of the ring collective a tensor- or context-parallel op is priced as,
+        for :meth:`collective` and the breakdown's cost alike; None for any other op. Context parallelism's
+        all-to-all sends (cp - 1) / cp of its bytes: an all-gather's traffic of its bytes over cp ranks."""
         if op.coll == "tp.all_gather":
-            return OpTime(self.collective("ag", op.nbytes), self.ccosts.nccl_channels)
+            return "ag", op.nbytes, "tp"
         if op.coll == "tp.reduce_scatter":
-            return OpTime(self.collective("rs", op.nbytes), self.ccosts.nccl_channels)
-        if op.coll == ops.CP_ALL_TO_ALL:  # each rank sends (cp - 1) / cp of its bytes: an all-gather's traffic
-            return OpTime(self.collective("ag", op.nbytes / self.plan.cp, "cp"), self.ccosts.nccl_channels)
-        raise AssertionError(op)
+            return "rs", op.nbytes, "tp"
+        if op.coll == ops.CP_ALL_TO_ALL:
+            return "ag", op.nbytes / self.plan.cp, "cp"
+        return None
 
     # --- FSDP / ZeRO sizes ------------------------------------------------------------------------
     def layer_shards(self, kind: str) -> tuple[float, float]:
