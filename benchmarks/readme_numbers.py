@@ -86,6 +86,40 @@ def _coverage(fmt: str) -> str:
     return fmt.format(covered=covered, n=n, pct=covered / n * 100, stacks=stacks)
 
 
+def _held_out_interval_totals() -> str:
+    """Held-out runs inside their p10-p90 as ``python -m studies.interval_check`` counts them, with and without the
+    AWS EFA matrix."""
+    from studies.interval_check import held_out_intervals
+
+    rows = held_out_intervals()
+    no_efa = [r for r in rows if r.file != "efa_runs.toml"]
+    inside = sum(r.covered for r in rows)
+    return (f"{len(rows)} held-out runs **{inside} fall inside their interval ({100 * inside / len(rows):.0f}%)**; "
+            f"without the EFA matrix {sum(r.covered for r in no_efa)} of {len(no_efa)}")
+
+
+def _recent_mean() -> str:
+    """Mean |error| of the held-out newest Megatron-Bridge containers (``studies/data/heldout_recent.toml``)."""
+    from studies.heldout import HELDOUT_RECENT, heldout_rows, summary
+
+    return f"{summary([r for r in heldout_rows(HELDOUT_RECENT) if r.error is not None], lambda r: 'all')['all']['mean_abs'] * 100:.1f}%"
+
+
+def _recent_signed() -> str:
+    from studies.heldout import HELDOUT_RECENT, heldout_rows, summary
+
+    return f"{summary([r for r in heldout_rows(HELDOUT_RECENT) if r.error is not None], lambda r: 'all')['all']['mean'] * 100:+.1f}%"
+
+
+def _recent_pair() -> str:
+    """The measured-only boundary of the pair of newest-container runs at two global batches."""
+    from studies.heldout import boundary_pair
+
+    pair = boundary_pair()
+    assert pair is not None
+    return f"{pair[2]:.3f} s a microbatch plus **{pair[3]:.2f} s"
+
+
 def _memory_pair() -> str:
     """Predicted tensor memory against the logged peak of the two TorchTitan 512-H100 runs (``moesim validate``)."""
     rows = {r.run_id: r for r in validation().rows}
@@ -411,6 +445,13 @@ FIGURES: list[Figure] = [
     Figure("layer cells within 10%", "README.md", r"; (\d+ of \d+) within 10% forward", _layer_cells_within),
     Figure("TorchTitan H100 memory", "README.md", r"TorchTitan 512-H100\npair's tensors: (.*?\)), where",
            _memory_pair),
+    Figure("newest containers mean", "README.md", r"as a user would, they come out mean \|error\| \*\*([\d.]+%)\*\*",
+           _recent_mean),
+    Figure("newest containers signed", "README.md", r"\*\* \(mean signed\n?([+-][\d.]+%)\)\. Their presets", _recent_signed),
+    Figure("newest containers boundary pair", "README.md", r"measured only, takes ([\d.]+ s a microbatch plus \*\*[\d.]+ s)\*\* once",
+           _recent_pair),
+    Figure("held-out interval totals", "README.md", r"On the (\d+ held-out runs \*\*\d+ fall inside their interval "
+           r"\(\d+%\)\*\*; without the EFA matrix \d+ of \d+)\.", _held_out_interval_totals),
     Figure("LOO coverage (README)", "README.md", r"Leave-one-out coverage on the held-out runs \(`moesim validate`\):\n"
            r"\*\*(.*?)\.", lambda: _coverage("{covered} of {n} inside their interval ({pct:.0f}% against a nominal "
                                               "80%)**; {stacks}")),

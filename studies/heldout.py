@@ -1,12 +1,14 @@
 """Runs no fit reads, predicted with the shipped calibration: how far its answers carry.
 
-Four files in the dataset's schema: ``studies/data/heldout_models.toml``, models no fit has seen (GPT-OSS-120B's and
+Files in the dataset's schema: ``studies/data/heldout_models.toml``, models no fit has seen (GPT-OSS-120B's and
 Kimi-K2's Megatron-Bridge runs), ``studies/data/heldout_runs.toml``, the other rows of the Megatron-Bridge
 performance tables for the fitted models (containers, GPUs and plans the fit did not read), and
 ``studies/data/efa_runs.toml``, a fabric and a backend no fitted run uses (Qwen3-235B over AWS EFA with NCCL,
 DeepEP and UCCL-EP; measured-runs.md s7), predicted with the transport's sourced costs alone
 (:mod:`sim.comm.transport`), and ``studies/data/heldout_torchtitan.toml``, TorchTitan's short single-node steps
-(DeepSeek-V3 16B from its tracker), which check its train loop's own step boundary.
+(DeepSeek-V3 16B from its tracker), which check its train loop's own step boundary, and
+``studies/data/heldout_recent.toml``, Megatron-Bridge's newest containers (26.06 to 26.08), newer than every fitted
+run and predicted with the newest profile, whose full-iteration-graph recipes show where the step boundary holds.
 
 The joint calibration is fitted on DeepSeek-V3 and Qwen3 runs. GPT-OSS-120B differs where the cost model is
 least tied down (64-wide attention heads, every other layer in a 128-token window, 128 experts of 2880 in BF16,
@@ -28,11 +30,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sim.joint import shipped_values
+from sim.stacks import profile_for
 from studies.change_budget import plan_changes
 from studies.dataset import MeasuredRun, load_runs, resolve_run
 from studies.validate import ValidationRow, validate_runs
 
-__all__ = ["EFA_RUNS", "HELDOUT_MODELS", "HELDOUT_RUNS", "HELDOUT_TORCHTITAN", "MLPERF_GPT_OSS", "mlperf_gpt_oss_markdown",
+__all__ = ["EFA_RUNS", "HELDOUT_MODELS", "HELDOUT_RECENT", "HELDOUT_RUNS", "recent_releases_markdown", "boundary_pair", "HELDOUT_TORCHTITAN", "MLPERF_GPT_OSS", "mlperf_gpt_oss_markdown",
            "torchtitan_markdown", "ladder_markdown",
            "ladder_rungs", "heldout_rows", "heldout_markdown", "heldout_runs_markdown",
            "efa_markdown", "summary", "SAME_PLAN_PAIRS"]
@@ -47,6 +50,9 @@ HELDOUT_TORCHTITAN = Path(__file__).resolve().parent / "data" / "heldout_torchti
 #: MLPerf Training v6.0 GPT-OSS-20B: one recipe cell per (GPU, GPU count, plan), every submitter's median (the
 #: dataset's schema; no fit reads them). Steps of one microbatch: they bound the step boundary there.
 MLPERF_GPT_OSS = Path(__file__).resolve().parent / "data" / "mlperf_gpt_oss.toml"
+#: Megatron-Bridge's newest containers (26.06 to 26.08), newer than every fitted run (the dataset's schema; no fit
+#: reads them): predicted with the newest profile, as a user would.
+HELDOUT_RECENT = Path(__file__).resolve().parent / "data" / "heldout_recent.toml"
 #: Runs over AWS EFA, three all-to-all backends (the dataset's schema; no fit reads them).
 EFA_RUNS = Path(__file__).resolve().parent / "data" / "efa_runs.toml"
 #: (GPU, over GPU) pairs of GPT-OSS-120B that run the same plan in every container (EP8 on HGX, EP64 on the rack).
@@ -81,6 +87,8 @@ def _plan(run: MeasuredRun, backend: bool = True) -> str:
         parts.append("a2a overlap")
     if p.get("cuda_graphs") == "partial":
         parts.append("TE graphs")
+    if p.get("cuda_graphs") == "full":
+        parts.append("full-iteration graphs")
     if p.get("recompute_modules"):
         parts.append(f"recompute {p['recompute_modules']}")
     return ", ".join(parts)
@@ -163,6 +171,78 @@ def _with_boundary_error(row: ValidationRow, run: MeasuredRun, fixed_s: float) -
     assert tokens is not None
     step = resolve_run(run)[2].tokens_per_step / run.gpus / tokens
     return tokens * step / (step + fixed_s) / row.measured_tokens_per_s_per_gpu - 1
+
+
+def _charged_boundary(run: MeasuredRun) -> float:
+    """Seconds of Megatron's step boundary the shipped model charges ``run``'s step (0 for a one-microbatch step)."""
+    from studies._sim import step_boundary_seconds
+
+    return step_boundary_seconds(profile_for(run.stack, run.release), resolve_run(run)[2])
+
+
+def boundary_pair(path: Path = HELDOUT_RECENT) -> tuple[str, str, float, float] | None:
+    """Two runs of ``path`` with one plan and container but their global batch (so their microbatch count): (run,
+    run, seconds per microbatch, intercept). A step of m microbatches takes slope x m + intercept, so the intercept
+    bounds what a step spends once (its boundary, with the pipeline's fill and drain), whatever the model says."""
+    runs = load_runs(path)
+    for i, a in enumerate(runs):
+        for b in runs[i + 1:]:
+            same = {k: v for k, v in a.plan.items() if k != "global_batch"} == {
+                k: v for k, v in b.plan.items() if k != "global_batch"}
+            if not (same and a.model == b.model and a.gpu == b.gpu and a.gpus == b.gpus and a.release == b.release
+                    and a.plan.get("global_batch") != b.plan.get("global_batch")):
+                continue
+            steps = []
+            for r in (a, b):
+                plan = resolve_run(r)[2]
+                m = plan.n_microbatches
+                steps.append((m, plan.global_batch * plan.seq_len / r.gpus / r.measured_tokens_per_s_per_gpu))
+            (m1, s1), (m2, s2) = sorted(steps)
+            slope = (s2 - s1) / (m2 - m1)
+            return a.id, b.id, slope, s1 - slope * m1
+    return None
+
+
+def recent_releases_markdown(path: Path = HELDOUT_RECENT) -> list[str]:
+    """The newest containers' section of ``docs/transfer.md``: the summary by model, GPU and container, each run with
+    its error and, beside it, its error were the step boundary the model charges left out; and the one pair of runs
+    that measures a recipe's boundary without the model."""
+    runs, rows = _predicted(path)
+    every = summary(rows, lambda r: "all")["all"]
+    fixed = shipped_values()["step.fixed_s"]
+    lines = ["## Megatron-Bridge's newest containers, 26.06 to 26.08 (held out)", "",
+             f"`{path.relative_to(path.parents[2])}`: every pre-training row of Megatron-Bridge's performance tables "
+             "for the catalog's MoE models in the 26.06, 26.06.01 and 26.08 containers, each with its container's "
+             "preset (sources in the file). These containers are newer than every fitted run; moesim predicts them "
+             "with its newest Megatron-Bridge profile (`megatron-26.04`) and the shipped calibration, as a user would. "
+             "Their presets changed on the NVL72 racks: full-iteration CUDA graphs (the optimizer outside the graph) "
+             "with padded experts and paged stash, the combined 1F1B all-to-all overlap, the cuteDSL fused grouped "
+             "MLP, FP8 attention.", "",
+             f"{every['runs']:.0f} runs: mean |error| **{every['mean_abs'] * 100:.1f}%**, max "
+             f"**{every['max_abs'] * 100:.1f}%**, mean signed {every['mean'] * 100:+.1f}%, inside p10-p90 "
+             f"{every['inside']:.0f} of {every['runs']:.0f}.", "",
+             *_summary_lines("model", summary(rows, lambda r: r.model)), "",
+             *_summary_lines("GPU", summary(rows, lambda r: r.gpu)), "",
+             *_summary_lines("container", summary(rows, lambda r: runs[r.run_id].release)), "",
+             "The last column leaves out the step boundary the model charges each accumulating step (the fitted "
+             f"`step.fixed_s`, {fixed:.2f} s): where the two columns bracket the measurement, the recipe's boundary "
+             "lies between 0 and the fitted one.", "",
+             "| run | GPU | plan | predicted | measured | error | inside p10-p90 | without the boundary |",
+             "|---|---|---|---:|---:|---:|---|---:|"]
+    for r in rows:
+        run = runs[r.run_id]
+        assert r.predicted_tokens_per_s_per_gpu is not None
+        lines.append(f"| {r.run_id} | {run.gpu} | {_plan(run)} | {r.predicted_tokens_per_s_per_gpu:.0f} | "
+                     f"{r.measured_tokens_per_s_per_gpu:.0f} | {_error(r) * 100:+.1f}% | {_inside(r)} | "
+                     f"{_with_boundary_error(r, run, -_charged_boundary(run)) * 100:+.1f}% |")
+    pair = boundary_pair(path)
+    if pair is not None:
+        a, b, slope, intercept = pair
+        lines += ["", f"One recipe at two global batches, measured only ({a}, {b}): a step takes "
+                  f"{slope:.3f} s a microbatch plus **{intercept:.2f} s** once, its pipeline's fill and drain "
+                  "included, so this full-iteration-graph recipe spends almost nothing at its boundary, where the "
+                  f"model charges {fixed:.2f} s."]
+    return lines + [""]
 
 
 def torchtitan_markdown(path: Path = HELDOUT_TORCHTITAN) -> list[str]:

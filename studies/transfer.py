@@ -27,6 +27,7 @@ from studies.heldout import (
     heldout_runs_markdown,
     ladder_markdown,
     mlperf_gpt_oss_markdown,
+    recent_releases_markdown,
     torchtitan_markdown,
 )
 from studies.interval_check import interval_markdown
@@ -201,6 +202,7 @@ def transfer_markdown() -> str:
     lines += _across_gpus(rows, runs)
     lines += heldout_markdown()
     lines += heldout_runs_markdown()
+    lines += recent_releases_markdown()
     lines += torchtitan_markdown()
     lines += ladder_markdown()
     lines += mlperf_gpt_oss_markdown()

@@ -10,6 +10,7 @@ from sim.joint import shipped_values
 from studies.dataset import load_runs, resolve_run
 from studies.heldout import (
     HELDOUT_MODELS,
+    HELDOUT_RECENT,
     HELDOUT_RUNS,
     HELDOUT_TORCHTITAN,
     MLPERF_GPT_OSS,
@@ -20,6 +21,7 @@ from studies.heldout import (
     ladder_markdown,
     ladder_rungs,
     mlperf_gpt_oss_markdown,
+    recent_releases_markdown,
     torchtitan_markdown,
 )
 
@@ -75,6 +77,46 @@ def test_the_table_rows_section_lists_every_run_with_its_summary() -> None:
         assert f"| {r.run_id} |" in text
     for gpu in ("b200", "b300", "gb200", "gb300", "h100"):
         assert f"| {gpu} |" in text
+
+
+def test_the_newest_containers_are_held_out_rows_of_releases_no_fit_read() -> None:
+    """26.06-26.08 rows: newer than every fitted run, their models in the catalog, no run of any other file twice."""
+    held = load_runs(HELDOUT_RECENT)
+    assert len(held) == 28
+    assert {r.release for r in held} == {f"megatron-bridge {v}" for v in ("26.06", "26.06.01", "26.08")}
+    fitted_releases = {r.release for r in load_runs()}
+    assert not {r.release for r in held} & fitted_releases
+    others = {r.id for path in (None, HELDOUT_RUNS, HELDOUT_MODELS) for r in load_runs(path)}
+    assert not {r.id for r in held} & others
+    assert all(r.source.startswith("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary") for r in held)
+    assert not [r for r in held if "26.06.01-gpt-oss" in r.id]  # the footnoted regression is left out
+
+
+def test_the_newest_containers_section_reports_each_run_with_and_without_the_boundary() -> None:
+    text = "\n".join(recent_releases_markdown())
+    rows = heldout_rows(HELDOUT_RECENT)
+    assert all(r.predicted_tokens_per_s_per_gpu is not None for r in rows)
+    for r in rows:
+        line = next(line for line in text.splitlines() if line.startswith(f"| {r.run_id} |"))
+        cells = [c.strip() for c in line.split("|")]
+        error, without = float(cells[6].rstrip("%")), float(cells[8].rstrip("%"))
+        assert r.error is not None and error == round(r.error * 100, 1)
+        assert without > error  # every row accumulates microbatches: leaving its boundary out shortens its step
+    for container in ("26.06", "26.06.01", "26.08"):
+        assert f"| megatron-bridge {container} |" in text
+
+
+def test_the_measured_only_pair_bounds_the_gb300_recipe_boundary_far_below_the_fitted_one() -> None:
+    """DeepSeek-V3's 26.06 GB300 recipe at GBS 4,096 and 15,360: its once-a-step time, from the two measurements alone,
+    is under a fifth of the fitted step.fixed_s (the evidence docs/transfer.md and the README quote)."""
+    from studies.heldout import boundary_pair
+
+    pair = boundary_pair()
+    assert pair is not None
+    a, b, slope, intercept = pair
+    assert {a, b} == {"mcore-26.06-dsv3-256xgb300", "mcore-26.06-dsv3-256xgb300-gbs15360"}
+    assert 0.25 < slope < 0.4  # seconds per microbatch of a 256-GB300 PP2 VP8 EP32 step
+    assert 0 <= intercept < shipped_values()["step.fixed_s"] / 5
 
 
 def test_the_held_out_ablation_script_reproduces_the_shipped_rows() -> None:
