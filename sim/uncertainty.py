@@ -209,18 +209,19 @@ def stack_family(stack_name: str) -> str:
 #: How far a plan lies from the evidence, nearest first; the interval widens with each step.
 DISTANCES = ("measured group", "new group", "beyond the envelope")
 #: Beyond the envelope the leave-one-group-out half-width (log space) is multiplied by this: a plan past the
-#: largest measured scale, with a backend or precision never measured on its class, or on a model no run measured
-#: extrapolates further than a new group does. Sized on the held-out runs that lie beyond the envelope for any of
-#: those reasons (53 runs: GPT-OSS-120B and Kimi-K2 in five Megatron-Bridge containers, MLPerf v6.0 GPT-OSS-20B's
-#: recipe cells, CoreWeave's GB300 DeepSeek-V3 at 2,048-8,192 GPUs, TorchTitan's DeepSeek-V3 16B steps and PR
-#: #1993's ladder, B300 NCCL rows, the 8,192-GPU GB200 MLPerf point): the multiplier at which 80% of them fall
-#: inside, 2.79 (2026-12-06, twenty-third session: GPT-OSS-120B's full-iteration-graph rows of the 26.06 and 26.08
-#: containers come out 27-37% slow; the scale row alone needs 6.6: CoreWeave's GB300 points come out 17-53% slow)
-#: (``python -m studies.interval_check``; docs/transfer.md, "Intervals on the held-out runs"); 2.27 before those
-#: containers joined, 1.67 before the GPT-OSS-20B cells and CoreWeave's points, 1.43 with one grouped-GEMM
-#: half-point. It was 2.56 while the leave-one-group-out half-width was narrower (TorchTitan's groups agreed through
-#: Megatron's step boundary); 1.5 before that, an assumption, covered 44% of them.
-BEYOND_FACTOR = 2.79
+#: largest measured scale, with a backend, precision or launch mode never measured on its class, or on a model no run
+#: measured extrapolates further than a new group does. Sized on the held-out runs that lie beyond the envelope for
+#: any of those reasons (66 runs: GPT-OSS-120B and Kimi-K2 in five Megatron-Bridge containers, the newest containers'
+#: full-iteration-graph recipes on GB300 and B300, MLPerf v6.0 GPT-OSS-20B's recipe cells, MLPerf's GB300
+#: DeepSeek-V3 points (NVIDIA's and CoreWeave's), TorchTitan's DeepSeek-V3 16B steps and PR #1993's ladder, B300 NCCL
+#: rows, the 8,192-GPU GB200 MLPerf point): the multiplier at which 80% of them fall inside, 2.30 (2026-12-06,
+#: twenty-third session; the launch-mode row alone needs 3.1: on GB300 the step boundary under full-iteration graphs
+#: is 0-1.6 s where the fitted one is 1.85 s) (``python -m studies.interval_check``; docs/transfer.md, "Intervals on
+#: the held-out runs"); 2.79 with the newest containers but before the launch mode was an axis, 2.27 before those
+#: containers joined, 1.67 before the GPT-OSS-20B cells and CoreWeave's points, 1.43 with one grouped-GEMM half-point.
+#: It was 2.56 while the leave-one-group-out half-width was narrower (TorchTitan's groups agreed through Megatron's
+#: step boundary); 1.5 before that, an assumption, covered 44% of them.
+BEYOND_FACTOR = 2.30
 #: The same for a plan on a fabric transport no measured run used (EFA): sized on the only runs of such a
 #: transport, the AWS EFA backend matrix (``studies/data/efa_runs.toml``, 35 runs), at which 80% of them fall
 #: inside (8.68 at the 2026-12-05 evening calibration; 16.1 with the former, narrower half-width). It is what those
@@ -245,12 +246,14 @@ class Placement:
 
 
 def classify(rows: Sequence[Any], cluster: str, family: str, n_gpus: int, ep_backend: str,
-             precision: str, model: str = "") -> Placement:
+             precision: str, model: str = "", launch: str = "") -> Placement:
     """The distance of a plan (system class ``cluster``, stack ``family``, GPU count, EP backend, precision,
-    catalog ``model`` name) from the measured ``rows`` (:class:`sim.interval_data.ResidualRow`):
+    catalog ``model`` name, ``launch`` mode) from the measured ``rows`` (:class:`sim.interval_data.ResidualRow`):
 
-    - "beyond the envelope": more than 2x the largest GPU count measured on its class, a backend or
-      precision never measured on its class (a class never measured is compared with every measured run), a
+    - "beyond the envelope": more than 2x the largest GPU count measured on its class, a backend,
+      precision or launch mode never measured on its class (a class never measured is compared with every
+      measured run; launch modes only among rows that record one: full-iteration CUDA graphs change what a step
+      spends at its boundary by 0-2 s, ``docs/transfer.md``, the newest containers), a
       fabric transport no run measured (EFA: its held-out runs, ``docs/transfer.md``), or a model no run
       measured (its shapes were never checked: GPT-OSS-120B's held-out runs, ``docs/transfer.md``, err by 13%
       on average where the measured models' groups err by 4%);
@@ -270,6 +273,10 @@ def classify(rows: Sequence[Any], cluster: str, family: str, n_gpus: int, ep_bac
     ...           model="deepseek-v3-671b")]
     >>> classify(rows, "hgx-b200", "megatron", 256, "nccl", "mxfp8", "gpt-oss-120b").reasons
     ('model gpt-oss-120b was never measured (measured: deepseek-v3-671b)',)
+    >>> rows = [R(cluster="hgx-b200", family="megatron", gpus=256, ep_backend="nccl", precision="mxfp8",
+    ...           launch="partial")]
+    >>> classify(rows, "hgx-b200", "megatron", 256, "nccl", "mxfp8", launch="graphs").reasons
+    ('launch mode graphs was never measured on hgx-b200 (measured: partial)',)
     """
     of_class = [r for r in rows if r.cluster == cluster]
     ref = of_class or list(rows)
@@ -279,9 +286,10 @@ def classify(rows: Sequence[Any], cluster: str, family: str, n_gpus: int, ep_bac
         largest = max(r.gpus for r in ref)
         if n_gpus > SCALE_SPAN * largest:
             reasons.append(f"{n_gpus} GPUs is beyond {SCALE_SPAN:g}x the largest count measured on {where} ({largest})")
-        for what, value in (("EP backend", ep_backend), ("precision", precision)):
-            seen = sorted({getattr(r, "ep_backend" if what == "EP backend" else "precision") for r in ref})
-            if value and value not in seen:
+        for what, value, attr in (("EP backend", ep_backend, "ep_backend"), ("precision", precision, "precision"),
+                                  ("launch mode", launch, "launch")):
+            seen = sorted({v for v in (getattr(r, attr, "") for r in ref) if v})
+            if value and seen and value not in seen:
                 reasons.append(f"{what} {value} was never measured on {where} (measured: {', '.join(seen)})")
     transports = sorted({transport_of(r.cluster) for r in rows})
     mine = transport_of(cluster)
@@ -398,12 +406,13 @@ def _evidence_note(place: Placement) -> str:
 def placement(pred: Any, data: Any, cluster: str | None = None) -> Placement:
     """Where a :class:`~sim.predict.Prediction` sits against the stored runs of ``data``
     (:class:`sim.interval_data.IntervalData`): :func:`classify` of its class (``cluster``; default: the template
-    its GPU comes in), stack family, GPU count, backend, precision and model, judged against every measured run
+    its GPU comes in), stack family, GPU count, backend, precision, model and launch mode, judged against every measured run
     (its own included: it was measured)."""
     from sim.catalog import default_cluster
 
     return classify(data.runs, cluster or default_cluster(pred.gpu), stack_family(pred.stack), int(pred.n_gpus),
-                    str(pred.plan.get("ep_backend", "")), str(pred.plan.get("precision", "")), str(pred.model))
+                    str(pred.plan.get("ep_backend", "")), str(pred.plan.get("precision", "")), str(pred.model),
+                    str(getattr(pred, "launch", "")))
 
 
 def prediction_interval(pred: Any, *, calibration_sd: float = 0.0, data: Any = None,

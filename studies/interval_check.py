@@ -45,10 +45,10 @@ HELD_OUT_FILES = {"heldout_runs.toml": "Megatron-Bridge table rows no fit saw",
 #: What each reason for lying beyond the envelope is called in the tables, by the start of its text
 #: (:func:`sim.uncertainty.classify`).
 _REASON_KINDS = (("model ", "model"), ("fabric transport", "transport"), ("EP backend", "backend or precision"),
-                 ("precision", "backend or precision"))
+                 ("precision", "backend or precision"), ("launch mode", "launch mode"))
 #: A run beyond the envelope for several reasons counts under the first of them in this order (the farthest
 #: extrapolation first): an EFA run of a backend never measured is a transport case.
-KIND_ORDER = ("transport", "backend or precision", "model", "scale")
+KIND_ORDER = ("transport", "backend or precision", "launch mode", "model", "scale")
 
 
 def reason_kind(reason: str) -> str:
@@ -163,15 +163,15 @@ def interval_markdown(rows: Sequence[HeldOutInterval] | None = None) -> list[str
               f"EFA matrix {sum(r.covered for r in no_efa)} of {len(no_efa)} "
               f"({100 * sum(r.covered for r in no_efa) / max(1, len(no_efa)):.0f}%).", "",
               "Beyond the envelope, the multiplier of the leave-one-group-out half-width at which 80% of the runs of "
-              "each reason would be inside (a run with several reasons counts under the first of transport, backend or "
-              "precision, model, scale):", "",
+              f"each reason would be inside (a run with several reasons counts under the first of {', '.join(KIND_ORDER)}):",
+              "",
               "| reason | runs | multiplier at 80% |", "|---|---:|---:|"]
     for kind, (n, q) in needed_factors(rows).items():
         lines.append(f"| {kind} | {n} | {q:.2f} |")
     n_other, q_other = pooled_factor(rows)
     lines.append(f"| every reason but transport | {n_other} | {q_other:.2f} |")
     lines += ["", f"Shipped: `BEYOND_FACTOR` = {BEYOND_FACTOR:g} (sized on the last row: the models, backends, "
-              f"precisions and scales no fit saw, pooled), `TRANSPORT_FACTOR` = {TRANSPORT_FACTOR:g} (the \"transport\" "
+              f"precisions, launch modes and scales no fit saw, pooled), `TRANSPORT_FACTOR` = {TRANSPORT_FACTOR:g} (the \"transport\" "
               "row: what the AWS EFA runs show; no other unmeasured transport checks it). Both are sized on these "
               "runs, so their coverage here is in-sample for the width (not for the model); "
               "`tests/studies/test_interval_check.py` fails when a refit moves a row 15% from its shipped factor.", ""]

@@ -39,7 +39,7 @@ from sim.accounting import (
 from sim.comm.costs import SM_RESERVING_BACKENDS
 from sim.costs import CostModel
 from sim.errors import ConfigError, PlanError
-from sim.joint import apply_params, shipped_values
+from sim.joint import apply_params, launch_mode, shipped_values
 from sim.predict.breakdown import bottleneck, breakdown, comm_report
 from sim.predict.layers import SimResult, simulate_layer, simulate_pair
 from sim.predict.memo import PIPELINE_FIELDS, SimMemo, layer_sim_key, plan_items
@@ -66,7 +66,9 @@ class Prediction:
     communication seconds that ran under compute, by kind (not on the step's path). ``bottleneck``: what holds
     the largest share (``bottleneck_share``) of the step (:func:`sim.predict.breakdown.bottleneck`);
     ``comm``: per communication kind, bytes per step, link, achieved rate and what bounds it
-    (:func:`sim.predict.breakdown.comm_report`)."""
+    (:func:`sim.predict.breakdown.comm_report`). ``launch``: how its kernels reach the GPU (eager, compiled, partial
+    or full-iteration graphs: :func:`sim.joint.launch_mode`), one of the axes of its distance from the evidence
+    (:func:`sim.uncertainty.classify`)."""
 
     name: str
     model: str
@@ -89,6 +91,7 @@ class Prediction:
     stack: str = "torchtitan"
     stack_release: str = ""
     stack_provenance: str = ""
+    launch: str = ""
     measured_tokens_per_s_per_gpu: float | None = None
     source: str = ""
     trace_data: Any = field(default=None, repr=False, compare=False)
@@ -204,5 +207,6 @@ def predict(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, costs: C
         stack=stack.name,
         stack_release=stack.release,
         stack_provenance=stack.provenance,
+        launch=launch_mode(stack, plan),
         trace_data=trace_data,
     )

@@ -5,6 +5,7 @@ coverage and checks a user's own runs against ``--threshold PCT``."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import subprocess
@@ -74,6 +75,40 @@ def test_a_plan_is_placed_by_class_stack_scale_backend_and_precision() -> None:
     assert far.distance == "beyond the envelope" and "beyond 2x the largest" in far.reasons[0]
     odd = classify(runs, "gb200-nvl72", "megatron", 256, "deepep", "mxfp8")
     assert odd.distance == "beyond the envelope" and "EP backend deepep was never measured" in odd.reasons[0]
+
+
+def test_a_launch_mode_never_measured_on_the_class_lies_beyond_the_envelope() -> None:
+    """Full-iteration CUDA graphs were measured on GB200 (MLPerf's fitted pair), never on GB300: a GB300 plan with
+    them is placed beyond the envelope, naming the modes measured there, and its interval is the wider one."""
+    runs = _data().runs
+    assert {r.launch for r in runs} >= {"compiled", "partial", "graphs"}
+    assert classify(runs, "gb200-nvl72", "megatron", 512, "hybridep", "mxfp8", launch="graphs").distance == "measured group"
+    far = classify(runs, "gb300-nvl72", "megatron", 256, "hybridep", "mxfp8", launch="graphs")
+    assert far.distance == "beyond the envelope"
+    assert far.reasons[0].startswith("launch mode graphs was never measured on gb300-nvl72 (measured: ")
+    assert classify(runs, "gb300-nvl72", "megatron", 256, "hybridep", "mxfp8", launch="partial").distance == "measured group"
+    model, cluster = load_model("deepseek-v3-671b"), load_cluster("gb300-nvl72", n_gpus=256)
+    full = predict(model, cluster, dataclasses.replace(MEGATRON_PLAN, cuda_graphs="full"), stack="megatron")
+    partial = predict(model, cluster, dataclasses.replace(MEGATRON_PLAN, cuda_graphs="partial"), stack="megatron")
+    assert (full.launch, partial.launch) == ("graphs", "partial")
+    iv_full, iv_partial = prediction_interval(full, data=_data()), prediction_interval(partial, data=_data())
+    assert iv_full is not None and iv_partial is not None
+    assert iv_full.distance == "beyond the envelope" and iv_partial.distance == "measured group"
+    assert _ratio(iv_full) > _ratio(iv_partial)
+
+
+def test_an_interval_file_without_launch_modes_places_plans_as_before(tmp_path: Path) -> None:
+    """Files written before the launch mode was stored load, and no plan is placed by a mode they do not record."""
+    text = interval_data.to_json(_data())
+    raw = json.loads(text)
+    for row in raw["runs"]:
+        del row["launch"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(raw))
+    old = interval_data.load(path)
+    assert {r.launch for r in old.runs} == {""}
+    assert classify(old.runs, "gb300-nvl72", "megatron", 256, "hybridep", "mxfp8", launch="graphs").distance == \
+        "measured group"
 
 
 def test_hgx_b200_megatron_is_narrower_than_nvl72_gb300() -> None:
