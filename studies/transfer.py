@@ -22,6 +22,7 @@ from studies.change_budget import budget_markdown, budget_summary_markdown
 from studies.dataset import MeasuredRun, load_runs
 from studies.heldout import (
     EFA_RUNS,
+    boundary_gaps_markdown,
     efa_markdown,
     heldout_markdown,
     heldout_runs_markdown,
@@ -203,6 +204,7 @@ def transfer_markdown() -> str:
     lines += heldout_markdown()
     lines += heldout_runs_markdown()
     lines += recent_releases_markdown()
+    lines += boundary_gaps_markdown()
     lines += torchtitan_markdown()
     lines += ladder_markdown()
     lines += mlperf_gpt_oss_markdown()
