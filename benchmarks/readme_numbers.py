@@ -120,6 +120,15 @@ def _recent_pair() -> str:
     return f"{pair[2]:.3f} s a microbatch plus **{pair[3]:.2f} s"
 
 
+def _recent_chip_pair() -> str:
+    """Measured GB300 over B300 per-GPU ratio of the newest containers' one same-plan pair (Qwen3-30B, 26.06)."""
+    from studies.dataset import load_runs
+    from studies.heldout import HELDOUT_RECENT
+
+    runs = {r.id: r.measured_tokens_per_s_per_gpu for r in load_runs(HELDOUT_RECENT)}
+    return f"{runs['mcore-26.06-qwen3-30b-8xgb300'] / runs['mcore-26.06-qwen3-30b-8xb300']:.3f}x"
+
+
 def _memory_pair() -> str:
     """Predicted tensor memory against the logged peak of the two TorchTitan 512-H100 runs (``moesim validate``)."""
     rows = {r.run_id: r for r in validation().rows}
@@ -450,6 +459,8 @@ FIGURES: list[Figure] = [
     Figure("newest containers signed", "README.md", r"\*\* \(mean signed\n?([+-][\d.]+%)\)\. Their presets", _recent_signed),
     Figure("newest containers boundary pair", "README.md", r"measured only, takes ([\d.]+ s a microbatch plus \*\*[\d.]+ s)\*\* once",
            _recent_pair),
+    Figure("newest containers GB300/B300 pair", "README.md", r"GB300 over B300 \*\*([\d.]+x)\*\* \(Qwen3-30B, 26\.06\)",
+           _recent_chip_pair),
     Figure("held-out interval totals", "README.md", r"On the (\d+ held-out runs \*\*\d+ fall inside their interval "
            r"\(\d+%\)\*\*; without the EFA matrix \d+ of \d+)\.", _held_out_interval_totals),
     Figure("LOO coverage (README)", "README.md", r"Leave-one-out coverage on the held-out runs \(`moesim validate`\):\n"

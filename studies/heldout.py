@@ -58,6 +58,9 @@ HELDOUT_RECENT = Path(__file__).resolve().parent / "data" / "heldout_recent.toml
 EFA_RUNS = Path(__file__).resolve().parent / "data" / "efa_runs.toml"
 #: (GPU, over GPU) pairs of GPT-OSS-120B that run the same plan in every container (EP8 on HGX, EP64 on the rack).
 SAME_PLAN_PAIRS = (("b300", "b200"), ("gb300", "gb200"))
+#: Chip -> the chips it is compared with at one plan (measured-runs.md s5: a rack part over its HGX part; an Ultra
+#: part over its predecessor), nearest first.
+CHIP_PAIRS = {"gb300": ("b300", "gb200"), "gb200": ("b200",), "b300": ("b200",)}
 PAIRS_MODEL = "gpt-oss-120b"
 
 
@@ -204,6 +207,31 @@ def boundary_pair(path: Path = HELDOUT_RECENT) -> tuple[str, str, float, float] 
     return None
 
 
+def _same_plan_chip_lines(rows: Sequence[ValidationRow], runs: dict[str, MeasuredRun]) -> list[str]:
+    """Runs of one model, container, GPU count and plan on two chips (a rack part over its HGX part, an Ultra part over
+    its predecessor): the per-GPU ratio, predicted against measured."""
+    by_key = {(runs[r.run_id].model, runs[r.run_id].release, runs[r.run_id].gpus,
+               tuple(sorted(runs[r.run_id].plan.items())), runs[r.run_id].gpu): r for r in rows}
+    out = []
+    for (model, release, gpus, plan, gpu), a in sorted(by_key.items()):
+        for base in CHIP_PAIRS.get(gpu, ()):
+            b = by_key.get((model, release, gpus, plan, base))
+            if b is not None:
+                break
+        else:
+            continue
+        assert a.predicted_tokens_per_s_per_gpu is not None and b.predicted_tokens_per_s_per_gpu is not None
+        predicted = a.predicted_tokens_per_s_per_gpu / b.predicted_tokens_per_s_per_gpu
+        measured = a.measured_tokens_per_s_per_gpu / b.measured_tokens_per_s_per_gpu
+        out.append(f"| {model} | {release} | {gpu} / {base} | {_plan(runs[a.run_id])} | {predicted:.3f}x | "
+                   f"{measured:.3f}x | {(predicted / measured - 1) * 100:+.1f}% |")
+    if not out:
+        return []
+    return ["", "Same plan on two chips (per-GPU ratio):", "",
+            "| model | container | pair | plan | predicted | measured | error |", "|---|---|---|---|---:|---:|---:|",
+            *out]
+
+
 def recent_releases_markdown(path: Path = HELDOUT_RECENT) -> list[str]:
     """The newest containers' section of ``docs/transfer.md``: the summary by model, GPU and container, each run with
     its error and, beside it, its error were the step boundary the model charges left out; and the one pair of runs
@@ -236,6 +264,7 @@ def recent_releases_markdown(path: Path = HELDOUT_RECENT) -> list[str]:
         lines.append(f"| {r.run_id} | {run.gpu} | {_plan(run)} | {r.predicted_tokens_per_s_per_gpu:.0f} | "
                      f"{r.measured_tokens_per_s_per_gpu:.0f} | {_error(r) * 100:+.1f}% | {_inside(r)} | "
                      f"{_with_boundary_error(r, run, -_charged_boundary(run)) * 100:+.1f}% |")
+    lines += _same_plan_chip_lines(rows, runs)
     pair = boundary_pair(path)
     if pair is not None:
         a, b, slope, intercept = pair
@@ -354,6 +383,7 @@ def mlperf_gpt_oss_markdown(path: Path = MLPERF_GPT_OSS) -> list[str]:
         lines.append(f"| {r.run_id.removeprefix('mlperf-v6.0-gpt-oss-20b-')} | {run.gpu} | {run.gpus} | {plan} | "
                      f"{r.predicted_tokens_per_s_per_gpu:.0f} | {r.measured_tokens_per_s_per_gpu:.0f} | "
                      f"{_error(r) * 100:+.1f}% | {_inside(r)} | {_with_boundary_error(r, run, fixed) * 100:+.1f}% |")
+    lines += _same_plan_chip_lines(rows, runs)
     return lines + [""]
 
 
