@@ -120,13 +120,21 @@ def _summary_lines(title: str, table: dict[str, dict[str, float]]) -> list[str]:
     return lines
 
 
-def _run_lines(rows: Sequence[ValidationRow], runs: dict[str, MeasuredRun]) -> list[str]:
-    lines = ["| run | GPU | plan | predicted | measured | error | inside p10-p90 |", "|---|---|---|---:|---:|---:|---|"]
+def _run_lines(rows: Sequence[ValidationRow], runs: dict[str, MeasuredRun], inside: bool = True,
+               extra: tuple[str, Callable[[ValidationRow, MeasuredRun], float]] | None = None) -> list[str]:
+    """One table row per run: its GPU, plan, prediction, measurement, error, whether inside its p10-p90 (``inside``)
+    and an ``extra`` column (title, the error it shows)."""
+    head = ["run", "GPU", "plan", "predicted", "measured", "error"] + ["inside p10-p90"] * inside + (
+        [extra[0]] if extra else [])
+    align = ["---"] * 3 + ["---:"] * 3 + ["---"] * inside + ["---:"] * bool(extra)
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
     for r in rows:
         run = runs[r.run_id]
         assert r.predicted_tokens_per_s_per_gpu is not None
-        lines.append(f"| {r.run_id} | {run.gpu} | {_plan(run)} | {r.predicted_tokens_per_s_per_gpu:.0f} | "
-                     f"{r.measured_tokens_per_s_per_gpu:.0f} | {_error(r) * 100:+.1f}% | {_inside(r)} |")
+        cells = [r.run_id, run.gpu, _plan(run), f"{r.predicted_tokens_per_s_per_gpu:.0f}",
+                 f"{r.measured_tokens_per_s_per_gpu:.0f}", f"{_error(r) * 100:+.1f}%"]
+        cells += [_inside(r)] * inside + ([f"{extra[1](r, run) * 100:+.1f}%"] if extra else [])
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
@@ -220,9 +228,7 @@ def _same_plan_chip_lines(rows: Sequence[ValidationRow], runs: dict[str, Measure
                 break
         else:
             continue
-        assert a.predicted_tokens_per_s_per_gpu is not None and b.predicted_tokens_per_s_per_gpu is not None
-        predicted = a.predicted_tokens_per_s_per_gpu / b.predicted_tokens_per_s_per_gpu
-        measured = a.measured_tokens_per_s_per_gpu / b.measured_tokens_per_s_per_gpu
+        predicted, measured = a.ratio_over(b)
         out.append(f"| {model} | {release} | {gpu} / {base} | {_plan(runs[a.run_id])} | {predicted:.3f}x | "
                    f"{measured:.3f}x | {(predicted / measured - 1) * 100:+.1f}% |")
     if not out:
@@ -256,14 +262,8 @@ def recent_releases_markdown(path: Path = HELDOUT_RECENT) -> list[str]:
              "The last column leaves out the step boundary the model charges each accumulating step (the fitted "
              f"`step.fixed_s`, {fixed:.2f} s): where the two columns bracket the measurement, the recipe's boundary "
              "lies between 0 and the fitted one.", "",
-             "| run | GPU | plan | predicted | measured | error | inside p10-p90 | without the boundary |",
-             "|---|---|---|---:|---:|---:|---|---:|"]
-    for r in rows:
-        run = runs[r.run_id]
-        assert r.predicted_tokens_per_s_per_gpu is not None
-        lines.append(f"| {r.run_id} | {run.gpu} | {_plan(run)} | {r.predicted_tokens_per_s_per_gpu:.0f} | "
-                     f"{r.measured_tokens_per_s_per_gpu:.0f} | {_error(r) * 100:+.1f}% | {_inside(r)} | "
-                     f"{_with_boundary_error(r, run, -_charged_boundary(run)) * 100:+.1f}% |")
+             *_run_lines(rows, runs, extra=("without the boundary",
+                                            lambda r, run: _with_boundary_error(r, run, -_charged_boundary(run))))]
     lines += _same_plan_chip_lines(rows, runs)
     pair = boundary_pair(path)
     if pair is not None:
@@ -339,14 +339,8 @@ def torchtitan_markdown(path: Path = HELDOUT_TORCHTITAN) -> list[str]:
              "once a step, on the token count, so its step boundary is its profile's own (`step_fixed_s` = 0, "
              "`joint_step_boundary = false`), not Megatron-Bridge's fitted `step.fixed_s` "
              f"({fixed:.2f} s), which these steps leave no room for: the last column adds it back.", "",
-             "| run | GPU | plan | predicted | measured | error | with Megatron's step.fixed_s |",
-             "|---|---|---|---:|---:|---:|---:|"]
-    for r in rows:
-        run = runs[r.run_id]
-        assert r.predicted_tokens_per_s_per_gpu is not None
-        lines.append(f"| {r.run_id} | {run.gpu} | {_plan(run)} | {r.predicted_tokens_per_s_per_gpu:.0f} | "
-                     f"{r.measured_tokens_per_s_per_gpu:.0f} | {_error(r) * 100:+.1f}% | "
-                     f"{_with_boundary_error(r, run, fixed) * 100:+.1f}% |")
+             *_run_lines(rows, runs, inside=False,
+                         extra=("with Megatron's step.fixed_s", lambda r, run: _with_boundary_error(r, run, fixed)))]
     return lines + [""]
 
 
@@ -467,9 +461,7 @@ def _pair_lines(rows: Sequence[ValidationRow], runs: dict[str, MeasuredRun]) -> 
             a, b = by_key.get((release, gpu)), by_key.get((release, base))
             if a is None or b is None:
                 continue
-            assert a.predicted_tokens_per_s_per_gpu is not None and b.predicted_tokens_per_s_per_gpu is not None
-            predicted = a.predicted_tokens_per_s_per_gpu / b.predicted_tokens_per_s_per_gpu
-            measured = a.measured_tokens_per_s_per_gpu / b.measured_tokens_per_s_per_gpu
+            predicted, measured = a.ratio_over(b)
             out.append(f"| {release} | {gpu} / {base} | {predicted:.3f}x | {measured:.3f}x | "
                        f"{(predicted / measured - 1) * 100:+.1f}% |")
     return out

@@ -255,11 +255,8 @@ def _across_gpus(rows: Sequence[ValidationRow], runs: dict[str, MeasuredRun]) ->
         if len(refs) != 1 or not others:
             continue
         ref = refs[0]
-        assert ref.predicted_tokens_per_s_per_gpu is not None
         for r in others:
-            assert r.predicted_tokens_per_s_per_gpu is not None
-            predicted = r.predicted_tokens_per_s_per_gpu / ref.predicted_tokens_per_s_per_gpu
-            measured = r.measured_tokens_per_s_per_gpu / ref.measured_tokens_per_s_per_gpu
+            predicted, measured = r.ratio_over(ref)
             out.append(f"| {r.run_id} | {ref.run_id} | {predicted:.3f}x | {measured:.3f}x | "
                        f"{_pct(predicted / measured - 1)} |")
     if not out:

@@ -76,6 +76,13 @@ class ValidationRow:
             return None
         return self.predicted_tokens_per_s_per_gpu / self.measured_tokens_per_s_per_gpu - 1
 
+    def ratio_over(self, other: ValidationRow) -> tuple[float, float]:
+        """(predicted, measured) per-GPU throughput of this run over ``other``'s: a relative answer."""
+        if self.predicted_tokens_per_s_per_gpu is None or other.predicted_tokens_per_s_per_gpu is None:
+            raise ValueError(f"{self.run_id} over {other.run_id}: a run was not predicted")
+        return (self.predicted_tokens_per_s_per_gpu / other.predicted_tokens_per_s_per_gpu,
+                self.measured_tokens_per_s_per_gpu / other.measured_tokens_per_s_per_gpu)
+
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "error": self.error, "memory_error": self.memory_error}
 
