@@ -203,21 +203,29 @@ def _megatron_layout_string(m: _Leaves, value: Any) -> str:
 
 
 def _megatron_cuda_graphs(m: _Leaves, notes: list[str]) -> tuple[str, str] | None:
-    """The plan's CUDA-graph mode and scope from ``cuda_graph_impl`` / ``cuda_graph_scope`` (or the older
-    ``enable_cuda_graph`` / ``external_cuda_graph``): ("none" | "full" | "partial", the captured Transformer
-    Engine scopes moesim models, "" for all of them). None when the recipe says nothing. Scopes moesim does not
-    model (``mlp``, ``moe``, ``mamba``) are noted and simulated uncaptured."""
+    """The plan's CUDA-graph mode and scope from ``cuda_graph_impl`` and its scope list (``cuda_graph_modules``, or
+    the older ``cuda_graph_scope``; or the older still ``enable_cuda_graph`` / ``external_cuda_graph``): ("none" |
+    "full" | "partial", the captured Transformer Engine scopes moesim models, "" for all of them). None when the
+    recipe says nothing. Full-iteration graphs are ``cuda_graph_impl: full_iteration`` (Megatron-Core >= 0.18, the
+    Megatron-Bridge 26.06+ presets) or ``local`` with the ``full_iteration`` scope. Scopes moesim does not model
+    (``mlp``, ``moe``, ``mamba``) are noted and simulated uncaptured."""
     impl = m.get("cuda_graph_impl")
     if impl is None:
         if m.flag("enable_cuda_graph") or m.flag("external_cuda_graph"):
             return "partial", ""
         return ("none", "") if m.paths.get("cuda_graph_impl") else None
-    if impl not in ("none", "local", "transformer_engine"):
-        raise m.fail("cuda_graph_impl", impl, "must be none, local or transformer_engine")
-    scopes = str_list(m.get("cuda_graph_scope", []))
+    if impl not in ("none", "local", "transformer_engine", "full_iteration"):
+        raise m.fail("cuda_graph_impl", impl, "must be none, local, transformer_engine or full_iteration")
+    modules, scope = m.get("cuda_graph_modules"), m.get("cuda_graph_scope")
+    if modules is not None and scope is not None and str_list(modules) != str_list(scope):
+        raise m.fail("cuda_graph_modules", modules, f"and cuda_graph_scope ({scope!r}) cannot both be set "
+                     "(Megatron-Core: cuda_graph_scope is the deprecated name)")
+    scopes = str_list(modules if modules is not None else (scope if scope is not None else []))
+    if scopes == ["full"]:  # Megatron-Core's deprecated default: an empty list, the whole layer
+        scopes = []
     if impl == "none":
         return "none", ""
-    if "full_iteration" in scopes:
+    if impl == "full_iteration" or "full_iteration" in scopes:
         return "full", ""
     known = [x for x in scopes if x in TE_GRAPH_SCOPES]
     other = [x for x in scopes if x not in TE_GRAPH_SCOPES]

@@ -199,6 +199,34 @@ def test_megatron_cuda_graph_scope_becomes_the_plans(tmp_path: Path, scope: str,
     assert any("cuda_graph_scope mlp is not modelled" in n for n in cfg.notes) == noted
 
 
+@pytest.mark.parametrize(("model_yaml", "graphs", "captured"), [
+    ("cuda_graph_impl: full_iteration\n  cuda_graph_modules: []", "full", None),  # Megatron-Bridge 26.06+ presets
+    ("cuda_graph_impl: full_iteration", "full", None),
+    ("cuda_graph_impl: local\n  cuda_graph_scope: full_iteration", "full", None),  # the older spelling
+    ("cuda_graph_impl: transformer_engine\n  cuda_graph_modules: [moe_router, moe_preprocess]", "partial",
+     "moe_router,moe_preprocess"),
+    ("cuda_graph_impl: transformer_engine\n  cuda_graph_modules: full", "partial", None),  # deprecated "full"
+])
+def test_megatron_core_018_cuda_graph_spellings(tmp_path: Path, model_yaml: str, graphs: str,
+                                                captured: str | None) -> None:
+    """Megatron-Core 0.18 names full-iteration graphs ``cuda_graph_impl: full_iteration`` and the per-layer scope list
+    ``cuda_graph_modules`` (``cuda_graph_scope`` deprecated); the presets of Megatron-Bridge 26.06 and later use them."""
+    path = tmp_path / "r.yaml"
+    path.write_text(f"model:\n  {model_yaml}\n")
+    cfg = import_config(path, "megatron")
+    assert cfg.fields["cuda_graphs"] == graphs
+    assert cfg.fields.get("cuda_graph_scope") == captured
+
+
+def test_megatron_cuda_graph_modules_and_scope_that_disagree_are_refused(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_text("model:\n  cuda_graph_impl: transformer_engine\n  cuda_graph_modules: [attn]\n"
+                    "  cuda_graph_scope: [moe_router]\n")
+    assert predict_main(["--from-megatron", str(path), "--gpu", "gb200", "--gpus", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "cuda_graph_modules" in err and "cuda_graph_scope" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize(("precision", "head_fp8", "noted"), [
     ("bf16_with_mxfp8_mixed", True, False),
     ("bf16_mixed", False, True),
