@@ -610,21 +610,37 @@ def load_stack(name_or_path: str | StackProfile | None) -> StackProfile:
     return _from_data(f"stack file {name}", read_toml(name), builtin=False)
 
 
-#: Framework -> (release marker, profile) in the order tried; a release matching none keeps the name.
+#: Framework -> (release, profile), oldest first: each profile covers its release and the point releases after it.
 _RELEASE_PROFILES = {"megatron": (("26.02", "megatron-26.02"), ("26.04", "megatron-26.04"))}
 
 
+def _release_number(text: str) -> tuple[int, int] | None:
+    """The first "YY.MM" container number in a release string ("megatron-bridge 26.04.01" -> (26, 4))."""
+    import re
+
+    found = re.search(r"(?<![\d.])(\d{2})\.(\d{2})(?!\d)", text)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
 def profile_for(stack: str, release: str = "") -> str:
-    """The profile name for a measured run's ``stack`` and ``release`` (a dataset row): Megatron-Bridge
-    releases map to their profile (26.04.01 is a point release of 26.04); other stacks keep their name.
+    """The profile name for a measured run's ``stack`` and ``release`` (a dataset row): a Megatron-Bridge container maps
+    to the newest profile not newer than it (26.04.01, a point release of 26.04, to 26.04; 26.08, newer than every
+    profile, to the newest), one older than every profile to the oldest (25.11 to 26.02); other stacks, and a release
+    naming no container, keep the stack's name.
 
     >>> profile_for("megatron", "megatron-bridge 26.04.01"), profile_for("torchtitan", "1a36996b")
     ('megatron-26.04', 'torchtitan')
+    >>> profile_for("megatron", "megatron-bridge 26.08"), profile_for("megatron", "megatron-bridge 25.11")
+    ('megatron-26.04', 'megatron-26.02')
+    >>> profile_for("megatron", "megatron-bridge 26.04 (MLPerf Training v6.0 NeMo container)"), profile_for("megatron")
+    ('megatron-26.04', 'megatron')
     """
-    for marker, name in _RELEASE_PROFILES.get(stack, ()):
-        if marker in release:
-            return name
-    return stack
+    known = _RELEASE_PROFILES.get(stack, ())
+    number = _release_number(release)
+    if not known or number is None:
+        return stack
+    older = [name for marker, name in known if _release_number(marker) <= number]  # type: ignore[operator]
+    return older[-1] if older else known[0][1]
 
 
 def default_stack() -> StackProfile:
