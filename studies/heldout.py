@@ -35,7 +35,7 @@ from studies.change_budget import plan_changes
 from studies.dataset import MeasuredRun, load_runs, resolve_run
 from studies.validate import ValidationRow, validate_runs
 
-__all__ = ["EFA_RUNS", "HELDOUT_MODELS", "HELDOUT_RECENT", "HELDOUT_RUNS", "recent_releases_markdown", "boundary_pair",
+__all__ = ["EFA_RUNS", "HELDOUT_MODELS", "HELDOUT_RECENT", "HELDOUT_RUNS", "recent_releases_markdown", "container_rows_markdown", "boundary_pair",
            "BOUNDARY_FILES", "boundary_gaps", "boundary_gaps_markdown", "HELDOUT_TORCHTITAN", "MLPERF_GPT_OSS", "mlperf_gpt_oss_markdown",
            "torchtitan_markdown", "ladder_markdown",
            "ladder_rungs", "heldout_rows", "heldout_markdown", "heldout_runs_markdown",
@@ -239,20 +239,26 @@ def _same_plan_chip_lines(rows: Sequence[ValidationRow], runs: dict[str, Measure
 
 
 def recent_releases_markdown(path: Path = HELDOUT_RECENT) -> list[str]:
-    """The newest containers' section of ``docs/transfer.md``: the summary by model, GPU and container, each run with
-    its error and, beside it, its error were the step boundary the model charges left out; and the one pair of runs
-    that measures a recipe's boundary without the model."""
+    """The newest containers' section of ``docs/transfer.md`` (:func:`container_rows_markdown`)."""
+    intro = ("every pre-training row of Megatron-Bridge's performance tables for the catalog's MoE models in the "
+             "26.06, 26.06.01 and 26.08 containers, each with its container's preset (sources in the file). These "
+             "containers are newer than every fitted run; moesim predicts them with its newest Megatron-Bridge profile "
+             "(`megatron-26.04`, `sim.stacks.profile_for`) and the shipped calibration, as a user would. Their presets "
+             "changed on the NVL72 racks: full-iteration CUDA graphs (the optimizer outside the graph) with padded "
+             "experts and paged stash, the combined 1F1B all-to-all overlap, the cuteDSL fused grouped MLP, FP8 "
+             "attention.")
+    return container_rows_markdown(path, "Megatron-Bridge's newest containers, 26.06 to 26.08 (held out)", intro)
+
+
+def container_rows_markdown(path: Path, title: str, intro: str) -> list[str]:
+    """A section of ``docs/transfer.md`` for one file of Megatron-Bridge table rows of containers no fit read: the
+    summary by model, GPU and container, each run with its error and, beside it, its error were the step boundary the
+    model charges left out; the same-plan chip pairs; and a pair of runs that measures a recipe's boundary without the
+    model, where the file has one."""
     runs, rows = _predicted(path)
     every = summary(rows, lambda r: "all")["all"]
     fixed = shipped_values()["step.fixed_s"]
-    lines = ["## Megatron-Bridge's newest containers, 26.06 to 26.08 (held out)", "",
-             f"`{path.relative_to(path.parents[2])}`: every pre-training row of Megatron-Bridge's performance tables "
-             "for the catalog's MoE models in the 26.06, 26.06.01 and 26.08 containers, each with its container's "
-             "preset (sources in the file). These containers are newer than every fitted run; moesim predicts them "
-             "with its newest Megatron-Bridge profile (`megatron-26.04`) and the shipped calibration, as a user would. "
-             "Their presets changed on the NVL72 racks: full-iteration CUDA graphs (the optimizer outside the graph) "
-             "with padded experts and paged stash, the combined 1F1B all-to-all overlap, the cuteDSL fused grouped "
-             "MLP, FP8 attention.", "",
+    lines = [f"## {title}", "", f"`{path.relative_to(path.parents[2])}`: {intro}", "",
              f"{every['runs']:.0f} runs: mean |error| **{every['mean_abs'] * 100:.1f}%**, max "
              f"**{every['max_abs'] * 100:.1f}%**, mean signed {every['mean'] * 100:+.1f}%, inside p10-p90 "
              f"{every['inside']:.0f} of {every['runs']:.0f}.", "",
@@ -270,8 +276,7 @@ def recent_releases_markdown(path: Path = HELDOUT_RECENT) -> list[str]:
         a, b, slope, intercept = pair
         lines += ["", f"One recipe at two global batches, measured only ({a}, {b}): a step takes "
                   f"{slope:.3f} s a microbatch plus **{intercept:.2f} s** once, its pipeline's fill and drain "
-                  "included, so this full-iteration-graph recipe spends almost nothing at its boundary, where the "
-                  f"model charges {fixed:.2f} s."]
+                  f"included, where the model charges {fixed:.2f} s."]
     return lines + [""]
 
 
