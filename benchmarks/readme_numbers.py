@@ -120,6 +120,13 @@ def _recent_pair() -> str:
     return f"{pair[2]:.3f} s a microbatch plus **{pair[3]:.2f} s"
 
 
+def _early_mean() -> str:
+    """Mean |error| of the held-out 25.11 container (``studies/data/heldout_early.toml``)."""
+    from studies.heldout import HELDOUT_EARLY, heldout_rows, summary
+
+    return f"{summary([r for r in heldout_rows(HELDOUT_EARLY) if r.error is not None], lambda r: 'all')['all']['mean_abs'] * 100:.1f}%"
+
+
 def _recent_chip_pair() -> str:
     """Measured GB300 over B300 per-GPU ratio of the newest containers' one same-plan pair (Qwen3-30B, 26.06)."""
     from studies.dataset import load_runs
@@ -459,6 +466,8 @@ FIGURES: list[Figure] = [
     Figure("newest containers signed", "README.md", r"\*\* \(mean signed\n?([+-][\d.]+%)\)\. Their presets", _recent_signed),
     Figure("newest containers boundary pair", "README.md", r"measured only, takes ([\d.]+ s a microbatch plus \*\*[\d.]+ s)\*\* once",
            _recent_pair),
+    Figure("25.11 container mean", "README.md", r"`megatron-26\.02`\), comes out mean \|error\|\n?\*\*([\d.]+%)\*\*",
+           _early_mean),
     Figure("newest containers GB300/B300 pair", "README.md", r"GB300 over B300 \*\*([\d.]+x)\*\* \(Qwen3-30B, 26\.06\)",
            _recent_chip_pair),
     Figure("held-out interval totals", "README.md", r"On the (\d+ held-out runs \*\*\d+ fall inside their interval "

@@ -35,7 +35,7 @@ from studies.change_budget import plan_changes
 from studies.dataset import MeasuredRun, load_runs, resolve_run
 from studies.validate import ValidationRow, validate_runs
 
-__all__ = ["EFA_RUNS", "HELDOUT_MODELS", "HELDOUT_RECENT", "HELDOUT_RUNS", "recent_releases_markdown", "container_rows_markdown", "boundary_pair",
+__all__ = ["EFA_RUNS", "HELDOUT_MODELS", "HELDOUT_RECENT", "HELDOUT_RUNS", "HELDOUT_EARLY", "recent_releases_markdown", "early_release_markdown", "container_rows_markdown", "boundary_pair",
            "BOUNDARY_FILES", "boundary_gaps", "boundary_gaps_markdown", "HELDOUT_TORCHTITAN", "MLPERF_GPT_OSS", "mlperf_gpt_oss_markdown",
            "torchtitan_markdown", "ladder_markdown",
            "ladder_rungs", "heldout_rows", "heldout_markdown", "heldout_runs_markdown",
@@ -54,6 +54,9 @@ MLPERF_GPT_OSS = Path(__file__).resolve().parent / "data" / "mlperf_gpt_oss.toml
 #: Megatron-Bridge's newest containers (26.06 to 26.08), newer than every fitted run (the dataset's schema; no fit
 #: reads them): predicted with the newest profile, as a user would.
 HELDOUT_RECENT = Path(__file__).resolve().parent / "data" / "heldout_recent.toml"
+#: Megatron-Bridge's 25.11 container, older than every fitted run (the dataset's schema; no fit reads them): predicted
+#: with the oldest profile.
+HELDOUT_EARLY = Path(__file__).resolve().parent / "data" / "heldout_early.toml"
 #: Runs over AWS EFA, three all-to-all backends (the dataset's schema; no fit reads them).
 EFA_RUNS = Path(__file__).resolve().parent / "data" / "efa_runs.toml"
 #: (GPU, over GPU) pairs of GPT-OSS-120B that run the same plan in every container (EP8 on HGX, EP64 on the rack).
@@ -250,6 +253,16 @@ def recent_releases_markdown(path: Path = HELDOUT_RECENT) -> list[str]:
     return container_rows_markdown(path, "Megatron-Bridge's newest containers, 26.06 to 26.08 (held out)", intro)
 
 
+def early_release_markdown(path: Path = HELDOUT_EARLY) -> list[str]:
+    """The 25.11 container's section of ``docs/transfer.md`` (:func:`container_rows_markdown`)."""
+    intro = ("every pre-training row of Megatron-Bridge's performance tables for the catalog's MoE models in the 25.11 "
+             "container (sources in the file). It is older than every fitted run; moesim predicts it with its oldest "
+             "Megatron-Bridge profile (`megatron-26.02`, `sim.stacks.profile_for`) and the shipped calibration. A weaker "
+             "check than the newer containers: 13 of its 17 rows print plans the container's own presets (v0.2.0) do not "
+             "produce, so their other settings are the presets' (each row's notes).")
+    return container_rows_markdown(path, "Megatron-Bridge's 25.11 container (held out)", intro)
+
+
 def container_rows_markdown(path: Path, title: str, intro: str) -> list[str]:
     """A section of ``docs/transfer.md`` for one file of Megatron-Bridge table rows of containers no fit read: the
     summary by model, GPU and container, each run with its error and, beside it, its error were the step boundary the
@@ -281,7 +294,7 @@ def container_rows_markdown(path: Path, title: str, intro: str) -> list[str]:
 
 
 #: Every file whose Megatron runs accumulate microbatches: the fitted dataset (None), then the held-out ones.
-BOUNDARY_FILES: tuple[Path | None, ...] = (None, HELDOUT_RUNS, HELDOUT_MODELS, HELDOUT_RECENT,
+BOUNDARY_FILES: tuple[Path | None, ...] = (None, HELDOUT_RUNS, HELDOUT_MODELS, HELDOUT_RECENT, HELDOUT_EARLY,
                                            Path(__file__).resolve().parent / "data" / "scale_checks.toml")
 
 

@@ -37,6 +37,7 @@ __all__ = ["HELD_OUT_FILES", "KIND_ORDER", "HeldOutInterval", "held_out_interval
 #: The held-out files, by what they hold.
 HELD_OUT_FILES = {"heldout_runs.toml": "Megatron-Bridge table rows no fit saw",
                   "heldout_recent.toml": "Megatron-Bridge's newest containers (26.06-26.08) no fit saw",
+                  "heldout_early.toml": "Megatron-Bridge's 25.11 container no fit saw",
                   "heldout_models.toml": "models no fit saw (GPT-OSS-120B, Kimi-K2)",
                   "scale_checks.toml": "MLPerf scale points no fit saw",
                   "heldout_torchtitan.toml": "TorchTitan short steps no fit saw (DeepSeek-V3 16B)",

@@ -23,6 +23,7 @@ from studies.dataset import MeasuredRun, load_runs
 from studies.heldout import (
     EFA_RUNS,
     boundary_gaps_markdown,
+    early_release_markdown,
     efa_markdown,
     heldout_markdown,
     heldout_runs_markdown,
@@ -204,6 +205,7 @@ def transfer_markdown() -> str:
     lines += heldout_markdown()
     lines += heldout_runs_markdown()
     lines += recent_releases_markdown()
+    lines += early_release_markdown()
     lines += boundary_gaps_markdown()
     lines += torchtitan_markdown()
     lines += ladder_markdown()

@@ -239,3 +239,17 @@ def test_full_graph_steps_without_recompute_spend_less_at_the_boundary_than_the_
     assert all(statistics.median(v) > 2 * lean for k, v in by.items() if k != ("graphs", False))
     text = "\n".join(boundary_gaps_markdown())
     assert "| graphs | no |" in text and "| partial | no |" in text
+
+
+def test_the_25_11_container_is_held_out_and_predicted_with_the_oldest_profile() -> None:
+    from sim.stacks import profile_for
+    from studies.heldout import HELDOUT_EARLY, early_release_markdown
+
+    held = load_runs(HELDOUT_EARLY)
+    assert len(held) == 17 and {r.release for r in held} == {"megatron-bridge 25.11"}
+    assert {profile_for(r.stack, r.release) for r in held} == {"megatron-26.02"}
+    others = {r.id for path in (None, HELDOUT_RUNS, HELDOUT_MODELS, HELDOUT_RECENT) for r in load_runs(path)}
+    assert not {r.id for r in held} & others
+    text = "\n".join(early_release_markdown())
+    for r in heldout_rows(HELDOUT_EARLY):
+        assert r.predicted_tokens_per_s_per_gpu is not None and f"| {r.run_id} |" in text
