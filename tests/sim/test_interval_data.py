@@ -125,6 +125,10 @@ def test_load_rejects_files_that_are_not_interval_files(tmp_path: Path) -> None:
                                "runs": [{**row, "predicted_tokens_per_s_per_gpu": 1, "gpus": 0}]}))
     with pytest.raises(ConfigError, match=r"runs\[0\]\.gpus"):
         interval_data.load(bad)
+    bad.write_text(json.dumps({"schema_version": interval_data.SCHEMA_VERSION,
+                               "runs": [{**row, "predicted_tokens_per_s_per_gpu": 1, "launch": 3}]}))
+    with pytest.raises(ConfigError, match=r"runs\[0\]\.launch must be a string, got 3"):
+        interval_data.load(bad)
     with pytest.raises(ConfigError, match="cannot read"):
         interval_data.load(tmp_path / "missing.json")
     assert interval_data.load_shipped(tmp_path / "missing.json") is None
