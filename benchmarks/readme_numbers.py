@@ -120,6 +120,15 @@ def _recent_pair() -> str:
     return f"{pair[2]:.3f} s a microbatch plus **{pair[3]:.2f} s"
 
 
+def _lean_boundary() -> str:
+    """Median boundary gap of the full-iteration-graph Megatron steps that recompute nothing (docs/transfer.md)."""
+    import statistics
+
+    from studies.heldout import boundary_gaps
+
+    return f"{statistics.median(g for _, lm, rc, g in boundary_gaps() if lm == 'graphs' and not rc):+.2f} s"
+
+
 def _early_mean() -> str:
     """Mean |error| of the held-out 25.11 container (``studies/data/heldout_early.toml``)."""
     from studies.heldout import HELDOUT_EARLY, heldout_rows, summary
@@ -466,6 +475,7 @@ FIGURES: list[Figure] = [
     Figure("newest containers signed", "README.md", r"\*\* \(mean signed\n?([+-][\d.]+%)\)\. Their presets", _recent_signed),
     Figure("newest containers boundary pair", "README.md", r"measured only, takes ([\d.]+ s a microbatch plus \*\*[\d.]+ s)\*\* once",
            _recent_pair),
+    Figure("lean full-graph boundary", "README.md", r"graphs without recompute \*\*([+-][\d.]+ s)\*\* median", _lean_boundary),
     Figure("25.11 container mean", "README.md", r"`megatron-26\.02`\), comes out mean \|error\|\n?\*\*([\d.]+%)\*\*",
            _early_mean),
     Figure("newest containers GB300/B300 pair", "README.md", r"GB300 over B300 \*\*([\d.]+x)\*\* \(Qwen3-30B, 26\.06\)",
