@@ -29,6 +29,7 @@ user file, strictly:
 from __future__ import annotations
 
 import math
+import re
 import sys
 import tomllib
 from collections.abc import Iterator, Mapping
@@ -610,16 +611,12 @@ def load_stack(name_or_path: str | StackProfile | None) -> StackProfile:
     return _from_data(f"stack file {name}", read_toml(name), builtin=False)
 
 
-#: Framework -> (release, profile), oldest first: each profile covers its release and the point releases after it.
-_RELEASE_PROFILES = {"megatron": (("26.02", "megatron-26.02"), ("26.04", "megatron-26.04"))}
-
-
-def _release_number(text: str) -> tuple[int, int] | None:
-    """The first "YY.MM" container number in a release string ("megatron-bridge 26.04.01" -> (26, 4))."""
-    import re
-
-    found = re.search(r"(?<![\d.])(\d{2})\.(\d{2})(?!\d)", text)
-    return (int(found.group(1)), int(found.group(2))) if found else None
+#: Framework -> ((year, month) of a container, profile), oldest first: each profile covers its container and the point
+#: releases after it.
+_RELEASE_PROFILES: dict[str, tuple[tuple[tuple[int, int], str], ...]] = {
+    "megatron": (((26, 2), "megatron-26.02"), ((26, 4), "megatron-26.04"))}
+#: A "YY.MM" container number in a release string, not part of a longer number.
+_CONTAINER = re.compile(r"(?<![\d.])(\d{2})\.(\d{2})(?!\d)")
 
 
 def profile_for(stack: str, release: str = "") -> str:
@@ -636,10 +633,11 @@ def profile_for(stack: str, release: str = "") -> str:
     ('megatron-26.04', 'megatron')
     """
     known = _RELEASE_PROFILES.get(stack, ())
-    number = _release_number(release)
-    if not known or number is None:
+    found = _CONTAINER.search(release)
+    if not known or found is None:
         return stack
-    older = [name for marker, name in known if _release_number(marker) <= number]  # type: ignore[operator]
+    number = (int(found.group(1)), int(found.group(2)))
+    older = [name for container, name in known if container <= number]
     return older[-1] if older else known[0][1]
 
 

@@ -38,16 +38,21 @@ def stack_profile(name: str) -> StackProfile:
 
 
 @cache
-def step_boundary_seconds(stack_name: str, plan: ParallelPlan) -> float:
-    """Seconds a step of ``plan`` under stack ``stack_name`` pays at its boundary with the shipped joint parameters
-    (:func:`sim.joint.step_fixed_s`, charged as :meth:`sim.stacks.StackProfile.step_boundary_s` charges it: only to
-    a step that accumulates microbatches): a term of the plan's prediction, so of every lower bound of it too."""
+def _boundary_stack(stack_name: str) -> StackProfile:
+    """Stack ``stack_name`` with the step boundary the shipped joint parameters give it (:func:`sim.joint.step_fixed_s`)."""
     from dataclasses import replace
 
     from sim.joint import shipped_values, step_fixed_s
 
     stack = stack_profile(stack_name)
-    return replace(stack, step_fixed_s=step_fixed_s(stack, shipped_values())).step_boundary_s(plan)
+    return replace(stack, step_fixed_s=step_fixed_s(stack, shipped_values()))
+
+
+def step_boundary_seconds(stack_name: str, plan: ParallelPlan) -> float:
+    """Seconds a step of ``plan`` under stack ``stack_name`` pays at its boundary with the shipped joint parameters,
+    charged as :meth:`sim.stacks.StackProfile.step_boundary_s` charges it (only to a step that accumulates
+    microbatches): a term of the plan's prediction, so of every lower bound of it too."""
+    return _boundary_stack(stack_name).step_boundary_s(plan)
 
 
 #: A line for reports: how stacks reach the simulator.
