@@ -74,7 +74,7 @@ _PLAN_HELP = {
 #: Plan fields ``moesim predict`` takes a flag for (``compare`` variants may set these and no others).
 PLAN_FLAG_FIELDS = (*_PLAN_INTS, "pp_schedule", "ac", "recompute_modules", "pp_layout", "precision", "ep_backend",
                     "routing", "ep_overlap", "grad_reduce_dtype", "cuda_graphs", "cuda_graph_scope", "fp8_output_proj",
-                    "fp8_attention", "compile_model", "cp_comm_type")
+                    "fp8_attention", "compile_model", "cp_comm_type", "fused_grouped_mlp")
 GIB = float(1 << 30)
 _NIC_GBPS_MAX = 8e6  # 8 Pb/s: sim.limits.CLUSTER_BOUNDS nic_bw_bytes_per_s maximum, in Gb/s
 
@@ -127,6 +127,10 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--fp8-attention", action="store_true", default=None, dest="fp8_attention",
                    help="the attention core in FP8 (Transformer Engine fp8_dot_product_attention; needs an FP8 "
                         "precision; default: BF16)")
+    p.add_argument("--fused-grouped-mlp", action="store_true", default=None, dest="fused_grouped_mlp",
+                   help="the routed experts as Transformer Engine's fused grouped MLP (Megatron "
+                        "use_transformer_engine_op_fuser with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1; needs --precision mxfp8; "
+                        "default: TE's grouped linears)")
     p.add_argument("--cp-comm-type", choices=CP_COMM_TYPES, dest="cp_comm_type",
                    help="with --cp > 1: how context parallelism exchanges attention's inputs (Megatron cp_comm_type): "
                         "p2p (ring attention, under the attention; default) or a2a (all-to-alls around the core)")
@@ -306,7 +310,8 @@ def resolved_plan(plan: dict[str, Any], stack: Any, varying: tuple[str, ...] = (
     extra = "".join(f", {k} {plan[k]}" for k in ("dp_replicate", "cp") if plan.get(k, 1) > 1)
     if plan.get("cp", 1) > 1:
         extra += f" ({plan.get('cp_comm_type', 'p2p')})"
-    overlap = ", ep_overlap" if plan.get("ep_overlap") else ""
+    overlap = (", ep_overlap" if plan.get("ep_overlap") else "") + (
+        ", fused grouped MLP" if plan.get("fused_grouped_mlp") else "")
     tail = (f", {plan['precision']}, {plan['ep_backend']}{overlap}" if not varying
             else f" ({' and '.join(varying)} per variant)")
     return (f"plan: TP {plan['tp']}, PP {plan['pp']} ({sched}), EP {plan['ep']}, {shard} over {plan['dp_shard']} "

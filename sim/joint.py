@@ -212,7 +212,11 @@ PARAMS: tuple[ParamSpec, ...] = (
               "GEMM launch per local expert (Transformer Engine's multi-stream cuBLAS, "
               "StackProfile.grouped_gemm_per_expert) reaches half its large-shape efficiency on a B200 SM: each "
               "expert's kernel fills and drains the GPU on its own (one grouped kernel over every expert: "
-              "sim.joint.GROUPED_HALF_ROWS_ONE_KERNEL, 85 rows, sourced)",
+              "sim.joint.GROUPED_HALF_ROWS_ONE_KERNEL, 85 rows, sourced). Transformer Engine's fused grouped MLP "
+              "(ParallelPlan.fused_grouped_mlp: cuDNN front-end CuTe DSL grouped GEMMs, one launch each) keeps this "
+              "roll-off: no public benchmark gives the fused kernels' own, and the runs that use them (MLPerf v6.0's "
+              "GB200 DeepSeek-V3 pair, fitted; its GPT-OSS-20B cells, held out) come out 16-34% fast at the one-kernel "
+              "half-point",
               "prior: the former joint value (2,104 +- 730), fitted when one half-point served every stack and the "
               "Megatron runs, the only ones that launch per expert, set it; fitted on them. TE PR #2045's "
               "multi-stream cuBLAS on H100 (16 x 2,048 rows, K 2048, N 768: 554 TFLOPS; 8 x 4,096: 628) sits "

@@ -483,6 +483,13 @@ class ParallelPlan:
     #: "p2p" passes key/value blocks around the CP ring under the attention of the block before (not priced),
     #: "a2a" all-to-alls Q, K, V and the output around the core (``cp.all_to_all`` ops). Only with ``cp`` > 1.
     cp_comm_type: str = "p2p"
+    #: the routed experts' fc1, GLU and fc2 as Transformer Engine's fused grouped MLP (its op fuser,
+    #: Megatron ``use_transformer_engine_op_fuser``, with ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``: cuDNN front-end
+    #: CuTe DSL grouped GEMMs, ``transformer_engine/pytorch/ops/fused/grouped_mlp.py``, TE v2.14+): one kernel per
+    #: GEMM over every local expert instead of one cuBLAS GEMM per expert, the GLU and the fc2 input's MXFP8 cast
+    #: in fc1's epilogue, the GLU's gradient and fc1's gradient cast in fc2's dgrad epilogue. Needs precision
+    #: "mxfp8" (TE fuses only under a block-scaled recipe, on SM100-family GPUs). False: TE's grouped linears.
+    fused_grouped_mlp: bool = False
 
     def __post_init__(self) -> None:
         owner = "plan"
@@ -533,6 +540,11 @@ class ParallelPlan:
         if self.fp8_output_proj and self.precision != "mxfp8":
             raise ConfigError(f"plan: fp8_output_proj needs precision 'mxfp8' (Megatron-Core: MXFP8 only), "
                               f"got precision {self.precision!r}")
+        if not isinstance(self.fused_grouped_mlp, bool):
+            raise ConfigError(f"plan: fused_grouped_mlp must be true or false, got {self.fused_grouped_mlp!r}")
+        if self.fused_grouped_mlp and self.precision != "mxfp8":
+            raise ConfigError(f"plan: fused_grouped_mlp needs precision 'mxfp8' (Transformer Engine fuses the grouped "
+                              f"MLP under a block-scaled recipe only), got precision {self.precision!r}")
         if not isinstance(self.compile_model, bool):
             raise ConfigError(f"plan: compile_model must be true or false, got {self.compile_model!r}")
         if not isinstance(self.fp8_attention, bool):

@@ -125,6 +125,9 @@ class StackProfile:
     #: the framework can run the attention core in FP8 (Transformer Engine's ``fp8_dot_product_attention``;
     #: ``ParallelPlan.fp8_attention``).
     fp8_attention_available: bool = False
+    #: the framework can run the routed experts as Transformer Engine's fused grouped MLP
+    #: (``ParallelPlan.fused_grouped_mlp``: TE's op fuser with the CuTe DSL grouped GEMMs).
+    fused_grouped_mlp_available: bool = False
     #: the stack's recipe trains the model's multi-token-prediction modules (``ModelSpec.n_mtp_layers``) when
     #: the plan does not say (``ParallelPlan.mtp_layers`` None); off: they are not trained.
     trains_mtp: bool = False
@@ -323,6 +326,9 @@ class StackProfile:
                     "(DualPipe schedules overlap their pairs without it)")
         if plan.fp8_attention and not self.fp8_attention_available:
             return f"stack {self.name} cannot run fp8_attention True (FP8 attention); it runs fp8_attention False"
+        if plan.fused_grouped_mlp and not self.fused_grouped_mlp_available:
+            return (f"stack {self.name} cannot run fused_grouped_mlp True (Transformer Engine's fused grouped MLP); it "
+                    "runs fused_grouped_mlp False")
         return None
 
     def defaults_for(self, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -429,7 +435,7 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
                            "deepep_tp_token_split": bool, "document_mask": bool,
                            "quantize_weights": str, "fused_act_quant": bool, "param_sharding": str,
                            "recompute_modules": list, "pp_schedules": list, "ep_backends": list, "precisions": list,
-                           "ep_overlap_available": bool, "fp8_attention_available": bool, "joint_step_boundary": bool, "trains_mtp": bool, "shared_expert_overlap": bool, "shared_expert_beside_combine": bool,
+                           "ep_overlap_available": bool, "fp8_attention_available": bool, "fused_grouped_mlp_available": bool, "joint_step_boundary": bool, "trains_mtp": bool, "shared_expert_overlap": bool, "shared_expert_beside_combine": bool,
                            "launch": str, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
@@ -437,7 +443,7 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
 assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file type"
 _TABLES = ("stack", "efficiency", "sources")
 #: fields a stack file may leave out (their defaults: the behaviour before the field existed).
-_OPTIONAL_FIELDS = ("host_op_s", "ddp_bucket_params", "fp8_attention_available", "joint_step_boundary",
+_OPTIONAL_FIELDS = ("host_op_s", "ddp_bucket_params", "fp8_attention_available", "fused_grouped_mlp_available", "joint_step_boundary",
                    "eager_moe_glue", "shared_expert_beside_combine")
 
 

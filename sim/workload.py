@@ -209,8 +209,9 @@ class Workload:
     @property
     def expert_splits(self) -> int:
         """Pieces a grouped GEMM's input is quantised in: one per local expert where the stack runs one GEMM per
-        expert (Transformer Engine's GroupedLinear), else the whole tensor at once."""
-        return self.local_experts if self.stack.grouped_gemm_per_expert else 1
+        expert (Transformer Engine's GroupedLinear), else the whole tensor at once (one grouped kernel, as TE's fused
+        grouped MLP quantises and multiplies)."""
+        return self.local_experts if self.stack.grouped_gemm_per_expert and not self.plan.fused_grouped_mlp else 1
 
     @property
     def head_dtype(self) -> str:
@@ -551,10 +552,13 @@ class Workload:
         # Gate and up: one grouped GEMM of 2F outputs (the stack fuses them), or two of F on the same input.
         gate_up = [(ops.MOE_EXPERT_GEMM_GATE_UP, D, 2 * F)] if self.stack.fused_gate_up else [
             (ops.MOE_EXPERT_GEMM_GATE_UP, D, F), (ops.MOE_EXPERT_GEMM_GATE_UP, D, F)]
+        # TE's fused grouped MLP (ParallelPlan.fused_grouped_mlp): fc1's epilogue applies the GLU and writes fc2's
+        # MXFP8 input, so neither the GLU nor that cast is a kernel of its own.
+        fused_mlp = self.plan.fused_grouped_mlp
         for name, k_in, n_out in (*gate_up, (ops.MOE_EXPERT_GEMM_DOWN, F, D)):
-            if name == ops.MOE_EXPERT_GEMM_DOWN:
+            if name == ops.MOE_EXPERT_GEMM_DOWN and not fused_mlp:
                 out.append(self._swiglu(ops.MOE_EXPERT_GEMM_GATE_UP, rows, F, load_scaled=True, module="moe_act"))
-            if dtype != "bf16":
+            if dtype != "bf16" and not (fused_mlp and name == ops.MOE_EXPERT_GEMM_DOWN):
                 copies = 2 if self.stack.fp8_act_cache else 1
                 out += self._act_quant(ops.MOE_QUANTIZE, rows * k_in, module="moe", load_scaled=True, copies=copies,
                                        splits=self.expert_splits,
@@ -666,11 +670,13 @@ class Workload:
             if op.dtype != "bf16":
                 if st.fused_act_quant:
                     # grad_out's row- and column-wise FP8 copies, cast at dgrad time from the BF16 gradient the
-                    # combine's backward all-to-all wrote.
+                    # combine's backward all-to-all wrote. Under the fused grouped MLP, fc2's dgrad epilogue applies
+                    # the GLU's gradient and writes fc1's grad_out in MXFP8 itself.
                     if gpass == "dgrad":
-                        out += self._act_quant(ops.MOE_QUANTIZE, op.rows * op.n_out, copies=2, load_scaled=True, reads_input=True,
-                                               splits=self.expert_splits,
-                                               backward=True, module=op.module)
+                        if not (self.plan.fused_grouped_mlp and op.name == ops.MOE_EXPERT_GEMM_GATE_UP):
+                            out += self._act_quant(ops.MOE_QUANTIZE, op.rows * op.n_out, copies=2, load_scaled=True,
+                                                   reads_input=True, splits=self.expert_splits, backward=True,
+                                                   module=op.module)
                     elif not st.fp8_act_cache:
                         out.append(OpSpec(ops.MOE_QUANTIZE, "quant", elems=op.rows * op.k_in, load_scaled=True,
                                           backward=True, module=op.module))

@@ -296,6 +296,9 @@ PLAN_ABLATIONS: dict[str, dict[str, Any]] = {
         {"fp8_output_proj": True},
     "FP8 attention where the recipe sets it (fp8_attention; off: BF16 attention, the former model)":
         {"fp8_attention": False},
+    "TE's fused grouped MLP where the recipe sets it (fused_grouped_mlp: the GLU and the casts between the grouped "
+    "GEMMs in their epilogues, one launch each; off: TE's grouped linears, the former model)":
+        {"fused_grouped_mlp": False},
 }
 
 

@@ -316,6 +316,16 @@ def from_megatron(path: str) -> ImportedConfig:
         if fp8_dpa and f["precision"] not in FP8_ATTENTION_PRECISIONS:
             notes.append("note: fp8_dot_product_attention runs inside an FP8 recipe only; the attention is simulated "
                          "in BF16")
+    fuser = m.flag("use_transformer_engine_op_fuser")
+    if fuser is not None:
+        f["fused_grouped_mlp"] = bool(fuser) and f["precision"] == "mxfp8"
+        if fuser and f["precision"] == "mxfp8":
+            notes.append("note: use_transformer_engine_op_fuser is simulated as Transformer Engine's fused grouped MLP "
+                         "(the CuTe DSL kernels Megatron-Bridge's presets turn on with it, NVTE_CUTEDSL_FUSED_GROUPED_MLP"
+                         "=1; without that variable TE runs the grouped MLP unfused)")
+        elif fuser:
+            notes.append("note: Transformer Engine fuses the grouped MLP under MXFP8 only; the experts are simulated "
+                         "unfused")
     graphs = _megatron_cuda_graphs(m, notes)
     if graphs is not None:
         f["cuda_graphs"] = graphs[0]

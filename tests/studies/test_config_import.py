@@ -256,6 +256,22 @@ def test_megatron_fp8_dot_product_attention_needs_an_fp8_recipe(tmp_path: Path, 
     assert any("fp8_dot_product_attention runs inside an FP8 recipe only" in n for n in cfg.notes) == noted
 
 
+@pytest.mark.parametrize(("precision", "fused", "note"), [
+    ("bf16_with_mxfp8_mixed", True, "simulated as Transformer Engine's fused grouped MLP"),
+    ("bf16_mixed", False, "fuses the grouped MLP under MXFP8 only"),
+])
+def test_megatron_op_fuser_becomes_the_fused_grouped_mlp_under_mxfp8(tmp_path: Path, precision: str, fused: bool,
+                                                                    note: str) -> None:
+    """``use_transformer_engine_op_fuser`` (Megatron-Bridge's presets set it with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1)
+    runs the experts as TE's fused grouped MLP under MXFP8; under another recipe TE does not fuse them (noted)."""
+    path = tmp_path / "r.yaml"
+    path.write_text(f"mixed_precision: {precision}\nmodel:\n  use_transformer_engine_op_fuser: true\n")
+    cfg = import_config(path, "megatron")
+    assert cfg.fields["fused_grouped_mlp"] is fused
+    assert any(note in n for n in cfg.notes)
+    assert not any("use_transformer_engine_op_fuser" in key for key in cfg.ignored)
+
+
 @pytest.mark.parametrize(("enable", "components", "compiled"), [("true", '["model", "loss"]', True),
                                                                  ("true", '["loss"]', False),
                                                                  ("false", '["model", "loss"]', False)])
