@@ -248,8 +248,8 @@ def recent_releases_markdown(path: Path = HELDOUT_RECENT) -> list[str]:
              "containers are newer than every fitted run; moesim predicts them with its newest Megatron-Bridge profile "
              "(`megatron-26.04`, `sim.stacks.profile_for`) and the shipped calibration, as a user would. Their presets "
              "changed on the NVL72 racks: full-iteration CUDA graphs (the optimizer outside the graph) with padded "
-             "experts and paged stash, the combined 1F1B all-to-all overlap, the cuteDSL fused grouped MLP, FP8 "
-             "attention.")
+             "experts and paged stash, the combined 1F1B all-to-all overlap, the cuteDSL fused grouped MLP (modelled: "
+             "`fused_grouped_mlp` in the plans of the rows whose preset sets it), FP8 attention.")
     return container_rows_markdown(path, "Megatron-Bridge's newest containers, 26.06 to 26.08 (held out)", intro)
 
 
@@ -332,7 +332,8 @@ def boundary_gaps_markdown() -> list[str]:
              "Every Megatron run that accumulates microbatches (fitted, in sample, and held out): its measured step less "
              "its predicted step without the step boundary, the boundary it would need to come out exact (the rest of "
              f"the model's error rides along). The model charges every one of them the fitted `step.fixed_s`, "
-             f"{fixed:.2f} s. Under full-iteration CUDA graphs the steps that recompute nothing spend far less; those "
+             f"{fixed:.2f} s. Under full-iteration CUDA graphs the steps that recompute nothing spend about half of it "
+             "(every one of those recipes also runs TE's fused grouped MLP, modelled: `fused_grouped_mlp`); those "
              "that recompute a module spend what eager and partial-graph steps do. No mechanism is identified "
              "(`boundary_gaps` in `studies/heldout.py`); the launch mode is one of the axes of an interval's distance "
              "from the evidence.", "",

@@ -226,8 +226,9 @@ def test_mlperf_gpt_oss_steps_leave_no_room_for_megatrons_step_boundary() -> Non
 
 
 def test_full_graph_steps_without_recompute_spend_less_at_the_boundary_than_the_rest() -> None:
-    """The evidence table of docs/transfer.md: under full-iteration graphs the steps that recompute nothing need a far
-    smaller boundary (median) than the fitted one, and than those that recompute a module or launch otherwise."""
+    """The evidence table of docs/transfer.md: under full-iteration graphs the steps that recompute nothing need a
+    smaller boundary (median; about half since the fused grouped MLP speeds those recipes' predictions) than the fitted
+    one, and than those that recompute a module or launch otherwise."""
     import statistics
 
     from studies.heldout import boundary_gaps, boundary_gaps_markdown
@@ -235,8 +236,8 @@ def test_full_graph_steps_without_recompute_spend_less_at_the_boundary_than_the_
     gaps = boundary_gaps()
     by = {key: [g for _, lm, rc, g in gaps if (lm, rc) == key] for key in {(lm, rc) for _, lm, rc, _ in gaps}}
     lean = statistics.median(by[("graphs", False)])
-    assert len(by[("graphs", False)]) >= 20 and lean < shipped_values()["step.fixed_s"] / 2
-    assert all(statistics.median(v) > 2 * lean for k, v in by.items() if k != ("graphs", False))
+    assert len(by[("graphs", False)]) >= 20 and lean < 0.6 * shipped_values()["step.fixed_s"]
+    assert all(statistics.median(v) > 1.5 * lean for k, v in by.items() if k != ("graphs", False))
     text = "\n".join(boundary_gaps_markdown())
     assert "| graphs | no |" in text and "| partial | no |" in text
 
