@@ -159,6 +159,22 @@ def test_the_fp8_attention_example_is_mlperfs_gb300_run_and_fp8_is_faster(points
     assert 1.01 < ratio < 1.06
 
 
+def test_the_fused_grouped_mlp_example_is_the_26_06_gb200_run_and_fused_is_faster(points: list[MeasuredPoint]) -> None:
+    """examples/gb200-fused-grouped-mlp.toml: its fused variant is the held-out Megatron-Bridge 26.06 GB200 run's plan,
+    and the fused grouped MLP buys that step a few percent (the GLU and the casts in the GEMMs' epilogues; the grouped
+    GEMMs keep TE's fitted roll-off)."""
+    from studies.dataset import load_runs
+
+    run = {r.id: r for r in load_runs(ROOT / "studies" / "data" / "heldout_recent.toml")}["mcore-26.06-dsv3-256xgb200"]
+    spec = load_compare(str(ROOT / "examples" / "gb200-fused-grouped-mlp.toml"))
+    unfused, fused = spec.variants
+    assert fused.plan == run.plan and not unfused.plan["fused_grouped_mlp"]
+    assert (fused.model, fused.gpu, fused.gpus, fused.cluster) == (run.model, run.gpu, run.gpus, run.cluster)
+    assert fused.measured_tokens_per_s_per_gpu == run.measured_tokens_per_s_per_gpu
+    ratio = compare(spec, points)["ratios"][1]["ratio"]
+    assert 1.005 < ratio < 1.06
+
+
 def test_every_scenario_file_is_a_compare_file() -> None:
     spec = load_compare("dsv3-671b-b200")
     assert len(spec.variants) == 4 and {v.gpus for v in spec.variants} == {256}
