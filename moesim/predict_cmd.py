@@ -310,9 +310,9 @@ def resolved_plan(plan: dict[str, Any], stack: Any, varying: tuple[str, ...] = (
     extra = "".join(f", {k} {plan[k]}" for k in ("dp_replicate", "cp") if plan.get(k, 1) > 1)
     if plan.get("cp", 1) > 1:
         extra += f" ({plan.get('cp_comm_type', 'p2p')})"
-    overlap = (", ep_overlap" if plan.get("ep_overlap") else "") + (
-        ", fused grouped MLP" if plan.get("fused_grouped_mlp") else "")
-    tail = (f", {plan['precision']}, {plan['ep_backend']}{overlap}" if not varying
+    switches = "".join(f", {label}" for key, label in (("ep_overlap", "ep_overlap"),
+                                                       ("fused_grouped_mlp", "fused grouped MLP")) if plan.get(key))
+    tail = (f", {plan['precision']}, {plan['ep_backend']}{switches}" if not varying
             else f" ({' and '.join(varying)} per variant)")
     return (f"plan: TP {plan['tp']}, PP {plan['pp']} ({sched}), EP {plan['ep']}, {shard} over {plan['dp_shard']} "
             f"data-parallel ranks{extra}, global batch {plan['global_batch']} x {plan['seq_len']} tokens "

@@ -485,10 +485,12 @@ class ParallelPlan:
     cp_comm_type: str = "p2p"
     #: the routed experts' fc1, GLU and fc2 as Transformer Engine's fused grouped MLP (its op fuser,
     #: Megatron ``use_transformer_engine_op_fuser``, with ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``: cuDNN front-end
-    #: CuTe DSL grouped GEMMs, ``transformer_engine/pytorch/ops/fused/grouped_mlp.py``, TE v2.14+): one kernel per
-    #: GEMM over every local expert instead of one cuBLAS GEMM per expert, the GLU and the fc2 input's MXFP8 cast
-    #: in fc1's epilogue, the GLU's gradient and fc1's gradient cast in fc2's dgrad epilogue. Needs precision
-    #: "mxfp8" (TE fuses only under a block-scaled recipe, on SM100-family GPUs). False: TE's grouped linears.
+    #: CuTe DSL grouped GEMMs, ``transformer_engine/pytorch/ops/fused/`` ``forward_grouped_mlp.py`` and
+    #: ``backward_grouped_mlp.py`` from TE v2.14): one launch per GEMM over every local expert instead of one cuBLAS
+    #: GEMM per expert (the GEMMs keep TE's fitted roll-off, ``grouped.half_rows_per_expert_launch``), the GLU and the
+    #: fc2 input's MXFP8 cast in fc1's epilogue, the GLU's gradient and fc1's gradient cast in fc2's dgrad epilogue.
+    #: Needs precision "mxfp8" (TE fuses only under a block-scaled recipe, on SM100-family GPUs). False: TE's
+    #: grouped linears.
     fused_grouped_mlp: bool = False
 
     def __post_init__(self) -> None:
