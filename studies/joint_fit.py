@@ -15,6 +15,12 @@ predicted by the full simulator under that calibration, which never saw them.
 ``python -m studies.joint_fit [--write] [--ablation]``: fit, LOGO, print; ``--write`` stores
 ``sim/data/joint_fit.json`` (read by every prediction); ``--ablation`` refits with each mechanism switched off
 and reports its effect on the LOGO error.
+
+Trials of another parameter structure, never written: ``--fix NAME=VALUE`` holds a parameter (or one of the
+ablations' switches) in the fit and in every fold, ``--free NAME`` fits a parameter the shipped calibration holds
+at its sourced value, and ``--heldout`` predicts every held-out file (:data:`studies.interval_check.HELD_OUT_FILES`)
+under the fit, so one command says what a structure does to the leave-one-group-out error and to the runs no fit
+saw, e.g. ``python -m studies.joint_fit --free chip.gb300_clock --heldout``.
 """
 
 from __future__ import annotations
@@ -35,8 +41,9 @@ from scipy.optimize import least_squares
 
 from sim.costs import CostModel, default_costs
 from sim.errors import ConfigError
-from sim.joint import JOINT_FIT_FILE, PARAMS, prior_values, spec
+from sim.joint import JOINT_FIT_FILE, PARAM_NAMES, PARAMS, prior_values, spec
 from sim.layer_check import predict_moe_layer
+from sim.limits import check_finite
 from sim.measured_runs import MeasuredRun, resolve_run
 from sim.predict import predict
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
@@ -45,6 +52,7 @@ from studies.dataset import MEASURED_RUNS, load_runs
 from studies.layer_cells import LayerCell, load_cells
 
 __all__ = ["RunCase", "JointFit", "load_cases", "group_of", "fit_joint", "logo", "predict_cases", "main",
+           "TRIAL_SWITCHES", "trial_structure", "heldout_errors",
            "ABLATIONS", "STACK_ABLATIONS", "PLAN_ABLATIONS", "plan_variant", "dataset_digest", "write_release_scalars"]
 
 #: A Jacobian column whose largest entry (log error per unit relative change) is below this constrains nothing.
@@ -108,6 +116,8 @@ class JointFit:
     held_fixed: dict[str, str] = field(default_factory=dict)
     #: parameters the fit was told to hold (an ablation's): every refit of it (its LOGO folds) holds them too
     fixed: dict[str, float] = field(default_factory=dict)
+    #: sourced parameters the fit was told to fit (a trial's): every refit of it fits them too
+    also_free: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         params = {}
@@ -159,16 +169,19 @@ def _jacobian(cases: Sequence[RunCase], values: Mapping[str, float], names: Sequ
 
 
 def fit_joint(cases: Sequence[RunCase], start: Mapping[str, float] | None = None,
-              fixed: Mapping[str, float] | None = None, max_nfev: int = 12) -> JointFit:
-    """Least-squares fit of every fitted parameter that some case constrains; ``fixed``: held at these values."""
+              fixed: Mapping[str, float] | None = None, max_nfev: int = 12,
+              also_free: Sequence[str] = ()) -> JointFit:
+    """Least-squares fit of every fitted parameter that some case constrains; ``fixed``: held at these values;
+    ``also_free``: parameters the shipped calibration holds at their sourced value, fitted in this one (a trial)."""
     values = dict(start or prior_values())
     held: dict[str, str] = {}
     for name, v in (fixed or {}).items():
         values[name] = v
         held[name] = "held fixed (ablation)"
-    candidates = [p.name for p in PARAMS if p.fitted and p.name not in held]
+    fitted = {p.name for p in PARAMS if p.fitted} | set(also_free)
+    candidates = [p.name for p in PARAMS if p.name in fitted and p.name not in held]
     for p in PARAMS:
-        if not p.fitted:
+        if p.name not in fitted:
             held[p.name] = "sourced, not fitted"
     base = _log_errors(cases, values)
     jac = _jacobian(cases, values, candidates, base)  # rows: the step runs, then the fitted cells' phases
@@ -210,7 +223,8 @@ def fit_joint(cases: Sequence[RunCase], start: Mapping[str, float] | None = None
         top = col.max() if len(col) else 0.0
         constrained_by[n] = [ids[k] for k in np.argsort(-col) if top > 0 and col[k] >= _CONSTRAINS_SHARE * top]
     return JointFit(values, free, sigma, [[round(float(x), 3) for x in row] for row in corr], constrained_by,
-                    {rid: float(x) for rid, x in zip(ids, r, strict=True)}, ids, held, dict(fixed or {}))
+                    {rid: float(x) for rid, x in zip(ids, r, strict=True)}, ids, held, dict(fixed or {}),
+                    list(also_free))
 
 
 def logo(cases: Sequence[RunCase], fit: JointFit, max_nfev: int = 4,
@@ -225,7 +239,7 @@ def logo(cases: Sequence[RunCase], fit: JointFit, max_nfev: int = 4,
     out: dict[str, dict[str, Any]] = {}
     for g, members in sorted(groups.items()):
         others = [c for k, c in enumerate(cases) if k not in members]  # the fitted layer cells stay in every fold
-        refit = fit_joint(others, start=fit.values, fixed=fit.fixed, max_nfev=max_nfev)
+        refit = fit_joint(others, start=fit.values, fixed=fit.fixed, max_nfev=max_nfev, also_free=fit.also_free)
         values = dict(refit.values)
         for n in fit.free:
             if n not in refit.free:
@@ -419,6 +433,80 @@ def _ablation_rows(items: Sequence[AblationItem], workers: int) -> list[tuple[st
     return out
 
 
+#: Switches the ablations pass in the joint values beside the parameters (:data:`ABLATIONS`; ``sim.joint``):
+#: ``--fix`` takes them too.
+TRIAL_SWITCHES: tuple[str, ...] = tuple(sorted(
+    {k for change in ABLATIONS.values() for k in change if k not in PARAM_NAMES} | {"release.spares_benchmarked"}))
+
+
+def trial_structure(fix: Sequence[str], free: Sequence[str]) -> tuple[dict[str, float], list[str]]:
+    """The ``--fix NAME=VALUE`` and ``--free NAME`` options as (held values, parameters to fit); raises
+    :class:`~sim.errors.ConfigError` naming the option and the value it cannot take.
+
+    >>> trial_structure(["chip.nvl72_rate=1"], ["chip.gb300_clock"])
+    ({'chip.nvl72_rate': 1.0}, ['chip.gb300_clock'])
+    >>> trial_structure(["step.fixed_s=9"], [])
+    Traceback (most recent call last):
+    ...
+    sim.errors.ConfigError: --fix step.fixed_s=9: outside the parameter's bounds [0, 5]
+    """
+    held: dict[str, float] = {}
+    for item in fix:
+        name, sep, text = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--fix {item!r}: expected NAME=VALUE")
+        if name not in PARAM_NAMES and name not in TRIAL_SWITCHES:
+            raise ConfigError(f"--fix {item}: {name!r} is no joint parameter or switch; the parameters are "
+                              f"{', '.join(PARAM_NAMES)}; the switches {', '.join(TRIAL_SWITCHES)}")
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(f"--fix {item}: value {text!r} is not a number") from None
+        check_finite("--fix", name, value)
+        if name in PARAM_NAMES and not spec(name).lower <= value <= spec(name).upper:
+            raise ConfigError(f"--fix {item}: outside the parameter's bounds [{spec(name).lower:g}, "
+                              f"{spec(name).upper:g}]")
+        held[name] = value
+    also: list[str] = []
+    for name in free:
+        if name not in PARAM_NAMES:
+            raise ConfigError(f"--free {name}: no joint parameter of that name; they are {', '.join(PARAM_NAMES)}")
+        if spec(name).fitted:
+            raise ConfigError(f"--free {name}: the shipped calibration fits it already")
+        if name in held:
+            raise ConfigError(f"--free {name}: also held by --fix")
+        if name not in also:
+            also.append(name)
+    return held, also
+
+
+def heldout_errors(values: Mapping[str, float]) -> dict[str, tuple[int, float, float, float]]:
+    """Each held-out file (:data:`studies.interval_check.HELD_OUT_FILES`) predicted under joint ``values``:
+    (runs, mean |error|, mean signed error, max |error|), errors as fractions."""
+    from studies.interval_check import HELD_OUT_FILES
+
+    out: dict[str, tuple[int, float, float, float]] = {}
+    for name in HELD_OUT_FILES:
+        cases = load_cases(MEASURED_RUNS.parent / name)
+        if not cases:
+            continue
+        errs = predict_cases(cases, values) / _measured(cases) - 1
+        out[name] = (len(cases), float(np.mean(np.abs(errs))), float(np.mean(errs)), float(np.max(np.abs(errs))))
+    return out
+
+
+def _heldout_lines(values: Mapping[str, float]) -> list[str]:
+    rows = heldout_errors(values)
+    lines = ["held-out files under this fit (runs, mean |error|, mean signed, max |error|):"]
+    for name, (n, mape, signed, mx) in rows.items():
+        lines.append(f"  {name:24s} {n:4d} {mape:7.1%} {signed:+7.1%} {mx:7.1%}")
+    pooled = [(n, mape) for name, (n, mape, _, _) in rows.items() if name != "efa_runs.toml"]
+    if pooled:
+        total = sum(n for n, _ in pooled)
+        lines.append(f"  {'every file but EFA':24s} {total:4d} {sum(n * m for n, m in pooled) / total:7.1%}")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m studies.joint_fit", description=__doc__.split("\n\n")[0])
     ap.add_argument("--write", action="store_true", help=f"store the fit in sim/{JOINT_FIT_FILE} and the release "
@@ -426,9 +514,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ablation", action="store_true", help="refit with each mechanism off; LOGO error of each")
     ap.add_argument("--max-nfev", type=int, default=12, help="least-squares function evaluations (default 12)")
     ap.add_argument("--workers", type=int, default=1, help="processes for the ablation rows (default 1)")
+    ap.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
+                    help="trial: hold a parameter (or an ablation switch) at VALUE in the fit and every fold")
+    ap.add_argument("--free", action="append", default=[], metavar="NAME",
+                    help="trial: fit a parameter the shipped calibration holds at its sourced value")
+    ap.add_argument("--heldout", action="store_true",
+                    help="also predict every held-out file under the fit (mean, signed and max error per file)")
     args = ap.parse_args(argv)
+    try:
+        held, also_free = trial_structure(args.fix, args.free)
+        if (held or also_free) and (args.write or args.ablation):
+            raise ConfigError("--fix / --free run a trial: the shipped structure alone is written or ablated "
+                              "(drop --write and --ablation)")
+        if args.max_nfev < 1 or args.workers < 1:
+            raise ConfigError(f"--max-nfev ({args.max_nfev}) and --workers ({args.workers}) must be at least 1")
+    except ConfigError as err:
+        print(f"python -m studies.joint_fit: error: {err}", file=sys.stderr)
+        return 2
     cases = load_cases()
-    fit = fit_joint(cases, max_nfev=args.max_nfev)
+    fit = fit_joint(cases, fixed=held, max_nfev=args.max_nfev, also_free=also_free)
     folds = logo(cases, fit)
     print(_table(fit, folds))
     record: dict[str, Any] = {"version": 1, "dataset_sha256": dataset_digest(), **fit.as_dict(), "logo": folds}
@@ -457,6 +561,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {path}")
         for p in write_release_scalars({n: v for n, v in fit.values.items() if n in fit.free}):
             print(f"wrote {p}")
+    if args.heldout:
+        print("\n".join(_heldout_lines(fit.values)))
     return 0
 
 

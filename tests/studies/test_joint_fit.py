@@ -231,3 +231,60 @@ def test_ablation_rows_in_workers_match_the_serial_rows(monkeypatch: pytest.Monk
     serial = dict(jf._ablation_rows(items, 1))
     parallel = dict(jf._ablation_rows(items, 2))
     assert serial == parallel and set(serial) == {f"row {i}" for i in range(5)}
+
+
+def test_a_trial_fits_a_sourced_parameter_in_the_fit_and_its_folds(small_cases: list[RunCase]) -> None:
+    """``--free``: a parameter the shipped calibration holds at its sourced value is fitted in the trial and in
+    every fold that still has a run constraining it; a fold without one falls back to the prior."""
+    from sim.joint import PARAM_NAMES, spec
+    from studies.joint_fit import predict_cases
+
+    truth = dict(shipped_values(), **{"chip.nvl72_rate": 0.95})
+    made = predict_cases(small_cases, truth)
+    planted = [dataclasses.replace(c, run=dataclasses.replace(c.run, measured_tokens_per_s_per_gpu=float(m)))
+               for c, m in zip(small_cases, made, strict=True)]
+    shipped = shipped_values()
+    held = {n: shipped[n] for n in PARAM_NAMES if spec(n).fitted}
+    fit = fit_joint(planted, start=shipped, fixed=held, max_nfev=20, also_free=["chip.nvl72_rate"])
+    assert fit.free == ["chip.nvl72_rate"] and fit.also_free == ["chip.nvl72_rate"]
+    assert fit.values["chip.nvl72_rate"] == pytest.approx(0.95, rel=0.01)
+    folds = logo(planted, fit, max_nfev=10)
+    without_rack = folds["gb200-nvl72 x megatron"]["params"]["chip.nvl72_rate"]
+    with_rack = folds["hgx-b200 x megatron"]["params"]["chip.nvl72_rate"]
+    assert without_rack == pytest.approx(spec("chip.nvl72_rate").prior)
+    assert with_rack == pytest.approx(0.95, rel=0.01)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--fix", "nope=1"], "--fix nope=1: 'nope' is no joint parameter or switch"),
+    (["--fix", "step.fixed_s"], "expected NAME=VALUE"),
+    (["--fix", "step.fixed_s=x"], "value 'x' is not a number"),
+    (["--fix", "step.fixed_s=9"], "outside the parameter's bounds [0, 5]"),
+    (["--free", "step.fixed_s"], "the shipped calibration fits it already"),
+    (["--free", "chip.gb300_clock", "--write"], "drop --write and --ablation"),
+    (["--fix", "chip.nvl72_rate=1", "--free", "chip.nvl72_rate"], "also held by --fix"),
+])
+def test_trial_options_are_refused_with_one_line_naming_the_option(argv: list[str], says: str,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from studies.joint_fit import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_heldout_errors_agree_with_validate_on_each_file() -> None:
+    """The trial's held-out check predicts each held-out file as ``moesim validate FILE`` does."""
+    from studies.dataset import MEASURED_RUNS
+    from studies.interval_check import HELD_OUT_FILES
+    from studies.joint_fit import heldout_errors
+    from studies.validate import validate_runs
+
+    rows = heldout_errors(shipped_values())
+    assert set(rows) == set(HELD_OUT_FILES)
+    for name in ("heldout_recent.toml", "scale_checks.toml"):
+        result = validate_runs(MEASURED_RUNS.parent / name)
+        n, mape, _, mx = rows[name]
+        assert n == len(result.holdout_errors)
+        assert mape == pytest.approx(result.mape, rel=1e-6)
+        assert mx == pytest.approx(result.max_abs_error, rel=1e-6)
