@@ -145,11 +145,12 @@ PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("chip.nvl72_rate", 2250 / 2500, 0.7, 1.15, "tensor rate a GB200/GB300 sustains in training over its "
               "datasheet rate (2500/5000 TFLOPS at 1200 W)", "the HGX part's datasheet rate (2250/4500): the same "
               "Blackwell die at the clock training sustains (B200 1965 MHz, sglang PR #28460); at the same plan a "
-              "GB200 runs 0.97-0.99x a B200 and a GB300 1.03x a B300 (measured-runs.md s5). Not fitted: freed, the "
-              "same-plan pairs and the 256-GPU NVL72 runs pull it opposite ways and the leave-one-group-out error "
-              "rises. The datasheet rate (1.0) gives a lower leave-one-group-out error (ablation in "
-              "docs/transfer.md) but puts GB200 7-9% ahead of B200 at the same plan: it stands in for rack "
-              "mechanisms the model lacks, so it is not used", fitted=False),
+              "GB200 runs 0.97-0.99x a B200 and a GB300 1.03x a B300 (measured-runs.md s5). Not fitted: freed "
+              "(`python -m studies.joint_fit --free chip.nvl72_rate --heldout`, 2026-12-06) it stays at 0.893 +- 0.04 "
+              "and the leave-one-group-out error rises (4.7% -> 5.7%; held-out files 10.9% either way). The datasheet "
+              "rate (1.0) does worse (ablation row: 6.3%; held-out files 11.2%) and puts GB200 7-9% ahead of B200 at the "
+              "same plan under partial CUDA graphs, though under full-iteration graphs a GB300 runs 1.11-1.14x a B300 "
+              "at one plan (held out; chip.gb300_clock)", fitted=False),
     ParamSpec("chip.sm103_clock", 2032 / 1965, 0.9, 1.3, "Blackwell Ultra (sm103) tensor rate over its datasheet "
               "(the same dense TFLOPS as B200) in training: its sustained clock under load", "prior: sglang PR #28460 "
               "(published.md s7), the maximum clocks B300 1100 W 2032 MHz / B200 1000 W 1965 MHz. Fitted: the B300 and "
@@ -211,8 +212,10 @@ PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("dp.straggler_cv", 0.0731, 0.0, 0.5, "per-microbatch time variation across data-parallel ranks: "
               "the step waits for the slowest of N ranks, each averaging m microbatches (sim.predict.dp_scale)",
               "ASSUMED: the EP-barrier arrival cv fitted on DeepSeek's H800 trace (CommCosts.arrival_cv); not fitted: "
-              "freed, the 8-GPU runs (few ranks, few microbatches) take it to 0.3 as a stand-in for what they lack, and "
-              "the leave-one-group-out error rises", fitted=False),
+              "freed (`python -m studies.joint_fit --free dp.straggler_cv --heldout`, 2026-12-06) it stays near its "
+              "prior, 0.080 +- 0.155 (the runs barely constrain it), and the leave-one-group-out error rises (4.7% -> "
+              "5.0%; leave-one-model-out 4.6% -> 5.9%; held-out files 10.9% -> 10.8%); an earlier model took it to 0.3 "
+              "as a stand-in for what the 8-GPU runs lacked", fitted=False),
     ParamSpec("grouped.half_rows_per_expert_launch", 2104.0, 8.0, 8192.0,
               "rows per expert at which a BF16 grouped GEMM of DeepSeek-V3's expert shape (7168 x 2048) run as one "
               "GEMM launch per local expert (Transformer Engine's multi-stream cuBLAS, "
@@ -236,7 +239,9 @@ PARAMS: tuple[ParamSpec, ...] = (
               "shapes (N 4096 x K 7168 and N 7168 x K 2048, 18 groups, 28-455 rows per expert; 13 points of e_large "
               "x r / (r + h x ((1 - s) + s / w)), residuals within 11%). Consistent with tgale96/grouped_gemm PR #37 "
               "(H100, 2048 x 1536 experts at 512 rows: CUTLASS sm90 160.5 TFLOPS) and TE PR #2045 (H100, N 768: "
-              "554-628 TFLOPS; published.md s7-s8). Not fitted to the runs (freed, they give 0.72 +- 0.19)",
+              "554-628 TFLOPS; published.md s7-s8). Not fitted to the runs: freed (`python -m studies.joint_fit --free grouped.per_expert_share --heldout`, "
+              "2026-12-06) they give 0.61 +- 0.42, the leave-one-group-out error stays at 4.7% and the held-out files go "
+              "from 10.9% to 11.1%",
               fitted=False),
 )
 PARAM_NAMES = tuple(p.name for p in PARAMS)
