@@ -177,7 +177,7 @@ def fit_joint(cases: Sequence[RunCase], start: Mapping[str, float] | None = None
     held: dict[str, str] = {}
     for name, v in (fixed or {}).items():
         values[name] = v
-        held[name] = "held fixed (ablation)"
+        held[name] = "held fixed (an ablation or a --fix trial)"
     fitted = {p.name for p in PARAMS if p.fitted} | set(also_free)
     candidates = [p.name for p in PARAMS if p.name in fitted and p.name not in held]
     for p in PARAMS:
