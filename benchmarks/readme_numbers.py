@@ -254,6 +254,23 @@ def _heldout(gpu: str) -> str:
     return " and ".join(f"{p.error * 100:+.1f}%" for p in heldout_points() if p.run_id.endswith(f"x{gpu}"))
 
 
+def _heldout_submitter(submitter: str, joiner: str = " and ") -> str:
+    """The held-out MLPerf points another company submitted (run ids ending in ``-<submitter>``), by GPU count."""
+    from studies.scaling import heldout_points
+
+    points = sorted((p for p in heldout_points() if p.run_id.endswith(f"-{submitter}")), key=lambda p: p.gpus)
+    errors = [f"{p.error * 100:+.1f}%" for p in points]
+    return joiner.join(errors) if len(errors) < 3 else f"{', '.join(errors[:-1])}{joiner}{errors[-1]}"
+
+
+def _coreweave_rest_s() -> str:
+    """At CoreWeave's largest point, the predicted step less the step boundary the model charges."""
+    from studies.scaling import heldout_points
+
+    largest = max((p for p in heldout_points() if p.run_id.endswith("-coreweave")), key=lambda p: p.gpus)
+    return f"{largest.step_s - largest.fixed_s:.2f}"
+
+
 @cache
 def _heldout_model_summary() -> dict[str, dict[str, float]]:
     from studies.heldout import heldout_rows, summary
@@ -422,6 +439,13 @@ FIGURES: list[Figure] = [
            lambda: _param("chip.sm103_clock", "{:.3f}")),
     Figure("held-out GB300 MLPerf runs", "README.md", r"also held out, ([+-][\d.]+% and [+-][\d.]+%):",
            lambda: _heldout("gb300")),
+    Figure("held-out CoreWeave MLPerf runs", "README.md",
+           r"8,192 GPUs \(held out\) come out ([+-][\d.]+%, [+-][\d.]+% and [+-][\d.]+%):",
+           lambda: _heldout_submitter("coreweave")),
+    Figure("CoreWeave step less the boundary", "README.md", r"the rest of the predicted step, ([\d.]+) s\)",
+           _coreweave_rest_s),
+    Figure("held-out Google MLPerf run", "README.md", r"Google's 256 GB200 of the GB200 recipe ([+-][\d.]+%)",
+           lambda: _heldout_submitter("google")),
     Figure("LOGO interval coverage", "README.md", r"as if each run's group were unseen: \*\*(.*?)\*\*",
            _logo_coverage),
     Figure("held-out model family errors", "README.md", r"mean \|error\| \*\*([\d.]+%, max [\d.]+%)\*\* \(predicted too",

@@ -403,8 +403,8 @@ class StackProfile:
         land within a few % where their plan is modelled, with it 77-95% slow. What in an accumulating step
         costs it is not identified, so the model charges it where it was measured, not beyond; nor is accumulation
         all of it: MLPerf's GB300 DeepSeek-V3 recipe accumulates 8-240 microbatches and shows none either
-        (``studies/data/scale_checks.toml``: CoreWeave's 8,192 GB300 take 1.70 s a step, the rest of the predicted
-        step is 1.78 s), where its GB200 recipe shows 1.3-2.3 s.
+        (``studies/data/scale_checks.toml``: CoreWeave's 8,192 GB300 take 1.70 s a step, about what the predicted step
+        spends without it; docs/scaling.md gives today's figures), where its GB200 recipe shows 1.3-2.3 s.
 
         >>> from sim.specs import ParallelPlan
         >>> s = StackProfile(step_fixed_s=1.8)

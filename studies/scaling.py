@@ -206,6 +206,15 @@ def _heldout_markdown(points: Sequence[MeasuredPoint]) -> list[str]:
     submitters), which no fit reads."""
     if not points:
         return []
+    largest = max((p for p in points if "coreweave" in p.run_id), key=lambda p: p.gpus, default=None)
+    if largest is not None:
+        measured_step = largest.step_s * largest.predicted_tokens_per_s_per_gpu / largest.measured_tokens_per_s_per_gpu
+        boundary = (f"CoreWeave's points refuse Megatron's fitted step boundary (`step.fixed_s`, {largest.fixed_s:.2f} s "
+                    f"of each step): {largest.microbatches} microbatches per rank take {measured_step:.2f} s a step at "
+                    f"{largest.gpus:,} GPUs, and the rest of the predicted step is "
+                    f"{largest.step_s - largest.fixed_s:.2f} s; ")
+    else:
+        boundary = ""
     lines = ["## Held-out MLPerf runs (never fitted)", "",
              "The other MLPerf Training v6.0 DeepSeek-V3 results of NVIDIA's recipes: the GB200 recipe above at "
              "4,096 and 8,192 GPUs (16,384 sequences per step) and on 256 GPUs submitted by Google (over RoCE), the "
@@ -213,9 +222,7 @@ def _heldout_markdown(points: Sequence[MeasuredPoint]) -> list[str]:
              "2,048, 4,096 and 8,192 GPUs (16,384 sequences per step) (`studies/data/scale_checks.toml`, with the "
              "result logs and configs they come from). They are not in the dataset and no fit reads them; each is "
              "predicted as the dataset's runs are (`moesim validate studies/data/scale_checks.toml` prints them with "
-             "their p10-p90 intervals). CoreWeave's points refuse Megatron's fitted step boundary (`step.fixed_s`, "
-             "1.85 s of each step): 8 microbatches per rank take 1.70 s a step at 8,192 GPUs, and the rest of the "
-             "predicted step is 1.78 s; MLPerf's GB300 recipe shows no such boundary at any size, its GB200 recipe "
+             f"their p10-p90 intervals). {boundary}MLPerf's GB300 recipe shows no such boundary at any size, its GB200 recipe "
              "shows 1.3-2.3 s (the 512- and 2,048-GPU pair in the fit, 4,096 and 8,192 here). What the boundary "
              "is, is not identified (docs/transfer.md).", "",
              "| run | GPUs | microbatches per rank | predicted step s | predicted tok/s/GPU | measured tok/s/GPU | "
