@@ -213,6 +213,26 @@ def _param(name: str, fmt: str) -> str:
     return fmt.format(shipped_values()[name])
 
 
+def _ablation(label: str) -> str:
+    """The ablation row whose label starts with ``label`` (docs/transfer.md's table, from the shipped fit's record):
+    "LOGO mean% / LOGO max%" as the README quotes it."""
+    from sim.joint import joint_fit_record
+
+    rows = [row for name, row in joint_fit_record()["ablation"].items() if name.startswith(label)]
+    if len(rows) != 1:
+        raise KeyError(f"ablation row {label!r}: {len(rows)} rows start so")
+    return f"{rows[0]['logo_mape'] * 100:.1f}% / {rows[0]['logo_max'] * 100:.1f}%"
+
+
+def _param_with_sigma(name: str) -> str:
+    """A fitted parameter as the README quotes it: value +- sigma, both rounded to whole units with thousands
+    separators (the grouped-GEMM half-point in rows)."""
+    from sim.joint import joint_fit_record
+
+    rec = joint_fit_record()["params"][name]
+    return f"{rec['value']:,.0f} +- {rec['sigma']:,.0f}"
+
+
 @cache
 def logo() -> dict[str, Any]:
     from studies.validate import logo_validation
@@ -433,6 +453,16 @@ FIGURES: list[Figure] = [
         r"PP16 plan\n(\S+x vs \S+x);", r"512 GB200 per GPU (\S+x vs \S+x)\."))),
     Figure("held-out GB200 MLPerf runs", "README.md", r"no fit reads\n.*?comes out ([+-][\d.]+% and [+-][\d.]+%);",
            lambda: _heldout("gb200")),
+    *(Figure(f"ablation row: {label}", "README.md", pattern, lambda label=label: _ablation(label)) for label, pattern in (
+        ("alternative: the grouped GEMM roll-off the runs pulled it to", r"\(([\d.]+% / [\d.]+%) with the shared half-point;"),
+        ("grouped GEMMs launched per expert at their own half-point", r"half-point; ([\d.]+% / [\d.]+%) with both at\n85 rows"),
+        ("host floor of eagerly issued ops", r"Without it the leave-one-group-out error is ([\d.]+% / [\d.]+%)\n\(ablation"),
+        ("NCCL rings spread their crossings", r"leave-one-group-out error is ([\d.]+% / [\d.]+%) against [\d.]+% / [\d.]+% \(the H100 pair"),
+        ("TorchTitan's own step boundary", r"the leave-one-group-out error would be ([\d.]+% / [\d.]+%) against today's"),
+        ("TorchTitan's eager MoE bookkeeping", r"with it and\n([\d.]+% / [\d.]+%) without \(docs/transfer\.md's ablation, today\)"),
+        ("TorchTitan's shared experts beside", r"with it and ([\d.]+% / [\d.]+%) without \(docs/transfer\.md's ablation\)\. Kept"))),
+    Figure("TE grouped-GEMM half-point (README)", "README.md", r"launch per expert\n\(\*\*([\d,]+ \+- [\d,]+)\*\* rows\)",
+           lambda: _param_with_sigma("grouped.half_rows_per_expert_launch")),
     Figure("step boundary (README)", "README.md", r"\(`step.fixed_s`, ([\d.]+) s, fitted jointly",
            lambda: _param("step.fixed_s", "{:.2f}")),
     Figure("Blackwell Ultra rate (README)", "README.md", r"\(`chip.sm103_clock`,\n?([\d.]+)x;",
