@@ -64,6 +64,13 @@ def _seed_row(i: int) -> str:
             f"{sp} | {msp} | {p.step_time_s:.1f} s |")
 
 
+def _seed_errors() -> str:
+    """The three published seed rows' errors, "BF16 / DeepEP / MXFP8"."""
+    preds, _ = seed()
+    return " / ".join(f"{(p.tokens_per_s_per_gpu / p.measured_tokens_per_s_per_gpu - 1) * 100:+.1f}%"
+                      for p in preds[:3])
+
+
 def _speedup_gaps() -> str:
     preds, _ = seed()
     base = preds[0]
@@ -442,6 +449,10 @@ _SEED_LABELS = ("BF16, standard EP", "BF16 + DeepEP", "MXFP8 grouped GEMMs + Dee
 FIGURES: list[Figure] = [
     *(Figure(f"README seed row {i}", "README.md", r"^\| " + re.escape(label).replace("\\ ", " ") + r" \|(.*)$",
              lambda i=i: _seed_row(i)) for i, label in enumerate(_SEED_LABELS)),
+    Figure("seed row errors (docs/seed-protocol.md)", "docs/seed-protocol.md", r"Today the rows come out \*\*(.*?)\*\*",
+           _seed_errors),
+    Figure("seed speedup gaps (docs/seed-protocol.md)", "docs/seed-protocol.md",
+           r"and the speedups \*\*([\d.]+ and [\d.]+)\*\* points", _speedup_gaps),
     Figure("torchtitan release scalar (README)", "README.md", r"one scalar\s+\((\d\.\d+), fitted jointly",
            lambda: _release_scalar("torchtitan")),
     Figure("seed speedup gaps", "README.md", r"the speedups come out ([\d.]+ and [\d.]+) points from",
