@@ -275,26 +275,31 @@ def _ratio(i: int) -> str:
     return f"{pred:.3f}x vs {meas:.3f}x"
 
 
+@cache
+def _scale_heldout() -> list[Any]:
+    """The held-out MLPerf scale points (``studies.scaling.heldout_points``), predicted once per process."""
+    from studies.scaling import heldout_points
+
+    return heldout_points()
+
+
 def _heldout(gpu: str) -> str:
-    from studies.scaling import heldout_points
-
-    return " and ".join(f"{p.error * 100:+.1f}%" for p in heldout_points() if p.run_id.endswith(f"x{gpu}"))
+    return " and ".join(f"{p.error * 100:+.1f}%" for p in _scale_heldout() if p.run_id.endswith(f"x{gpu}"))
 
 
-def _heldout_submitter(submitter: str, joiner: str = " and ") -> str:
-    """The held-out MLPerf points another company submitted (run ids ending in ``-<submitter>``), by GPU count."""
-    from studies.scaling import heldout_points
+def _heldout_submitter(submitter: str) -> str:
+    """The held-out MLPerf points another company submitted, by GPU count: "a", "a and b", "a, b and c"."""
+    from studies.scaling import submitted_by
 
-    points = sorted((p for p in heldout_points() if p.run_id.endswith(f"-{submitter}")), key=lambda p: p.gpus)
-    errors = [f"{p.error * 100:+.1f}%" for p in points]
-    return joiner.join(errors) if len(errors) < 3 else f"{', '.join(errors[:-1])}{joiner}{errors[-1]}"
+    errors = [f"{p.error * 100:+.1f}%" for p in submitted_by(_scale_heldout(), submitter)]
+    return " and ".join(errors) if len(errors) < 3 else f"{', '.join(errors[:-1])} and {errors[-1]}"
 
 
 def _coreweave_rest_s() -> str:
     """At CoreWeave's largest point, the predicted step less the step boundary the model charges."""
-    from studies.scaling import heldout_points
+    from studies.scaling import submitted_by
 
-    largest = max((p for p in heldout_points() if p.run_id.endswith("-coreweave")), key=lambda p: p.gpus)
+    largest = submitted_by(_scale_heldout(), "coreweave")[-1]
     return f"{largest.step_s - largest.fixed_s:.2f}"
 
 

@@ -31,7 +31,7 @@ from sim.stacks import profile_for
 from studies._sim import predict_run
 from studies.dataset import MeasuredRun, load_runs, resolve_run
 
-__all__ = ["GLOBAL_BATCH", "GPU_COUNTS", "SYSTEMS", "ScalePoint", "scaling_points", "MLPERF_RUNS", "MeasuredPoint",
+__all__ = ["GLOBAL_BATCH", "GPU_COUNTS", "SYSTEMS", "ScalePoint", "scaling_points", "MLPERF_RUNS", "MeasuredPoint", "submitted_by",
            "mlperf_points", "heldout_points", "SCALE_CHECKS", "scaling_markdown", "DOC", "DP_COMM_KEYS",
            "AFTER_PIPELINE_KEYS"]
 
@@ -115,6 +115,16 @@ class MeasuredPoint:
     def error(self) -> float:
         """Signed relative error of the prediction, (predicted - measured) / measured."""
         return self.predicted_tokens_per_s_per_gpu / self.measured_tokens_per_s_per_gpu - 1.0
+
+    @property
+    def measured_step_s(self) -> float:
+        """The measured step: the predicted step scaled by predicted over measured throughput."""
+        return self.step_s * self.predicted_tokens_per_s_per_gpu / self.measured_tokens_per_s_per_gpu
+
+
+def submitted_by(points: Sequence[MeasuredPoint], submitter: str) -> list[MeasuredPoint]:
+    """The points another company submitted (run ids ending in ``-<submitter>``), smallest GPU count first."""
+    return sorted((p for p in points if p.run_id.endswith(f"-{submitter}")), key=lambda p: p.gpus)
 
 
 def scaling_points() -> list[ScalePoint]:
@@ -206,15 +216,14 @@ def _heldout_markdown(points: Sequence[MeasuredPoint]) -> list[str]:
     submitters), which no fit reads."""
     if not points:
         return []
-    largest = max((p for p in points if "coreweave" in p.run_id), key=lambda p: p.gpus, default=None)
-    if largest is not None:
-        measured_step = largest.step_s * largest.predicted_tokens_per_s_per_gpu / largest.measured_tokens_per_s_per_gpu
+    coreweave = submitted_by(points, "coreweave")
+    boundary = ""
+    if coreweave:
+        largest = coreweave[-1]
         boundary = (f"CoreWeave's points refuse Megatron's fitted step boundary (`step.fixed_s`, {largest.fixed_s:.2f} s "
-                    f"of each step): {largest.microbatches} microbatches per rank take {measured_step:.2f} s a step at "
-                    f"{largest.gpus:,} GPUs, and the rest of the predicted step is "
+                    f"of each step): {largest.microbatches} microbatches per rank take {largest.measured_step_s:.2f} s a "
+                    f"step at {largest.gpus:,} GPUs, and the rest of the predicted step is "
                     f"{largest.step_s - largest.fixed_s:.2f} s; ")
-    else:
-        boundary = ""
     lines = ["## Held-out MLPerf runs (never fitted)", "",
              "The other MLPerf Training v6.0 DeepSeek-V3 results of NVIDIA's recipes: the GB200 recipe above at "
              "4,096 and 8,192 GPUs (16,384 sequences per step) and on 256 GPUs submitted by Google (over RoCE), the "
