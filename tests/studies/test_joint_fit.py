@@ -17,8 +17,10 @@ from sim.costs import default_costs
 from sim.errors import ConfigError
 from sim.joint import (
     BENCHMARKED_CLASSES,
+    MEGATRON_LAYER_RATE,
     NVL72_PARTS,
     PARAMS,
+    TORCHTITAN_LAYER_RATE,
     apply_params,
     grouped_curve,
     issues_eagerly,
@@ -62,6 +64,24 @@ def test_every_parameter_is_reported_with_its_mechanism_source_and_constraints()
             assert rec["sigma"] is not None and rec["sigma"] >= 0 and rec["constrained_by"]
         else:  # a parameter the fit may not move keeps its sourced prior
             assert rec["value"] == pytest.approx(p.prior)
+
+
+def test_release_priors_are_the_layer_benchmarks_not_step_runs() -> None:
+    """A release scalar's prior is what a fold without any of that release's runs uses: it comes from the single-layer
+    checks run at the calibration's kernel rates (no step run of the dataset), and it follows them."""
+    from studies.layer_cells import layer_cell_rows
+    from studies.torchtitan_layer import layer_rows
+
+    titan = [r["ratio"] for r in layer_rows()]  # predicted / measured time of TorchTitan's MoE layer alone
+    assert TORCHTITAN_LAYER_RATE == pytest.approx(sum(titan) / len(titan), abs=0.02)
+    logs = [math.log(r["predicted"][k] / r["measured"][k]) for r in layer_cell_rows() for k in ("forward_ms", "backward_ms")]
+    assert MEGATRON_LAYER_RATE == pytest.approx(math.exp(sum(logs) / len(logs)), abs=0.02)
+    priors = prior_values()
+    assert priors["release.torchtitan"] == TORCHTITAN_LAYER_RATE
+    assert priors["release.megatron-26.02"] == priors["release.megatron-26.04"] == MEGATRON_LAYER_RATE
+    for p in PARAMS:
+        if p.name.startswith("release."):
+            assert "one-run fit" not in p.source
 
 
 def test_release_scalars_are_mirrored_in_the_stack_profiles() -> None:
