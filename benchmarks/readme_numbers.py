@@ -231,6 +231,14 @@ def _ablation(label: str) -> str:
     return f"{rows[0]['logo_mape'] * 100:.1f}% / {rows[0]['logo_max'] * 100:.1f}%"
 
 
+def _logo_group_runs(group: str) -> list[dict[str, Any]]:
+    """The LOGO fold of ``group``: each run with its error, from the stored joint fit."""
+    from sim.joint import joint_fit_record
+
+    fold = joint_fit_record()["logo"][group]
+    return [{"id": i, "error": e} for i, e in zip(fold["runs"], fold["errors"], strict=True)]
+
+
 def _param_with_sigma(name: str) -> str:
     """A fitted parameter as the README quotes it: value +- sigma, both rounded to whole units with thousands
     separators (the grouped-GEMM half-point in rows)."""
@@ -364,11 +372,62 @@ def _heldout_model_signed() -> str:
     return f"{_heldout_model_summary()['gpt-oss-120b']['mean'] * 100:.1f}%"
 
 
-def _lomo_range() -> str:
+def _lomo_split() -> tuple[list[float], list[float]]:
+    """Leave-one-model-out: each fold's mean |error| over the runs whose release another model measured, and the
+    signed errors of the runs of a release no other model measured (predicted at its layer-benchmark prior)."""
     from sim.joint import joint_fit_record
+    from studies.dataset import load_runs
+    from studies.transfer import unmeasured_release_runs
 
-    means = [sum(abs(e) for e in f["errors"]) / len(f["errors"]) for f in joint_fit_record()["lomo"].values()]
+    runs = {r.id: r for r in load_runs()}
+    means, apart = [], []
+    for fold in joint_fit_record()["lomo"].values():
+        by_id = dict(zip(fold["runs"], fold["errors"], strict=True))
+        alone = {i for ids in unmeasured_release_runs(fold, runs).values() for i in ids}
+        kept = [abs(e) for i, e in by_id.items() if i not in alone]
+        means.append(sum(kept) / len(kept))
+        apart += [by_id[i] for i in sorted(alone)]
+    return means, apart
+
+
+def _lomo_range() -> str:
+    means, _apart = _lomo_split()
     return f"{min(means) * 100:.1f}-{max(means) * 100:.1f}%"
+
+
+def _lomo_unmeasured_release() -> str:
+    _means, apart = _lomo_split()
+    return f"{sum(apart) / len(apart) * 100:+.0f}%"
+
+
+@cache
+def _shipped() -> dict[str, float]:
+    from sim.joint import shipped_values
+
+    return dict(shipped_values())
+
+
+SEED_PAIR = ("titan-dsv3-b200-mxfp8-deepep", "titan-dsv3-b200-bf16-deepep")
+
+
+@cache
+def _seed_pair() -> dict[str, float]:
+    """``python -m studies.release_per_run --pair`` on the seed's MXFP8 pair: the scalar, and each TorchTitan run's
+    missing seconds at it."""
+    from sim.joint import shipped_values
+    from studies.dataset import load_runs
+    from studies.release_per_run import pair_scalar, step_seconds
+
+    runs = {r.id: r for r in load_runs()}
+    values = dict(shipped_values())
+    scalar = pair_scalar(runs[SEED_PAIR[0]], runs[SEED_PAIR[1]], values)
+    assert scalar is not None
+    at = dict(values, **{"release.torchtitan": scalar})
+    lacks = {}
+    for rid in ("titan-dsv3-b200-bf16", "titan-dsv3-b200-bf16-deepep", "titan-dsv3-h100-bf16", "titan-dsv3-h100-bf16-deepep"):
+        measured, predicted = step_seconds(runs[rid], at)
+        lacks[rid] = measured - predicted
+    return {"scalar": scalar, **lacks}
 
 
 @cache
@@ -480,6 +539,15 @@ FIGURES: list[Figure] = [
         ("TorchTitan's own step boundary", r"the leave-one-group-out error would be ([\d.]+% / [\d.]+%) against today's"),
         ("TorchTitan's eager MoE bookkeeping", r"with it and\n([\d.]+% / [\d.]+%) without \(docs/transfer\.md's ablation, today\)"),
         ("TorchTitan's shared experts beside", r"with it and ([\d.]+% / [\d.]+%) without \(docs/transfer\.md's ablation\)\. Kept"))),
+    *(Figure(f"LOGO with every mechanism on {i}", "README.md", pattern,
+             lambda: _ablation("(every mechanism on)")) for i, pattern in enumerate((
+        r"half-point\)\. Leave-one-group-out ([\d.]+% / [\d.]+%) \(",
+        r"error is [\d.]+% / [\d.]+% against ([\d.]+% / [\d.]+%) \(the H100 pair",
+        r"against today's ([\d.]+% / [\d.]+%) \(the H100 group",
+        r"\+7\.5% on B200 \(-3\.4% / \+16\.8% before\)\. On the fitted runs the leave-one-group-out error is ([\d.]+% / [\d.]+%) with",
+        r"today the\nleave-one-group-out error is ([\d.]+% / [\d.]+%) with it and"))),
+    Figure("LOGO max is the H100 TorchTitan group's", "README.md", r"the H100 group's \+([\d.]+%) is the max",
+           lambda: f"{max(abs(r['error']) for r in _logo_group_runs('hgx-h100 x torchtitan')) * 100:.1f}%"),
     Figure("TE grouped-GEMM half-point (README)", "README.md", r"launch per expert\n\(\*\*([\d,]+ \+- [\d,]+)\*\* rows\)",
            lambda: _param_with_sigma("grouped.half_rows_per_expert_launch")),
     Figure("step boundary (README)", "README.md", r"\(`step.fixed_s`, ([\d.]+) s, fitted jointly",
@@ -510,6 +578,16 @@ FIGURES: list[Figure] = [
            lambda: f"{_titan_layer()['measured']:.3f}x"),
     Figure("TorchTitan layer BF16 ratio", "README.md", r"at \*\*([\d.]+x)\*\* of the measured time",
            lambda: f"{_titan_layer()['bf16_ratio']:.3f}x"),
+    Figure("TorchTitan's fitted scalar (stack protocol)", "docs/stack-protocol.md",
+           r"sit from its layer benchmark \(([\d.]+) against", lambda: f"{_shipped()['release.torchtitan']:.2f}"),
+    Figure("seed pair scalar", "README.md", r"TorchTitan's kernels run at \*\*([\d.]+)\*\* of the calibration's rates",
+           lambda: f"{_seed_pair()['scalar']:.2f}"),
+    Figure("seed pair: DeepEP step lacks", "README.md", r"each DeepEP step of the seed then lacks \*\*(\d+ s)\*\*",
+           lambda: f"{_seed_pair()['titan-dsv3-b200-bf16-deepep']:.0f} s"),
+    Figure("seed pair: BF16 step lacks", "README.md", r"the standard-EP step (\d+ s)",
+           lambda: f"{_seed_pair()['titan-dsv3-b200-bf16']:.0f} s"),
+    Figure("seed pair: H100 steps lack", "README.md", r"TorchTitan's 512-H100 steps (\d+ and \d+ s)",
+           lambda: f"{_seed_pair()['titan-dsv3-h100-bf16']:.0f} and {_seed_pair()['titan-dsv3-h100-bf16-deepep']:.0f} s"),
     Figure("TorchTitan routed-expert MXFP8 speedup curve", "README.md",
            r"routed experts' MXFP8 speedup alone\ncomes out \*\*(.*?)\*\* at 16k",
            lambda: " / ".join(f"{r['predicted']:.3f}x" for r in _grouped_curve())),
@@ -535,6 +613,8 @@ FIGURES: list[Figure] = [
            _heldout_model_signed),
     Figure("leave-one-model-out range", "README.md", r"Leaving each fitted model out in turn gives ([\d.]+-[\d.]+%)",
            _lomo_range),
+    Figure("leave-one-model-out, a release no other model measured", "README.md",
+           r"they come out ([+-]\d+%) on average", _lomo_unmeasured_release),
     Figure("held-out model family coverage", "README.md", r"inside it: \*\*(\d+ of \d+)\*\* of the GPT-OSS",
            _heldout_model_coverage),
     Figure("LOGO by group", "README.md", r"Leave-one-group-out by group: ([^\n]*)\n", _logo_by_group),

@@ -6,6 +6,12 @@ jointly fitted scalar averages over.
     python -m studies.release_per_run                       # TorchTitan's fitted and held-out runs
     python -m studies.release_per_run --release megatron-26.04
     python -m studies.release_per_run --spared              # with sim.joint's spared-kernels switch on
+    python -m studies.release_per_run --pair titan-dsv3-b200-mxfp8-deepep titan-dsv3-b200-bf16-deepep
+
+``--pair A B`` reads the scalar off two runs of one release that differ in their kernels alone (the same plan and
+all-to-all, another precision): the value at which the predicted step difference equals the measured one, where
+what the model lacks, if it is the same in both steps, cancels. Every run of the release is then given at that
+scalar: its measured step, its predicted step and the seconds the prediction lacks.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from sim.stacks import load_stack, profile_for
 from studies.dataset import MeasuredRun, load_runs, resolve_run
 from studies.heldout import HELDOUT_MODELS, HELDOUT_RUNS, HELDOUT_TORCHTITAN
 
-__all__ = ["RunScalar", "per_run_scalar", "release_scalars", "main"]
+__all__ = ["RunScalar", "per_run_scalar", "release_scalars", "pair_scalar", "step_seconds", "main"]
 
 @dataclass(frozen=True)
 class RunScalar:
@@ -59,6 +65,32 @@ def per_run_scalar(run: MeasuredRun, values: Mapping[str, float]) -> float | Non
     return float(brentq(log_error, lo, hi, xtol=1e-4))
 
 
+def step_seconds(run: MeasuredRun, values: Mapping[str, float]) -> tuple[float, float]:
+    """``run``'s (measured, predicted) step in seconds under the joint ``values``."""
+    model, cluster, plan = resolve_run(run)
+    pred = predict(model, cluster, plan, stack=load_stack(profile_for(run.stack, run.release)), params=values)
+    return plan.tokens_per_step / cluster.n_gpus / run.measured_tokens_per_s_per_gpu, pred.step_time_s
+
+
+def pair_scalar(a: MeasuredRun, b: MeasuredRun, values: Mapping[str, float]) -> float | None:
+    """The ``release.<profile>`` value at which ``a``'s predicted step less ``b``'s equals the measured difference
+    (two runs of one release; None: none in the parameter's bounds)."""
+    key = f"release.{profile_for(a.stack, a.release)}"
+    if key != f"release.{profile_for(b.stack, b.release)}" or key not in values:
+        raise MoesimError(f"runs {a.id!r} and {b.id!r}: not two runs of one release the joint fit covers")
+
+    def gap(scalar: float) -> float:
+        trial = dict(values, **{key: scalar})
+        (ma, pa), (mb, pb) = step_seconds(a, trial), step_seconds(b, trial)
+        return (pa - pb) - (ma - mb)
+
+    lo, hi = spec(key).lower, spec(key).upper
+    g_lo, g_hi = gap(lo), gap(hi)
+    if g_lo * g_hi > 0:
+        return None
+    return float(brentq(gap, lo, hi, xtol=1e-4))
+
+
 def release_scalars(release: str, values: Mapping[str, float] | None = None,
                     heldout: Sequence[Path] = (HELDOUT_TORCHTITAN, HELDOUT_RUNS, HELDOUT_MODELS)) -> list[RunScalar]:
     """Every measured run of profile ``release`` (the shipped dataset, then the held-out files) with its own scalar."""
@@ -74,8 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(default: torchtitan)")
     parser.add_argument("--spared", action="store_true", help="with the release scalar sparing the microbenchmarked "
                         "library kernels (sim.joint.BENCHMARKED_CLASSES)")
+    parser.add_argument("--pair", nargs=2, metavar=("A", "B"), help="two runs of one release differing in their "
+                        "kernels alone: the scalar their step difference implies, and every run of the release at it")
     args = parser.parse_args(argv)
     values = dict(shipped_values())
+    if args.pair:
+        return _pair_main(args.pair, values)
     if f"release.{args.release}" not in values:
         known = ", ".join(sorted(n.removeprefix("release.") for n in values if n.startswith("release.")))
         print(f"error: --release {args.release!r} is not a release the joint fit covers (known: {known})")
@@ -94,6 +130,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         own = "-" if r.scalar is None else f"{r.scalar:.3f}"
         ratio = "-" if r.scalar is None else f"{r.scalar / fitted:.2f}x"
         print(f"| {r.run} | {r.gpu} | {r.gpus} | {'yes' if r.held_out else 'no'} | {own} | {ratio} |")
+    return 0
+
+
+def _pair_main(ids: Sequence[str], values: dict[str, float]) -> int:
+    runs = {r.id: r for r in load_runs()}
+    missing = [i for i in ids if i not in runs]
+    if missing:
+        print(f"error: --pair: no run {missing[0]!r} in the shipped dataset")
+        return 2
+    a, b = runs[ids[0]], runs[ids[1]]
+    try:
+        scalar = pair_scalar(a, b, values)
+    except MoesimError as err:
+        print(f"error: --pair: {err}")
+        return 2
+    release = profile_for(a.stack, a.release)
+    key = f"release.{release}"
+    if scalar is None:
+        print(f"no {key} in [{spec(key).lower}, {spec(key).upper}] gives the step difference of {a.id} and {b.id}")
+        return 1
+    print(f"{key} from the step difference of {a.id} and {b.id}: {scalar:.3f} (joint fit: {values[key]:.3f})")
+    print("| run | measured step s | predicted step s | lacks s |")
+    print("|---|---:|---:|---:|")
+    at = dict(values, **{key: scalar})
+    for r in runs.values():
+        if profile_for(r.stack, r.release) == release:
+            measured, predicted = step_seconds(r, at)
+            print(f"| {r.id} | {measured:.2f} | {predicted:.2f} | {measured - predicted:+.2f} |")
     return 0
 
 

@@ -49,3 +49,32 @@ def test_a_release_the_fit_does_not_cover_is_refused() -> None:
     out = subprocess.run([sys.executable, "-m", "studies.release_per_run", "--release", "nope"], capture_output=True,
                          text=True, timeout=120, check=False)
     assert out.returncode == 2 and out.stdout.count("\n") == 1 and "'nope'" in out.stdout and not out.stderr
+
+
+def test_a_pair_recovers_the_scalar_under_a_time_both_steps_lack() -> None:
+    """Two runs differing in their kernels alone: a planted scalar comes back from their step difference even when
+    both measured steps carry the same unexplained seconds, and each run then lacks exactly those seconds."""
+    from studies.release_per_run import pair_scalar, step_seconds
+
+    planted = dict(shipped_values(), **{"release.torchtitan": 0.6})
+    fakes = []
+    for rid in ("titan-dsv3-b200-mxfp8-deepep", "titan-dsv3-b200-bf16-deepep"):
+        run = _run(rid)
+        _measured, predicted = step_seconds(run, planted)
+        model, cluster, plan = resolve_run(run)
+        step = predicted + 10.0  # what neither step's model holds
+        fakes.append(dataclasses.replace(run, measured_tokens_per_s_per_gpu=plan.tokens_per_step / cluster.n_gpus / step))
+    scalar = pair_scalar(fakes[0], fakes[1], shipped_values())
+    assert scalar == pytest.approx(0.6, abs=2e-3)
+    measured, predicted = step_seconds(fakes[0], dict(shipped_values(), **{"release.torchtitan": scalar}))
+    assert measured - predicted == pytest.approx(10.0, abs=0.1)
+
+
+def test_a_pair_of_two_releases_is_refused() -> None:
+    from studies.release_per_run import pair_scalar
+
+    with pytest.raises(MoesimError, match="not two runs of one release"):
+        pair_scalar(_run("titan-dsv3-b200-bf16"), _run("mcore-26.04-dsv3-256xb200"), shipped_values())
+    out = subprocess.run([sys.executable, "-m", "studies.release_per_run", "--pair", "nope", "titan-dsv3-b200-bf16"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout.strip() == "error: --pair: no run 'nope' in the shipped dataset"
