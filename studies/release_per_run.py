@@ -110,14 +110,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "kernels alone: the scalar their step difference implies, and every run of the release at it")
     args = parser.parse_args(argv)
     values = dict(shipped_values())
+    if args.spared:
+        values["release.spares_benchmarked"] = 1.0
     if args.pair:
         return _pair_main(args.pair, values)
     if f"release.{args.release}" not in values:
         known = ", ".join(sorted(n.removeprefix("release.") for n in values if n.startswith("release.")))
         print(f"error: --release {args.release!r} is not a release the joint fit covers (known: {known})")
         return 2
-    if args.spared:
-        values["release.spares_benchmarked"] = 1.0
     try:
         rows = release_scalars(args.release, values)
     except MoesimError as err:
@@ -138,6 +138,9 @@ def _pair_main(ids: Sequence[str], values: dict[str, float]) -> int:
     missing = [i for i in ids if i not in runs]
     if missing:
         print(f"error: --pair: no run {missing[0]!r} in the shipped dataset")
+        return 2
+    if ids[0] == ids[1]:
+        print(f"error: --pair: two different runs, got {ids[0]!r} twice")
         return 2
     a, b = runs[ids[0]], runs[ids[1]]
     try:

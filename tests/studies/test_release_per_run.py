@@ -78,3 +78,6 @@ def test_a_pair_of_two_releases_is_refused() -> None:
     out = subprocess.run([sys.executable, "-m", "studies.release_per_run", "--pair", "nope", "titan-dsv3-b200-bf16"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stdout.strip() == "error: --pair: no run 'nope' in the shipped dataset"
+    out = subprocess.run([sys.executable, "-m", "studies.release_per_run", "--pair", "titan-dsv3-b200-bf16",
+                          "titan-dsv3-b200-bf16"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout.strip() == "error: --pair: two different runs, got 'titan-dsv3-b200-bf16' twice"
