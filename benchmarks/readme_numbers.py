@@ -400,13 +400,6 @@ def _lomo_unmeasured_release() -> str:
     return f"{sum(apart) / len(apart) * 100:+.0f}%"
 
 
-@cache
-def _shipped() -> dict[str, float]:
-    from sim.joint import shipped_values
-
-    return dict(shipped_values())
-
-
 SEED_PAIR = ("titan-dsv3-b200-mxfp8-deepep", "titan-dsv3-b200-bf16-deepep")
 
 
@@ -579,7 +572,7 @@ FIGURES: list[Figure] = [
     Figure("TorchTitan layer BF16 ratio", "README.md", r"at \*\*([\d.]+x)\*\* of the measured time",
            lambda: f"{_titan_layer()['bf16_ratio']:.3f}x"),
     Figure("TorchTitan's fitted scalar (stack protocol)", "docs/stack-protocol.md",
-           r"sit from its layer benchmark \(([\d.]+) against", lambda: f"{_shipped()['release.torchtitan']:.2f}"),
+           r"sit from its layer benchmark \(([\d.]+) against", lambda: _param("release.torchtitan", "{:.2f}")),
     Figure("seed pair scalar", "README.md", r"TorchTitan's kernels run at \*\*([\d.]+)\*\* of the calibration's rates",
            lambda: f"{_seed_pair()['scalar']:.2f}"),
     Figure("seed pair: DeepEP step lacks", "README.md", r"each DeepEP step of the seed then lacks \*\*(\d+ s)\*\*",

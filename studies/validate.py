@@ -362,7 +362,7 @@ def format_logo(logo: Mapping[str, Any], cells: Sequence[Mapping[str, Any]] = ()
     if logo.get("lomo_mape") is not None:
         lines.append(f"leave-one-model-out (each model's runs predicted by the calibration refitted without that "
                      f"model): MAPE {logo['lomo_mape']:.1%}, max |error| {logo['lomo_max']:.1%} (a release no other "
-                     f"model measured, TorchTitan's, predicted at its single-layer benchmark: docs/transfer.md)")
+                     f"model measured predicted at its scalar's prior, its single-layer benchmark: docs/transfer.md)")
     for c in cells:
         m, p = c["measured"], c["predicted"]
         lines.append(f"moe-layer {c['id']}: forward {p['forward_ms']:.2f} ms vs {m['forward_ms']:.2f} "
