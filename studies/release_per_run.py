@@ -11,7 +11,9 @@ jointly fitted scalar averages over.
 ``--pair A B`` reads the scalar off two runs of one release that differ in their kernels alone (the same plan and
 all-to-all, another precision): the value at which the predicted step difference equals the measured one, where
 what the model lacks, if it is the same in both steps, cancels. Every run of the release is then given at that
-scalar: its measured step, its predicted step and the seconds the prediction lacks.
+scalar (the held-out files' runs too): its measured step, its predicted step and the seconds the prediction lacks, a
+step and per MoE layer pass of one microbatch (:func:`moe_layer_microbatches`): a time that is the same per layer
+on every GPU and model points at the host, not at the kernels.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from sim.stacks import load_stack, profile_for
 from studies.dataset import MeasuredRun, load_runs, resolve_run
 from studies.heldout import HELDOUT_MODELS, HELDOUT_RUNS, HELDOUT_TORCHTITAN
 
-__all__ = ["RunScalar", "per_run_scalar", "release_scalars", "pair_scalar", "step_seconds", "main"]
+__all__ = ["RunScalar", "per_run_scalar", "release_scalars", "pair_scalar", "step_seconds", "moe_layer_microbatches",
+           "main"]
 
 @dataclass(frozen=True)
 class RunScalar:
@@ -70,6 +73,14 @@ def step_seconds(run: MeasuredRun, values: Mapping[str, float]) -> tuple[float, 
     model, cluster, plan = resolve_run(run)
     pred = predict(model, cluster, plan, stack=load_stack(profile_for(run.stack, run.release)), params=values)
     return plan.tokens_per_step / cluster.n_gpus / run.measured_tokens_per_s_per_gpu, pred.step_time_s
+
+
+def moe_layer_microbatches(run: MeasuredRun) -> float:
+    """MoE layer passes of one microbatch a rank runs in a step (its MoE layers over the pipeline's ranks, times
+    its microbatches): the unit in which a time a step lacks is read per layer (a host's issue of each MoE layer, a
+    per-layer sync) rather than per step or per FLOP."""
+    model, _cluster, plan = resolve_run(run)
+    return model.n_moe_layers / plan.pp * plan.n_microbatches
 
 
 def pair_scalar(a: MeasuredRun, b: MeasuredRun, values: Mapping[str, float]) -> float | None:
@@ -154,13 +165,17 @@ def _pair_main(ids: Sequence[str], values: dict[str, float]) -> int:
         print(f"no {key} in [{spec(key).lower}, {spec(key).upper}] gives the step difference of {a.id} and {b.id}")
         return 1
     print(f"{key} from the step difference of {a.id} and {b.id}: {scalar:.3f} (joint fit: {values[key]:.3f})")
-    print("| run | measured step s | predicted step s | lacks s |")
-    print("|---|---:|---:|---:|")
+    print("| run | held out | measured step s | predicted step s | lacks s | lacks ms per MoE layer-microbatch |")
+    print("|---|---|---:|---:|---:|---:|")
     at = dict(values, **{key: scalar})
-    for r in runs.values():
+    held = [r for path in (HELDOUT_TORCHTITAN, HELDOUT_RUNS, HELDOUT_MODELS) for r in load_runs(path)]
+    for r, held_out in [(r, False) for r in runs.values()] + [(r, True) for r in held]:
         if profile_for(r.stack, r.release) == release:
             measured, predicted = step_seconds(r, at)
-            print(f"| {r.id} | {measured:.2f} | {predicted:.2f} | {measured - predicted:+.2f} |")
+            passes = moe_layer_microbatches(r)
+            per_layer = f"{1e3 * (measured - predicted) / passes:+.1f}" if passes > 0 else "-"
+            print(f"| {r.id} | {'yes' if held_out else 'no'} | {measured:.2f} | {predicted:.2f} | "
+                  f"{measured - predicted:+.2f} | {per_layer} |")
     return 0
 
 

@@ -81,3 +81,22 @@ def test_a_pair_of_two_releases_is_refused() -> None:
     out = subprocess.run([sys.executable, "-m", "studies.release_per_run", "--pair", "titan-dsv3-b200-bf16",
                           "titan-dsv3-b200-bf16"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stdout.strip() == "error: --pair: two different runs, got 'titan-dsv3-b200-bf16' twice"
+
+
+def test_the_pair_table_reads_the_lack_per_moe_layer_microbatch() -> None:
+    """The seed's 671B plan runs 58 / 2 MoE layers a rank over 64 microbatches; the table gives every run of the
+    release, the held-out ones marked, with its lack a step over that count."""
+    from studies.release_per_run import moe_layer_microbatches
+
+    assert moe_layer_microbatches(_run("titan-dsv3-b200-bf16")) == pytest.approx(58 / 2 * 64)
+    out = subprocess.run([sys.executable, "-m", "studies.release_per_run", "--pair", "titan-dsv3-b200-mxfp8-deepep",
+                          "titan-dsv3-b200-bf16-deepep"], capture_output=True, text=True, timeout=300, check=True)
+    rows = [line.split("|")[1:-1] for line in out.stdout.splitlines() if line.startswith("| titan-")]
+    assert {r[0].strip() for r in rows if r[1].strip() == "no"} == {
+        r.id for r in load_runs() if r.stack == "torchtitan"}
+    assert any(r[1].strip() == "yes" for r in rows)
+    for r in rows:
+        lacks, per_layer = float(r[4]), float(r[5])
+        passes = moe_layer_microbatches(_run(r[0].strip())) if r[1].strip() == "no" else None
+        if passes:
+            assert per_layer == pytest.approx(1e3 * lacks / passes, abs=0.1)
