@@ -82,3 +82,19 @@ def test_a_plan_that_cannot_be_derived_names_the_run(tmp_path) -> None:
     with pytest.raises(ConfigError, match="run 'bad' plan"):
         for run in load_runs(_write(tmp_path, RUN.format(rid="bad", gpus=8, extra='').replace("ep = 4", 'ep = 4\nprecision = "fp4"'))):
             resolve_run(run)
+
+
+def test_torchtitan_pr_2107s_runs_compile_the_loss_alone() -> None:
+    """PR #2107's command passes ``--compile.components=model`` and then ``--compile.components=loss``; TorchTitan's
+    config parses a list[str] flag as one comma-separated argument, so the last stands: the model's blocks run eager
+    (``compile_model`` false), issued as an eager stack's are, while the seed's ``loss,model`` compiles them."""
+    from sim.predict import predict
+    from sim.stacks import load_stack
+
+    runs = {r.id: r for r in load_runs(MEASURED_RUNS)}
+    for rid, compiled in (("titan-dsv3-h100-bf16", False), ("titan-dsv3-h100-bf16-deepep", False),
+                          ("titan-dsv3-b200-bf16", True)):
+        model, cluster, plan = resolve_run(runs[rid])
+        assert plan.compile_model is compiled, rid
+        launch = predict(model, cluster, plan, stack=load_stack("torchtitan")).launch
+        assert launch == ("compiled" if compiled else "eager"), rid
