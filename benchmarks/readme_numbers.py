@@ -409,18 +409,28 @@ def _seed_pair() -> dict[str, float]:
     missing seconds at it."""
     from sim.joint import shipped_values
     from studies.dataset import load_runs
-    from studies.release_per_run import pair_scalar, step_seconds
+    from studies.heldout import HELDOUT_TORCHTITAN
+    from studies.release_per_run import (
+        moe_layer_microbatches,
+        pair_scalar,
+        step_seconds,
+    )
 
     runs = {r.id: r for r in load_runs()}
     values = dict(shipped_values())
     scalar = pair_scalar(runs[SEED_PAIR[0]], runs[SEED_PAIR[1]], values)
     assert scalar is not None
     at = dict(values, **{"release.torchtitan": scalar})
-    lacks = {}
+    lacks: dict[str, float] = {}
     for rid in ("titan-dsv3-b200-bf16", "titan-dsv3-b200-bf16-deepep", "titan-dsv3-h100-bf16", "titan-dsv3-h100-bf16-deepep"):
         measured, predicted = step_seconds(runs[rid], at)
         lacks[rid] = measured - predicted
-    return {"scalar": scalar, **lacks}
+        lacks[f"{rid} ms/layer"] = 1e3 * (measured - predicted) / moe_layer_microbatches(runs[rid])
+    one_node = []
+    for run in load_runs(HELDOUT_TORCHTITAN):
+        measured, predicted = step_seconds(run, at)
+        one_node.append(1e3 * (measured - predicted) / moe_layer_microbatches(run))
+    return {"scalar": scalar, **lacks, "one-node min ms/layer": min(one_node), "one-node max ms/layer": max(one_node)}
 
 
 @cache
@@ -581,6 +591,14 @@ FIGURES: list[Figure] = [
            lambda: f"{_seed_pair()['titan-dsv3-b200-bf16']:.0f} s"),
     Figure("seed pair: H100 steps lack", "README.md", r"TorchTitan's 512-H100 steps (\d+ and \d+ s)",
            lambda: f"{_seed_pair()['titan-dsv3-h100-bf16']:.0f} and {_seed_pair()['titan-dsv3-h100-bf16-deepep']:.0f} s"),
+    Figure("seed pair: lack per MoE layer, seed", "README.md", r"the seed's DeepEP steps and (\d+ ms) for its standard-EP",
+           lambda: f"{_seed_pair()['titan-dsv3-b200-bf16 ms/layer']:.0f} ms"),
+    Figure("seed pair: lack per MoE layer, seed DeepEP", "README.md", r"that is (\d+ ms) a layer for the seed's DeepEP",
+           lambda: f"{_seed_pair()['titan-dsv3-b200-bf16-deepep ms/layer']:.0f} ms"),
+    Figure("seed pair: lack per MoE layer, one-node 16B", "README.md", r"one-node 16B steps (\d+-\d+ ms) on H100 and B200",
+           lambda: f"{_seed_pair()['one-node min ms/layer']:.0f}-{_seed_pair()['one-node max ms/layer']:.0f} ms"),
+    Figure("seed pair: lack per MoE layer, 512 H100", "README.md", r"PR #2107's 512-H100 steps lack (\d+-\d+ ms) a layer",
+           lambda: f"{_seed_pair()['titan-dsv3-h100-bf16-deepep ms/layer']:.0f}-{_seed_pair()['titan-dsv3-h100-bf16 ms/layer']:.0f} ms"),
     Figure("TorchTitan routed-expert MXFP8 speedup curve", "README.md",
            r"routed experts' MXFP8 speedup alone\ncomes out \*\*(.*?)\*\* at 16k",
            lambda: " / ".join(f"{r['predicted']:.3f}x" for r in _grouped_curve())),
