@@ -410,27 +410,20 @@ def _seed_pair() -> dict[str, float]:
     from sim.joint import shipped_values
     from studies.dataset import load_runs
     from studies.heldout import HELDOUT_TORCHTITAN
-    from studies.release_per_run import (
-        moe_layer_microbatches,
-        pair_scalar,
-        step_seconds,
-    )
+    from studies.release_per_run import lacks, pair_scalar
 
     runs = {r.id: r for r in load_runs()}
     values = dict(shipped_values())
     scalar = pair_scalar(runs[SEED_PAIR[0]], runs[SEED_PAIR[1]], values)
     assert scalar is not None
     at = dict(values, **{"release.torchtitan": scalar})
-    lacks: dict[str, float] = {}
+    out: dict[str, float] = {"scalar": scalar}
     for rid in ("titan-dsv3-b200-bf16", "titan-dsv3-b200-bf16-deepep", "titan-dsv3-h100-bf16", "titan-dsv3-h100-bf16-deepep"):
-        measured, predicted = step_seconds(runs[rid], at)
-        lacks[rid] = measured - predicted
-        lacks[f"{rid} ms/layer"] = 1e3 * (measured - predicted) / moe_layer_microbatches(runs[rid])
-    one_node = []
-    for run in load_runs(HELDOUT_TORCHTITAN):
-        measured, predicted = step_seconds(run, at)
-        one_node.append(1e3 * (measured - predicted) / moe_layer_microbatches(run))
-    return {"scalar": scalar, **lacks, "one-node min ms/layer": min(one_node), "one-node max ms/layer": max(one_node)}
+        measured, predicted, ms = lacks(runs[rid], at)
+        assert ms is not None
+        out[rid], out[f"{rid} ms/layer"] = measured - predicted, ms
+    one_node = [ms for run in load_runs(HELDOUT_TORCHTITAN) if (ms := lacks(run, at)[2]) is not None]
+    return {**out, "one-node min ms/layer": min(one_node), "one-node max ms/layer": max(one_node)}
 
 
 @cache

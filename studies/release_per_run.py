@@ -33,8 +33,11 @@ from sim.stacks import load_stack, profile_for
 from studies.dataset import MeasuredRun, load_runs, resolve_run
 from studies.heldout import HELDOUT_MODELS, HELDOUT_RUNS, HELDOUT_TORCHTITAN
 
-__all__ = ["RunScalar", "per_run_scalar", "release_scalars", "pair_scalar", "step_seconds", "moe_layer_microbatches",
-           "main"]
+__all__ = ["RunScalar", "HELDOUT_FILES", "per_run_scalar", "release_scalars", "pair_scalar", "step_seconds",
+           "moe_layer_microbatches", "lacks", "main"]
+
+#: the held-out files whose runs of a release are listed beside its fitted ones
+HELDOUT_FILES: tuple[Path, ...] = (HELDOUT_TORCHTITAN, HELDOUT_RUNS, HELDOUT_MODELS)
 
 @dataclass(frozen=True)
 class RunScalar:
@@ -83,6 +86,14 @@ def moe_layer_microbatches(run: MeasuredRun) -> float:
     return model.n_moe_layers / plan.pp * plan.n_microbatches
 
 
+def lacks(run: MeasuredRun, values: Mapping[str, float]) -> tuple[float, float, float | None]:
+    """``run``'s measured and predicted step under ``values`` and the milliseconds the prediction lacks per MoE layer
+    pass of one microbatch (:func:`moe_layer_microbatches`; None for a model without MoE layers)."""
+    measured, predicted = step_seconds(run, values)
+    passes = moe_layer_microbatches(run)
+    return measured, predicted, 1e3 * (measured - predicted) / passes if passes > 0 else None
+
+
 def pair_scalar(a: MeasuredRun, b: MeasuredRun, values: Mapping[str, float]) -> float | None:
     """The ``release.<profile>`` value at which ``a``'s predicted step less ``b``'s equals the measured difference
     (two runs of one release; None: none in the parameter's bounds)."""
@@ -103,7 +114,7 @@ def pair_scalar(a: MeasuredRun, b: MeasuredRun, values: Mapping[str, float]) -> 
 
 
 def release_scalars(release: str, values: Mapping[str, float] | None = None,
-                    heldout: Sequence[Path] = (HELDOUT_TORCHTITAN, HELDOUT_RUNS, HELDOUT_MODELS)) -> list[RunScalar]:
+                    heldout: Sequence[Path] = HELDOUT_FILES) -> list[RunScalar]:
     """Every measured run of profile ``release`` (the shipped dataset, then the held-out files) with its own scalar."""
     vals = dict(shipped_values() if values is None else values)
     fitted = [(r, False) for r in load_runs() if profile_for(r.stack, r.release) == release]
@@ -168,12 +179,11 @@ def _pair_main(ids: Sequence[str], values: dict[str, float]) -> int:
     print("| run | held out | measured step s | predicted step s | lacks s | lacks ms per MoE layer-microbatch |")
     print("|---|---|---:|---:|---:|---:|")
     at = dict(values, **{key: scalar})
-    held = [r for path in (HELDOUT_TORCHTITAN, HELDOUT_RUNS, HELDOUT_MODELS) for r in load_runs(path)]
+    held = [r for path in HELDOUT_FILES for r in load_runs(path)]
     for r, held_out in [(r, False) for r in runs.values()] + [(r, True) for r in held]:
         if profile_for(r.stack, r.release) == release:
-            measured, predicted = step_seconds(r, at)
-            passes = moe_layer_microbatches(r)
-            per_layer = f"{1e3 * (measured - predicted) / passes:+.1f}" if passes > 0 else "-"
+            measured, predicted, ms = lacks(r, at)
+            per_layer = "-" if ms is None else f"{ms:+.1f}"
             print(f"| {r.id} | {'yes' if held_out else 'no'} | {measured:.2f} | {predicted:.2f} | "
                   f"{measured - predicted:+.2f} | {per_layer} |")
     return 0
