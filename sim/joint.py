@@ -26,8 +26,9 @@ Parameters (``PARAMS``; the prior is the sourced value a parameter keeps where n
 - ``nccl.a2a_net_fraction``: the share of the network rate NCCL's all-to-all reaches across NVLink domains;
 - ``dp.straggler_cv``: how much a microbatch's time varies across data-parallel ranks (the step waits for the
   slowest rank; :mod:`sim.predict.dp_scale`);
-- ``step.fixed_s``: what a step of Megatron-Bridge's train loop spends once at its boundary, whatever its microbatch
-  count and data-parallel size (TorchTitan's releases keep their profile's own, ``StackProfile.joint_step_boundary``);
+- ``step.fixed_s``: what a step that accumulates gradients spends once at its boundary, whatever its microbatch
+  count and data-parallel size, in Megatron-Bridge's and TorchTitan's train loops alike
+  (``StackProfile.joint_step_boundary``; steps of one microbatch pay none, ``StackProfile.step_boundary_s``);
 - ``grouped.half_rows_per_expert_launch``: the rows per expert at which a DeepSeek-V3-shaped BF16 grouped GEMM
   (7168 x 2048 per expert) launched as one GEMM per expert (Transformer Engine) runs at half its large-shape
   efficiency on a B200 SM; one grouped kernel over every expert takes its microbenchmark's instead
@@ -217,13 +218,15 @@ PARAMS: tuple[ParamSpec, ...] = (
               "the per-step work modelled apart (pipeline fill and drain, exposed "
               "data-parallel buckets, the optimizer, once-per-step reductions): the train loop's step boundary, "
               "where the GPU idles while the host finishes one step and starts the next (StackProfile.step_fixed_s): "
-              "Megatron-Bridge's train loop; a release with another loop keeps its own (StackProfile."
-              "joint_step_boundary: TorchTitan's one token-count sync a step)",
+              "Megatron-Bridge's and TorchTitan's train loops alike (StackProfile.joint_step_boundary); what it is, "
+              "is not identified in either",
               "prior: 0 (no published figure). What tells it from the release scalars: the runs whose steps are "
               "short (the 8-GPU Qwen3-30B runs, 8-10 s a step) and the MLPerf Training v6.0 GB200 pair, one recipe at "
-              "240 and 60 microbatches per rank (step = 0.120 s x microbatches + 1.89 s, measured-runs.md s6). "
-              "TorchTitan's public one-node steps of about a second (studies/data/heldout_torchtitan.toml) leave no "
-              "room for it there"),
+              "240 and 60 microbatches per rank (step = 0.120 s x microbatches + 1.89 s, measured-runs.md s6); "
+              "on TorchTitan, its pipelined runs (the seed's 64 microbatches a step, PR #2107's 16 on 512 H100). "
+              "Steps of one microbatch pay none: NeMo's MLPerf GPT-OSS-20B steps (studies/data/mlperf_gpt_oss.toml) "
+              "and TorchTitan's public one-node steps of about a second (studies/data/heldout_torchtitan.toml) leave "
+              "no room for it"),
     ParamSpec("nccl.a2a_net_fraction", 1.0, 0.2, 1.0, "NCCL all-to-all's share of the network rate NCCL reaches "
               "point to point (CommCosts.ib_fraction: 48.5 of 50 GB/s per NDR NIC) on the flows that leave an NVLink "
               "domain (the standard EP path's dispatch and combine across nodes; sim.comm.nccl)",

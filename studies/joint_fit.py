@@ -293,8 +293,8 @@ STACK_ABLATIONS: dict[str, dict[str, Any]] = {
     "TorchTitan's DeepEP path dispatching every token on every TP rank (off: each TP rank its share)":
         {"deepep_tp_token_split": True},
     "TorchTitan's document mask on C4 (off: causal over the packed sequence)": {"document_mask": False},
-    "TorchTitan's own step boundary (off: Megatron's fitted step.fixed_s in every release, the former model)":
-        {"joint_step_boundary": True},
+    "TorchTitan's accumulating steps at the joint step boundary (off: its profile's own, none, the former model)":
+        {"joint_step_boundary": False},
     "TorchTitan's eager MoE bookkeeping (FP32 weighted sum over every token's K slots, vstack copy, DeepEP score "
     "pass; off: one pass per permutation, the former model)": {"eager_moe_glue": False},
     "TorchTitan's shared experts beside the standard path's combine in the forward and recompute (off: after it)":
