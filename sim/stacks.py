@@ -32,7 +32,7 @@ import math
 import re
 import sys
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from functools import cache
@@ -187,9 +187,9 @@ class StackProfile:
     #: buckets, the optimizer, the once-per-step reductions): the train loop's step boundary, where the GPU idles while the host finishes
     #: one step and starts the next (the joint calibration's ``step.fixed_s`` for the shipped releases).
     step_fixed_s: float = 0.0
-    #: whether the joint calibration's ``step.fixed_s`` is this release's step boundary (Megatron-Bridge's train
-    #: loop, which the fit's Megatron runs constrain); False: the profile's own ``step_fixed_s`` holds (a train loop
-    #: with another boundary: TorchTitan's one token-count sync a step).
+    #: whether the joint calibration's ``step.fixed_s`` is this release's step boundary (Megatron-Bridge's and
+    #: TorchTitan's train loops: their accumulating runs constrain it together); False: the profile's own
+    #: ``step_fixed_s`` holds (a stack no joint scalar covers, e.g. DeepSeek's trace-calibrated one).
     joint_step_boundary: bool = True
     #: parameters per distributed-optimizer gradient bucket (ZeRO-1 stacks with overlapped gradient reduction);
     #: 0: Megatron-Core's own default, ``max(40M, 1M x data-parallel ranks)`` (:func:`sim.predict.dp_scale.bucket_params`).
@@ -567,30 +567,42 @@ def _load_builtin(name: str) -> StackProfile:
 
 #: Field overrides every built-in profile is read with (:func:`builtin_overrides`; empty: as shipped).
 _OVERRIDES: dict[str, Any] = {}
+#: The built-in profiles :data:`_OVERRIDES` applies to (empty: every one).
+_OVERRIDE_PROFILES: set[str] = set()
 
 
 @contextmanager
-def builtin_overrides(**changes: Any) -> Iterator[None]:
-    """Within the block, every built-in profile reads as shipped with ``changes`` (field -> value): an ablation's
-    way to switch one framework behaviour off in every release at once (``python -m studies.joint_fit
-    --ablation``). Profiles loaded before the block keep their fields.
+def builtin_overrides(*, profiles: Collection[str] = (), **changes: Any) -> Iterator[None]:
+    """Within the block, every built-in profile (or those named in ``profiles``) reads as shipped with ``changes``
+    (field -> value): an ablation's way to switch one framework behaviour off in every release at once (``python -m
+    studies.joint_fit --ablation``). Profiles loaded before the block keep their fields.
 
     >>> with builtin_overrides(fused_permute=False):
     ...     load_stack("megatron-26.04").fused_permute
     False
     >>> load_stack("megatron-26.04").fused_permute
     True
+    >>> with builtin_overrides(profiles=("torchtitan",), joint_step_boundary=False):
+    ...     load_stack("torchtitan").joint_step_boundary, load_stack("megatron-26.04").joint_step_boundary
+    (False, True)
     """
     unknown = set(changes) - {f.name for f in fields(StackProfile)}
     if unknown:
         raise ConfigError(f"builtin_overrides: unknown stack fields {sorted(unknown)}")
-    saved = dict(_OVERRIDES)
+    names = set(profiles)
+    if names - set(_builtin_files()):
+        raise ConfigError(f"builtin_overrides: unknown built-in profiles {sorted(names - set(_builtin_files()))}")
+    saved, saved_names = dict(_OVERRIDES), set(_OVERRIDE_PROFILES)
     _OVERRIDES.update(changes)
+    _OVERRIDE_PROFILES.clear()
+    _OVERRIDE_PROFILES.update(names)
     try:
         yield
     finally:
         _OVERRIDES.clear()
         _OVERRIDES.update(saved)
+        _OVERRIDE_PROFILES.clear()
+        _OVERRIDE_PROFILES.update(saved_names)
 
 
 def load_stack(name_or_path: str | StackProfile | None) -> StackProfile:
@@ -609,7 +621,8 @@ def load_stack(name_or_path: str | StackProfile | None) -> StackProfile:
         raise ConfigError(f"stack: expected a profile name or a TOML path, got {name_or_path!r}")
     name = STACK_ALIASES.get(name_or_path, name_or_path)
     if name in _builtin_files():
-        return replace(_load_builtin(name), **_OVERRIDES) if _OVERRIDES else _load_builtin(name)
+        applies = _OVERRIDES and (not _OVERRIDE_PROFILES or name in _OVERRIDE_PROFILES)
+        return replace(_load_builtin(name), **_OVERRIDES) if applies else _load_builtin(name)
     if not (name.endswith(".toml") or "/" in name or Path(name).is_file()):
         raise ConfigError(f"unknown stack {name_or_path!r}; built in: {', '.join(stack_names())} (or give a TOML path)")
     from sim.loaders import read_toml

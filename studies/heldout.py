@@ -6,7 +6,7 @@ performance tables for the fitted models (containers, GPUs and plans the fit did
 ``studies/data/efa_runs.toml``, a fabric and a backend no fitted run uses (Qwen3-235B over AWS EFA with NCCL,
 DeepEP and UCCL-EP; measured-runs.md s7), predicted with the transport's sourced costs alone
 (:mod:`sim.comm.transport`), and ``studies/data/heldout_torchtitan.toml``, TorchTitan's short single-node steps
-(DeepSeek-V3 16B from its tracker), which check its train loop's own step boundary, and
+(DeepSeek-V3 16B from its tracker), steps of one microbatch that check they pay no step boundary, and
 ``studies/data/heldout_recent.toml``, Megatron-Bridge's newest containers (26.06 to 26.08), newer than every fitted
 run and predicted with the newest profile, whose full-iteration-graph recipes show where the step boundary holds.
 
@@ -46,7 +46,7 @@ HELDOUT_MODELS = Path(__file__).resolve().parent / "data" / "heldout_models.toml
 #: Other Megatron-Bridge table rows of the fitted models (the dataset's schema; no fit reads them).
 HELDOUT_RUNS = Path(__file__).resolve().parent / "data" / "heldout_runs.toml"
 #: TorchTitan's short steps on one node: DeepSeek-V3 16B from TorchTitan's tracker (the dataset's schema; no fit
-#: reads them): they check the TorchTitan train loop's own step boundary.
+#: reads them): steps of one microbatch, which check that such steps pay no step boundary.
 HELDOUT_TORCHTITAN = Path(__file__).resolve().parent / "data" / "heldout_torchtitan.toml"
 #: MLPerf Training v6.0 GPT-OSS-20B: one recipe cell per (GPU, GPU count, plan), every submitter's median (the
 #: dataset's schema; no fit reads them). Steps of one microbatch: they bound the step boundary there.
@@ -181,7 +181,7 @@ def heldout_runs_markdown(path: Path = HELDOUT_RUNS) -> list[str]:
 
 
 def _with_boundary_error(row: ValidationRow, run: MeasuredRun, fixed_s: float) -> float:
-    """``row``'s error had its step paid ``fixed_s`` more (Megatron's fitted step boundary added back)."""
+    """``row``'s error had its step paid ``fixed_s`` more (the fitted step boundary added back)."""
     tokens = row.predicted_tokens_per_s_per_gpu
     assert tokens is not None
     step = resolve_run(run)[2].tokens_per_step / run.gpus / tokens
@@ -347,19 +347,21 @@ def boundary_gaps_markdown() -> list[str]:
 
 
 def torchtitan_markdown(path: Path = HELDOUT_TORCHTITAN) -> list[str]:
-    """The held-out TorchTitan section of ``docs/transfer.md``: each short-step run predicted with TorchTitan's own
-    step boundary (what the shipped model does) and, beside it, with Megatron's fitted ``step.fixed_s`` in its place
-    (what the model did before: a constant of one framework's train loop carried to another's)."""
+    """The held-out TorchTitan section of ``docs/transfer.md``: each short-step run as the shipped model predicts it
+    (a step of one microbatch pays no step boundary, ``StackProfile.step_boundary_s``) and, beside it, with the
+    fitted ``step.fixed_s`` charged anyway (what TorchTitan's accumulating steps pay; what the model once charged every
+    step)."""
     runs, rows = _predicted(path)
     fixed = shipped_values()["step.fixed_s"]
     lines = ["## TorchTitan's short steps (held out)", "",
              f"`{path.relative_to(path.parents[2])}`: DeepSeek-V3 16B on one node from TorchTitan's own tracker, "
-             "about a second a step (sources in the file). No fit reads them. TorchTitan's train loop syncs the host "
-             "once a step, on the token count, so its step boundary is its profile's own (`step_fixed_s` = 0, "
-             "`joint_step_boundary = false`), not Megatron-Bridge's fitted `step.fixed_s` "
-             f"({fixed:.2f} s), which these steps leave no room for: the last column adds it back.", "",
+             "about a second a step (sources in the file). No fit reads them. Each step is one microbatch (no "
+             "pipeline, no gradient accumulation), so it pays none of the fitted step boundary (`step.fixed_s`, "
+             f"{fixed:.2f} s), which TorchTitan's accumulating steps pay as Megatron-Bridge's do "
+             "(`joint_step_boundary`; `StackProfile.step_boundary_s`): these steps leave no room for it, as the "
+             "last column, which charges it anyway, shows.", "",
              *_run_lines(rows, runs, inside=False,
-                         extra=("with Megatron's step.fixed_s", lambda r, run: _with_boundary_error(r, run, fixed)))]
+                         extra=("with step.fixed_s charged", lambda r, run: _with_boundary_error(r, run, fixed)))]
     return lines + [""]
 
 

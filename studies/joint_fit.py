@@ -284,7 +284,7 @@ ABLATIONS: dict[str, dict[str, float]] = {
 }
 
 #: Framework behaviours switched off for the ablation: stack-profile fields every built-in release reads with
-#: (:func:`sim.stacks.builtin_overrides`); the runs are resolved again under them.
+#: (:func:`sim.stacks.builtin_overrides`; ``profiles``: only those releases); the runs are resolved again under them.
 STACK_ABLATIONS: dict[str, dict[str, Any]] = {
     "TE grouped GEMM's per-expert launches and casts (one GEMM and one cast launch per call)":
         {"grouped_gemm_per_expert": False},
@@ -294,7 +294,7 @@ STACK_ABLATIONS: dict[str, dict[str, Any]] = {
         {"deepep_tp_token_split": True},
     "TorchTitan's document mask on C4 (off: causal over the packed sequence)": {"document_mask": False},
     "TorchTitan's accumulating steps at the joint step boundary (off: its profile's own, none, the former model)":
-        {"joint_step_boundary": False},
+        {"joint_step_boundary": False, "profiles": ("torchtitan",)},
     "TorchTitan's eager MoE bookkeeping (FP32 weighted sum over every token's K slots, vstack copy, DeepEP score "
     "pass; off: one pass per permutation, the former model)": {"eager_moe_glue": False},
     "TorchTitan's shared experts beside the standard path's combine in the forward and recompute (off: after it)":

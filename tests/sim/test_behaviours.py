@@ -306,18 +306,25 @@ def test_a_step_of_one_microbatch_pays_no_step_boundary(stack: str) -> None:
     assert "step_fixed" not in some.breakdown
 
 
-def test_torchtitan_keeps_its_own_step_boundary() -> None:
-    """Megatron's fitted ``step.fixed_s`` is its train loop's; TorchTitan's (one token-count sync a step) is its
-    profile's own 0 s, whatever the joint value, unless a profile opts in (``joint_step_boundary``)."""
+def test_torchtitan_pays_the_joint_step_boundary_on_accumulating_steps_only() -> None:
+    """TorchTitan's accumulating steps pay the joint ``step.fixed_s`` as Megatron-Bridge's do
+    (``joint_step_boundary``); a step of one microbatch pays none (``StackProfile.step_boundary_s``), which is what
+    TorchTitan's public one-node steps are. The ablation's former model (the profile's own 0 s) stays reachable."""
     cluster = load_cluster("hgx-b200", n_gpus=8)
     titan = load_stack("torchtitan")
-    assert not titan.joint_step_boundary and titan.step_fixed_s == 0.0
-    a = predict(DEBUG, cluster, _plan(8), stack=titan, params=_params(**{"step.fixed_s": 0.0}))
-    b = predict(DEBUG, cluster, _plan(8), stack=titan, params=_params(**{"step.fixed_s": 2.0}))
-    assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-12) and "step_fixed" not in b.breakdown
-    with builtin_overrides(joint_step_boundary=True):  # the ablation's former model: Megatron's boundary everywhere
-        c = predict(DEBUG, cluster, _plan(8), stack=load_stack("torchtitan"), params=_params(**{"step.fixed_s": 2.0}))
-    assert c.step_time_s - a.step_time_s == pytest.approx(2.0, rel=1e-9)
+    assert titan.joint_step_boundary and titan.step_fixed_s == 0.0
+    accumulating, single = _plan(8), _plan(8, global_batch=8 * 2, micro_batch=2)
+    assert accumulating.n_microbatches == 2 and single.n_microbatches == 1
+    a = predict(DEBUG, cluster, accumulating, stack=titan, params=_params(**{"step.fixed_s": 0.0}))
+    b = predict(DEBUG, cluster, accumulating, stack=titan, params=_params(**{"step.fixed_s": 2.0}))
+    assert b.step_time_s - a.step_time_s == pytest.approx(2.0, rel=1e-9)
+    assert b.breakdown["step_fixed"] == pytest.approx(2.0)
+    c = predict(DEBUG, cluster, single, stack=titan, params=_params(**{"step.fixed_s": 0.0}))
+    d = predict(DEBUG, cluster, single, stack=titan, params=_params(**{"step.fixed_s": 2.0}))
+    assert d.step_time_s == pytest.approx(c.step_time_s, rel=1e-12) and "step_fixed" not in d.breakdown
+    with builtin_overrides(joint_step_boundary=False):  # the ablation's former model: TorchTitan's own 0 s
+        e = predict(DEBUG, cluster, accumulating, stack=load_stack("torchtitan"), params=_params(**{"step.fixed_s": 2.0}))
+    assert e.step_time_s == pytest.approx(a.step_time_s, rel=1e-12) and "step_fixed" not in e.breakdown
 
 
 def test_a_users_own_stack_keeps_its_step_boundary() -> None:

@@ -135,10 +135,11 @@ def test_the_held_out_ablation_script_reproduces_the_shipped_rows() -> None:
     assert out["table rows"]["runs"] == 33
 
 
-def test_torchtitans_short_steps_leave_no_room_for_megatrons_step_boundary() -> None:
-    """TorchTitan's public one-node steps (about a second; DeepSeek-V3 16B, no fit reads them) come out within 30%
-    with TorchTitan's own step boundary, and more than 40% slow with Megatron's fitted ``step.fixed_s`` added: the
-    reason the joint value is Megatron's alone (``StackProfile.joint_step_boundary``)."""
+def test_torchtitans_short_steps_leave_no_room_for_the_step_boundary() -> None:
+    """TorchTitan's public one-node steps (about a second; DeepSeek-V3 16B, no fit reads them) are steps of one
+    microbatch: they pay no step boundary and come out within 30%, and more than 40% slow with the fitted
+    ``step.fixed_s`` charged anyway: the reason only accumulating steps pay it (``StackProfile.step_boundary_s``),
+    TorchTitan's as Megatron-Bridge's (``StackProfile.joint_step_boundary``)."""
     held = load_runs(HELDOUT_TORCHTITAN)
     assert {r.stack for r in held} == {"torchtitan"} and not {r.id for r in held} & {r.id for r in load_runs()}
     rows = heldout_rows(HELDOUT_TORCHTITAN)
