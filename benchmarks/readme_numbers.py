@@ -214,10 +214,11 @@ def _release_scalar(name: str) -> str:
     return f"{shipped_values()[f'release.{name}']:.4f}"
 
 
-def _param(name: str, fmt: str) -> str:
+def _param(name: str, fmt: str, scale: float = 1.0) -> str:
+    """The shipped joint value of ``name`` times ``scale``, formatted with ``fmt``."""
     from sim.joint import shipped_values
 
-    return fmt.format(shipped_values()[name])
+    return fmt.format(shipped_values()[name] * scale)
 
 
 def _ablation(label: str) -> str:
@@ -546,20 +547,16 @@ FIGURES: list[Figure] = [
            lambda: " / ".join(f"{r['error'] * 100:+.1f}%" for r in _logo_group_runs("hgx-h100 x torchtitan"))),
     Figure("TE grouped-GEMM half-point (README)", "README.md", r"launch per expert\n\(\*\*([\d,]+ \+- [\d,]+)\*\* rows\)",
            lambda: _param_with_sigma("grouped.half_rows_per_expert_launch")),
-    Figure("step boundary (README)", "README.md", r"\(`step.fixed_s`, ([\d.]+) s, fitted jointly",
-           lambda: _param("step.fixed_s", "{:.2f}")),
-    Figure("step boundary (README, seed section)", "README.md", r"pay the joint step boundary \(([\d.]+) s a step;",
-           lambda: _param("step.fixed_s", "{:.2f}")),
-    Figure("step boundary (README, TorchTitan's)", "README.md", r"the fitted `step.fixed_s` \(([\d.]+) s\) is what a step that",
-           lambda: _param("step.fixed_s", "{:.2f}")),
-    Figure("step boundary (README, host floor)", "README.md", r"\(([\d.]+) s\) rather than into `launch.eager_s`",
-           lambda: _param("step.fixed_s", "{:.2f}")),
+    *(Figure(f"step boundary (README, {where})", "README.md", pattern, lambda: _param("step.fixed_s", "{:.2f}"))
+      for where, pattern in (
+        ("scale", r"\(`step.fixed_s`, ([\d.]+) s, fitted jointly"),
+        ("seed section", r"pay the joint step boundary \(([\d.]+) s a step;"),
+        ("TorchTitan's", r"the fitted `step.fixed_s` \(([\d.]+) s\) is what a step that"),
+        ("host floor", r"\(([\d.]+) s\) rather than into `launch.eager_s`"),
+        ("accumulating rule", r"that constrains `step.fixed_s` \(([\d.]+) s\) accumulates"),
+        ("newest containers", r"model charges ([\d.]+) s, so it comes out"))),
     Figure("eager launch (README, host floor)", "README.md", r"rather than into `launch.eager_s` \(([\d.]+) us\)",
-           lambda: f"{float(_param('launch.eager_s', '{!r}')) * 1e6:.1f}"),
-    Figure("step boundary (README, accumulating rule)", "README.md", r"that constrains `step.fixed_s` \(([\d.]+) s\) accumulates",
-           lambda: _param("step.fixed_s", "{:.2f}")),
-    Figure("step boundary (README, newest containers)", "README.md", r"model charges ([\d.]+) s, so it comes out",
-           lambda: _param("step.fixed_s", "{:.2f}")),
+           lambda: _param("launch.eager_s", "{:.1f}", scale=1e6)),
     Figure("Blackwell Ultra rate (README)", "README.md", r"\(`chip.sm103_clock`,\n?([\d.]+)x;",
            lambda: _param("chip.sm103_clock", "{:.3f}")),
     Figure("held-out GB300 MLPerf runs", "README.md", r"also held out, ([+-][\d.]+% and [+-][\d.]+%):",
