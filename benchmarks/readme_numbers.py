@@ -465,6 +465,17 @@ def _logo_coverage() -> str:
 
 
 @cache
+def _precision_pairs() -> dict[str, Any]:
+    """The precision pairs' rows (``studies.precision_pairs.pair_rows``) by a short key: fitted, blog, noac, 2layer."""
+    from studies.precision_pairs import pair_rows
+
+    rows = pair_rows(with_fitted=True)
+    keys = {"fitted": lambda r: r.fitted, "blog": lambda r: "blog" in r.id, "noac": lambda r: "noac" in r.id,
+            "2layer": lambda r: "2layer" in r.id}
+    return {k: next(r for r in rows if match(r)) for k, match in keys.items()}
+
+
+@cache
 def _grouped_curve() -> list[dict[str, float]]:
     from studies.torchtitan_layer import grouped_speedup_curve
 
@@ -601,6 +612,18 @@ FIGURES: list[Figure] = [
            lambda: f"{_seed_pair()['one-node min ms/layer']:.0f}-{_seed_pair()['one-node max ms/layer']:.0f} ms"),
     Figure("seed pair: lack per MoE layer, 512 H100", "README.md", r"PR #2107's 512-H100 steps lack (\d+-\d+ ms) a layer",
            lambda: f"{_seed_pair()['titan-dsv3-h100-bf16-deepep ms/layer']:.0f}-{_seed_pair()['titan-dsv3-h100-bf16 ms/layer']:.0f} ms"),
+    Figure("held-out MXFP8 pair (Scout, GB200) measured", "README.md", r"full\nrecompute, MXFP8 on the experts and linears\) measured \*\*([+-][\d.]+%)\*\*",
+           lambda: f"{(_precision_pairs()['blog'].measured - 1) * 100:+.1f}%"),
+    Figure("held-out MXFP8 pair (Scout, GB200) predicted", "README.md", r"and moesim gives \*\*([\d.]+x)\*\*",
+           lambda: f"{_precision_pairs()['blog'].predicted:.3f}x"),
+    Figure("held-out MXFP8 pair (Scout, GB200) error", "README.md", r"\(\*\*([+-][\d.]+%)\*\* on the ratio\)",
+           lambda: f"{_precision_pairs()['blog'].error * 100:+.1f}%"),
+    Figure("fitted MXFP8 pair error", "README.md", r"where the seed's own pair comes out \*\*([+-][\d.]+%)\*\*",
+           lambda: f"{_precision_pairs()['fitted'].error * 100:+.1f}%"),
+    Figure("older MXFP8 pair (Scout, no recompute) error", "README.md", r"run without\nrecompute: ([+-][\d.]+%);",
+           lambda: f"{_precision_pairs()['noac'].error * 100:+.1f}%"),
+    Figure("older MXFP8 pair (2 layers) error", "README.md", r"debug model on 4 B200: ([+-][\d.]+%),",
+           lambda: f"{_precision_pairs()['2layer'].error * 100:+.1f}%"),
     Figure("TorchTitan routed-expert MXFP8 speedup curve", "README.md",
            r"routed experts' MXFP8 speedup alone\ncomes out \*\*(.*?)\*\* at 16k",
            lambda: " / ".join(f"{r['predicted']:.3f}x" for r in _grouped_curve())),

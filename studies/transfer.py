@@ -33,6 +33,7 @@ from studies.heldout import (
     torchtitan_markdown,
 )
 from studies.interval_check import interval_markdown
+from studies.precision_pairs import pair_markdown
 from studies.torchtitan_layer import layer_markdown
 from studies.validate import ValidationRow, validate_runs
 
@@ -253,6 +254,7 @@ def transfer_markdown() -> str:
                                      "(`python -m studies.change_budget studies/data/efa_runs.toml`)")
     lines += interval_markdown()
     lines += layer_markdown()
+    lines += pair_markdown()
     lines += _layer_cells()
     return "\n".join(lines).rstrip() + "\n"
 
