@@ -39,6 +39,8 @@ from sim.specs import ClusterSpec, FabricSpec, GPUSpec, ModelSpec, ParallelPlan
 
 __all__ = [
     "read_toml",
+    "read_table_array",
+    "refuse_duplicate_ids",
     "read_json",
     "parse_json",
     "build_spec",
@@ -79,6 +81,40 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     if json_depth(data) > MAX_JSON_DEPTH:
         raise ConfigError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels")
     return data
+
+
+def read_table_array(path: str | Path, key: str) -> list[Any]:
+    """The ``[[key]]`` tables of the TOML file at ``path``, a file that holds nothing else: another top-level key,
+    or no ``[[key]]`` table, is a :class:`ConfigError` naming the file (each table is the caller's to check).
+
+    >>> import tempfile, os
+    >>> with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+    ...     _ = f.write("[[pair]]\\nid = 'a'\\n")
+    >>> read_table_array(f.name, "pair")
+    [{'id': 'a'}]
+    >>> os.unlink(f.name)
+    """
+    data = read_toml(path)
+    unknown = sorted(set(data) - {key})
+    if unknown:
+        raise ConfigError(f"{path}: unknown top-level key(s) {', '.join(unknown)}; the file holds [[{key}]] tables")
+    entries = data.get(key)
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{path}: no [[{key}]] tables")
+    return entries
+
+
+def refuse_duplicate_ids(where: str, what: str, ids: list[str]) -> None:
+    """A :class:`ConfigError` naming ``where`` and each id of ``ids`` given more than once (``what``: the tables' noun).
+
+    >>> refuse_duplicate_ids("f.toml", "run", ["a", "b", "a"])
+    Traceback (most recent call last):
+    ...
+    sim.errors.ConfigError: f.toml: duplicate run id(s) a
+    """
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ConfigError(f"{where}: duplicate {what} id(s) {', '.join(dup)}")
 
 
 def parse_json(text: str | bytes, where: str) -> Any:

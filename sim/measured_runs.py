@@ -20,7 +20,12 @@ from typing import Any
 
 from sim.catalog import load_cluster, load_model
 from sim.errors import ConfigError, MoesimError
-from sim.loaders import derive_plan_fields, plan_from_mapping, read_toml
+from sim.loaders import (
+    derive_plan_fields,
+    plan_from_mapping,
+    read_table_array,
+    refuse_duplicate_ids,
+)
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 __all__ = ["MeasuredRun", "load_runs", "resolve_run"]
@@ -95,16 +100,8 @@ def _run(where: str, index: int, data: Any) -> MeasuredRun:
 
 def load_runs(path: str | Path) -> list[MeasuredRun]:
     """Every run of the dataset at ``path``, checked as a whole."""
-    path = Path(path)
-    data = read_toml(path)
     where = str(path)
-    unknown = sorted(set(data) - {"run"})
-    if unknown:
-        raise ConfigError(f"{where}: unknown top-level key(s) {', '.join(unknown)}; a dataset holds [[run]] tables")
-    raw = data.get("run")
-    if not isinstance(raw, list) or not raw:
-        raise ConfigError(f"{where}: no [[run]] tables")
-    runs = [_run(where, i, r) for i, r in enumerate(raw)]
+    runs = [_run(where, i, r) for i, r in enumerate(read_table_array(path, "run"))]
     for r in runs:  # a malformed plan fails the whole file, as it does alone (a run that cannot run is skipped)
         label = f"{where}: run {r.id!r} plan"
         try:
@@ -112,9 +109,7 @@ def load_runs(path: str | Path) -> list[MeasuredRun]:
         except MoesimError as err:
             raise ConfigError(str(err) if str(err).startswith(label) else f"{label}: {err}") from None
     ids = [r.id for r in runs]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
-    if dup:
-        raise ConfigError(f"{where}: duplicate run id(s) {', '.join(dup)}")
+    refuse_duplicate_ids(where, "run", ids)
     for r in runs:
         if r.baseline is not None and r.baseline not in ids:
             raise ConfigError(f"{where}: run {r.id!r}: baseline {r.baseline!r} is not a run id of this file")

@@ -25,7 +25,7 @@ from typing import Any
 from sim.catalog import load_cluster
 from sim.errors import ConfigError, MoesimError
 from sim.layer_check import MoELayerCell, layer_plan, predict_moe_layer
-from sim.loaders import read_toml
+from sim.loaders import read_table_array, refuse_duplicate_ids
 from sim.stacks import load_stack
 
 __all__ = ["MAX_FITTED", "LayerCell", "cell_errors", "default_cells_path", "format_rows", "layer_cell_rows", "load_cells", "main",
@@ -123,19 +123,8 @@ def _cell(entry: Any, index: int, path: Path) -> LayerCell:
 def load_cells(path: str | Path | None = None) -> list[LayerCell]:
     """The cells of ``path`` (None: the shipped file), checked strictly (see the module docstring)."""
     path = Path(path) if path is not None else default_cells_path()
-    data = read_toml(path)
-    unknown = sorted(set(data) - {"cell"})
-    if unknown:
-        raise ConfigError(f"{path}: unknown key {unknown[0]!r} (a cells file holds [[cell]] tables only)")
-    entries = data.get("cell")
-    if not isinstance(entries, list) or not entries:
-        raise ConfigError(f"{path}: no [[cell]] tables")
-    cells = [_cell(e, i, path) for i, e in enumerate(entries)]
-    seen: set[str] = set()
-    for c in cells:
-        if c.id in seen:
-            raise ConfigError(f"{path}: cell {c.id!r}: duplicate id")
-        seen.add(c.id)
+    cells = [_cell(e, i, path) for i, e in enumerate(read_table_array(path, "cell"))]
+    refuse_duplicate_ids(str(path), "cell", [c.id for c in cells])
     fitted = [c.id for c in cells if c.fitted]
     if len(fitted) > MAX_FITTED:
         raise ConfigError(f"{path}: {len(fitted)} cells are fitted ({', '.join(fitted)}); at most {MAX_FITTED}")

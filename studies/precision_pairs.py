@@ -28,7 +28,12 @@ from typing import Any
 
 from sim.catalog import load_cluster, load_model
 from sim.errors import ConfigError, MoesimError
-from sim.loaders import derive_plan_fields, plan_from_mapping, read_toml
+from sim.loaders import (
+    derive_plan_fields,
+    plan_from_mapping,
+    read_table_array,
+    refuse_duplicate_ids,
+)
 from sim.specs import PRECISIONS, ClusterSpec, ModelSpec, ParallelPlan
 from studies._sim import predict_run
 from studies.dataset import load_runs, resolve_run
@@ -128,18 +133,8 @@ def load_pairs(path: str | Path | None = None) -> list[PrecisionPair]:
     """The pairs of ``path`` (None: the shipped file), checked strictly: an unknown, missing or mistyped key, a plan
     that cannot be built, or a duplicate id is a :class:`~sim.errors.ConfigError` naming the pair and the key."""
     path = Path(path) if path is not None else default_path()
-    data = read_toml(path)
-    unknown = sorted(set(data) - {"pair"})
-    if unknown:
-        raise ConfigError(f"{path}: unknown top-level key(s) {', '.join(unknown)}; the file holds [[pair]] tables")
-    entries = data.get("pair")
-    if not isinstance(entries, list) or not entries:
-        raise ConfigError(f"{path}: no [[pair]] tables")
-    pairs = [_pair(e, i, path) for i, e in enumerate(entries)]
-    ids = [p.id for p in pairs]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
-    if dup:
-        raise ConfigError(f"{path}: duplicate pair id(s) {', '.join(dup)}")
+    pairs = [_pair(e, i, path) for i, e in enumerate(read_table_array(path, "pair"))]
+    refuse_duplicate_ids(str(path), "pair", [p.id for p in pairs])
     for p in pairs:
         _resolve(p, path)
     return pairs

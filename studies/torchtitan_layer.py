@@ -23,7 +23,7 @@ from typing import Any
 
 from sim.errors import ConfigError
 from sim.layer_check import MoELayerCell, predict_moe_layer
-from sim.loaders import read_toml
+from sim.loaders import read_table_array
 from studies.layer_cells import typed_field
 
 __all__ = ["PUBLISHED_GROUPED_SPEEDUP", "TorchTitanLayerCell", "default_path", "grouped_speedup_curve", "layer_markdown",
@@ -80,10 +80,7 @@ def load_layer_cells(path: str | Path | None = None) -> list[TorchTitanLayerCell
     """The cells of ``path`` (None: the shipped file), checked strictly: an unknown, missing or mistyped key is a
     :class:`~sim.errors.ConfigError` naming the cell and the key."""
     path = Path(path) if path is not None else default_path()
-    entries = read_toml(path).get("cell")
-    if not isinstance(entries, list) or not entries:
-        raise ConfigError(f"{path}: no [[cell]] tables")
-    return [_cell(e, i, path) for i, e in enumerate(entries)]
+    return [_cell(e, i, path) for i, e in enumerate(read_table_array(path, "cell"))]
 
 
 def layer_rows(path: str | Path | None = None) -> list[dict[str, Any]]:
