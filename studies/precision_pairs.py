@@ -206,8 +206,9 @@ def pair_markdown(path: str | Path | None = None) -> list[str]:
                   f"{same_era.error * 100:+.1f}% ({same_era.predicted:.3f}x against {same_era.measured:.3f}x)."]
         if abs(same_era.error) < abs(fitted.error):
             lines[-1] += (" MXFP8's kernel gain holds at the step there, so what the fitted pair lacks belongs to its "
-                          "plan (TP2 with DeepEP dispatching every token on both TP ranks, full recompute, 64 "
-                          "microbatches a step) more than to MXFP8's kernels in general.")
+                          "plan (what the held-out one does not share: TP2 with DeepEP over InfiniBand dispatching "
+                          "every token on both TP ranks, PP2 with 64 microbatches a step) more than to MXFP8's kernels "
+                          "in general.")
     return lines + [""]
 
 
