@@ -565,17 +565,17 @@ def _load_builtin(name: str) -> StackProfile:
     return _from_data(where, data, builtin=True)
 
 
-#: Field overrides every built-in profile is read with (:func:`builtin_overrides`; empty: as shipped).
-_OVERRIDES: dict[str, Any] = {}
-#: The built-in profiles :data:`_OVERRIDES` applies to (empty: every one).
-_OVERRIDE_PROFILES: set[str] = set()
+#: Field overrides the built-in profiles are read with (:func:`builtin_overrides`), innermost block last: each layer's
+#: profile names (empty: every built-in profile) and its field changes. Empty: as shipped.
+_OVERRIDE_LAYERS: list[tuple[frozenset[str], dict[str, Any]]] = []
 
 
 @contextmanager
 def builtin_overrides(*, profiles: Collection[str] = (), **changes: Any) -> Iterator[None]:
     """Within the block, every built-in profile (or those named in ``profiles``) reads as shipped with ``changes``
     (field -> value): an ablation's way to switch one framework behaviour off in every release at once (``python -m
-    studies.joint_fit --ablation``). Profiles loaded before the block keep their fields.
+    studies.joint_fit --ablation``). Blocks nest, an inner block's changes over an outer's where both apply. Profiles
+    loaded before the block keep their fields.
 
     >>> with builtin_overrides(fused_permute=False):
     ...     load_stack("megatron-26.04").fused_permute
@@ -589,20 +589,19 @@ def builtin_overrides(*, profiles: Collection[str] = (), **changes: Any) -> Iter
     unknown = set(changes) - {f.name for f in fields(StackProfile)}
     if unknown:
         raise ConfigError(f"builtin_overrides: unknown stack fields {sorted(unknown)}")
-    names = set(profiles)
+    names = frozenset(profiles)
     if names - set(_builtin_files()):
         raise ConfigError(f"builtin_overrides: unknown built-in profiles {sorted(names - set(_builtin_files()))}")
-    saved, saved_names = dict(_OVERRIDES), set(_OVERRIDE_PROFILES)
-    _OVERRIDES.update(changes)
-    _OVERRIDE_PROFILES.clear()
-    _OVERRIDE_PROFILES.update(names)
+    _OVERRIDE_LAYERS.append((names, dict(changes)))
     try:
         yield
     finally:
-        _OVERRIDES.clear()
-        _OVERRIDES.update(saved)
-        _OVERRIDE_PROFILES.clear()
-        _OVERRIDE_PROFILES.update(saved_names)
+        _OVERRIDE_LAYERS.pop()
+
+
+def _overrides_for(name: str) -> dict[str, Any]:
+    """The field changes the open :func:`builtin_overrides` blocks make to built-in profile ``name``."""
+    return {k: v for names, changes in _OVERRIDE_LAYERS if not names or name in names for k, v in changes.items()}
 
 
 def load_stack(name_or_path: str | StackProfile | None) -> StackProfile:
@@ -621,8 +620,8 @@ def load_stack(name_or_path: str | StackProfile | None) -> StackProfile:
         raise ConfigError(f"stack: expected a profile name or a TOML path, got {name_or_path!r}")
     name = STACK_ALIASES.get(name_or_path, name_or_path)
     if name in _builtin_files():
-        applies = _OVERRIDES and (not _OVERRIDE_PROFILES or name in _OVERRIDE_PROFILES)
-        return replace(_load_builtin(name), **_OVERRIDES) if applies else _load_builtin(name)
+        changes = _overrides_for(name)
+        return replace(_load_builtin(name), **changes) if changes else _load_builtin(name)
     if not (name.endswith(".toml") or "/" in name or Path(name).is_file()):
         raise ConfigError(f"unknown stack {name_or_path!r}; built in: {', '.join(stack_names())} (or give a TOML path)")
     from sim.loaders import read_toml

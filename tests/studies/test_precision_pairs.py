@@ -3,6 +3,7 @@ file's strictness."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ def test_the_fitted_pair_is_the_seeds_deepep_runs_measured_ratio() -> None:
 def test_a_cut_model_is_predicted_with_its_own_layer_count() -> None:
     two = next(p for p in load_pairs() if p.n_layers == 2)
     row = pair_rows([two])[0]
-    full = pair_rows([type(two)(**{**two.__dict__, "n_layers": None, "id": "full"})])[0]
+    full = pair_rows([dataclasses.replace(two, n_layers=None, id="full")])[0]
     assert row.model.endswith("(2 layers)") and row.predicted != pytest.approx(full.predicted, rel=1e-3)
 
 
