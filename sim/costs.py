@@ -41,9 +41,26 @@ __all__ = [
     "CALIBRATION_VERSION",
     "KernelRates",
     "GROUPED_PER_EXPERT_SHARE",
+    "ACCUMULATE_BW_SHARE",
 ]
 
 CALIBRATION_VERSION = 1
+
+#: PyTorch's index kernels that sum elements into rows by index (a workload op of kind ``accum``; where a stack
+#: runs them: :attr:`sim.stacks.StackProfile.indexed_accumulate`), as the share of the GPU's HBM bandwidth they
+#: sustain counting two bytes (one BF16 element) per element added, by layout:
+#:
+#: - ``atomic``: ``scatter_add_`` / ``index_add_`` over rows, one atomic add per element. TileOPs PR #608 (H200, BF16,
+#:   its "PyTorch-vec" MoE unpermute: a zeroed output, the weighting, ``scatter_add_``): 2,048 tokens x top-2 x hidden
+#:   4,096 in 0.20 ms, 16.8M elements, 167.8 GB/s of the H200's 4.8 TB/s (0.035; 512 tokens: 0.06 ms, 0.029), a
+#:   tenth of its fused kernel's 2.95 TB/s. Its zeroed output and weighting are in that time: a lower bound.
+#: - ``sorted``: ``index_put_`` with accumulate, autograd's backward of an index gather ``x[idx]``
+#:   (``indexing_backward_kernel``: the indices sorted, each run of equal ones summed). TorchAO PR #4623 (B200,
+#:   DeepSeek-V3 16B at EP8, 196,608 x 2,048 BF16 rows, median of 11): 1.848 ms, 435.8 GB/s of 7.7 TB/s (0.057), where
+#:   a non-atomic Triton scatter takes 0.526 ms.
+#:
+#: Other GPUs take the same share of their own bandwidth (no other chip measured).
+ACCUMULATE_BW_SHARE: dict[str, float] = {"atomic": 0.035, "sorted": 0.057}
 
 
 def _launch_s(op: Any, stack: KernelRates) -> float:
@@ -178,6 +195,9 @@ class CostModel:
     attn_window_row_s: tuple[float, float] = (0.0, 0.0)
     #: The same under FP8 attention; (0, 0): BF16's.
     attn_fp8_window_row_s: tuple[float, float] = (0.0, 0.0)
+    #: Share of HBM bandwidth PyTorch's index kernels sustain summing elements into rows, by layout (``atomic``,
+    #: ``sorted``; :data:`ACCUMULATE_BW_SHARE`).
+    accumulate_bw_share: dict[str, float] = field(default_factory=lambda: dict(ACCUMULATE_BW_SHARE))
 
     def __post_init__(self) -> None:
         for name, value in (("attn_fwd_eff", self.attn_fwd_eff), ("attn_bwd_eff", self.attn_bwd_eff),
@@ -188,6 +208,10 @@ class CostModel:
         for name, value in (("attn_fp8_fwd_eff", self.attn_fp8_fwd_eff), ("attn_fp8_bwd_eff", self.attn_fp8_bwd_eff)):
             if not 0 <= value <= 1.5:
                 raise ConfigError(f"cost model: {name} must be in [0, 1.5] (0: the BF16 efficiency), got {value}")
+        if set(self.accumulate_bw_share) != set(ACCUMULATE_BW_SHARE) or not all(
+                0 < v <= 1.5 for v in self.accumulate_bw_share.values()):
+            raise ConfigError(f"cost model: accumulate_bw_share needs the layouts {sorted(ACCUMULATE_BW_SHARE)}, each "
+                              f"in (0, 1.5]; got {dict(self.accumulate_bw_share)}")
 
     # --- serialisation -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -206,6 +230,7 @@ class CostModel:
             "attn_fp8_window_row_s": list(self.attn_fp8_window_row_s),
             "mem_bw_eff": self.mem_bw_eff,
             "quantize_bw_eff": self.quantize_bw_eff,
+            "accumulate_bw_share": dict(self.accumulate_bw_share),
             "rearrange_s_per_elem": dict(self.rearrange_s_per_elem),
             "comm": dict(self.comm),
             "sources": dict(self.sources),
@@ -241,6 +266,7 @@ class CostModel:
                 attn_fp8_window_row_s=_row_pair(data.get("attn_fp8_window_row_s", (0.0, 0.0)), "attn_fp8_window_row_s"),
                 mem_bw_eff=float(data["mem_bw_eff"]),
                 quantize_bw_eff=float(data["quantize_bw_eff"]),
+                accumulate_bw_share={k: float(v) for k, v in data.get("accumulate_bw_share", ACCUMULATE_BW_SHARE).items()},
                 rearrange_s_per_elem={k: float(v) for k, v in data["rearrange_s_per_elem"].items()},
                 comm=_comm_overrides(data),
                 sources=dict(data.get("sources", {})),
@@ -270,7 +296,7 @@ class CostModel:
     # --- op times -----------------------------------------------------------------------------
     def op_seconds(self, op: Any, gpu: GPUSpec, stack: KernelRates, load_factor: float = 1.0) -> float:
         """Seconds of one compute op (a :class:`sim.workload.OpSpec` of kind gemm, grouped_gemm, attn, mem,
-        quant or rearrange) on ``gpu``, under ``stack`` (:class:`KernelRates`, e.g. a
+        accum, quant or rearrange) on ``gpu``, under ``stack`` (:class:`KernelRates`, e.g. a
         :class:`sim.stacks.StackProfile`): the kernel time at this calibration's rates divided by the stack's efficiency
         for the op's class on the GPU's architecture, plus the stack's per-kernel launch overhead for each kernel it launches.
         ``load_factor`` scales load-scaled ops (routed experts on a skewed EP rank).
@@ -310,6 +336,8 @@ class CostModel:
             cls = "attn.bwd" if op.backward else "attn.fwd"
         elif k == "mem":
             t, cls = self.memory_time(op.nbytes * f, gpu.hbm_bw_bytes_per_s), "mem"
+        elif k == "accum":
+            t, cls = self.accumulate_time(op.elems * f, gpu.hbm_bw_bytes_per_s, op.accumulate), "accum"
         elif k == "quant":
             t, cls = self.quantize_time(op.elems * f, gpu.hbm_bw_bytes_per_s, op.copies), "quant"
         elif k == "rearrange":
@@ -398,6 +426,23 @@ class CostModel:
         if nbytes <= 0:
             return 0.0
         return nbytes / (hbm_bw * self.mem_bw_eff) + kernels * overhead_s
+
+    def accumulate_time(self, elems: float, hbm_bw: float, layout: str) -> float:
+        """Seconds of a PyTorch index kernel summing ``elems`` BF16 elements into rows by index, ``layout`` ``atomic``
+        (``scatter_add_``, ``index_add_``) or ``sorted`` (``index_put_`` with accumulate): :attr:`accumulate_bw_share`.
+
+        >>> from sim.catalog import load_gpu
+        >>> costs = default_costs(load_gpu("h200"))
+        >>> round(costs.accumulate_time(2048 * 2 * 4096, 4.8e12, "atomic") * 1e3, 2)  # TileOPs PR #608: 0.20 ms
+        0.2
+        """
+        if elems <= 0:
+            return 0.0
+        try:
+            share = self.accumulate_bw_share[layout]
+        except KeyError:
+            raise ValueError(f"accumulate layout {layout!r} is not one of {sorted(self.accumulate_bw_share)}") from None
+        return elems * 2 / (hbm_bw * share)
 
     def quantize_time(self, elems: float, hbm_bw: float, copies: int = 1) -> float:
         """One MXFP8 quantize kernel of ``elems`` BF16 elements: read 2 B, write ``copies`` x (1 B + 1/32 B of
@@ -619,6 +664,9 @@ def default_costs(gpu: GPUSpec) -> CostModel:
         "mem_bw_eff": "published.md s4: TorchAO quantize kernels 70-82% of HBM bandwidth; elementwise ops assumed "
                       "at the same 0.70",
         "quantize_bw_eff": "published.md s4: quantize kernels 70-82% of HBM bandwidth (0.76)",
+        "accumulate_bw_share": "PyTorch index kernels summing BF16 rows by index: scatter_add_ / index_add_ 0.035 of "
+                               "HBM bandwidth (TileOPs PR #608, H200), index_put_ with accumulate 0.057 (TorchAO PR "
+                               "#4623, B200); sim.costs.ACCUMULATE_BW_SHARE",
         "rearrange_s_per_elem": "published.md s4 per-kernel breakdown (29.7/19.4/13.3/12.9/199.8/207.9 us)",
     }
     return CostModel(

@@ -222,6 +222,13 @@ class StackProfile:
     #: copies by their scores in a pass of its own before the scatter-add (:meth:`sim.workload.Workload.moe_glue`).
     #: Off: one pass per permutation, as ``fused_permute`` says.
     eager_moe_glue: bool = False
+    #: the MoE bookkeeping's sums by index run in PyTorch's index kernels at their own measured rates
+    #: (:data:`sim.costs.ACCUMULATE_BW_SHARE`): ``scatter_add_`` and ``index_add_`` (the DeepEP path's scatter-add of
+    #: the K copies into their tokens and the backward of its ``index_select`` gather) add one element at a time with
+    #: an atomic; ``index_put_`` with accumulate (autograd's backward of an index gather ``x[idx]``: the standard
+    #: path's sender gather and receiver sort) sorts the indices and sums each run. Off: counted as bytes at the
+    #: memory-bound rate, like a copy.
+    indexed_accumulate: bool = False
     #: the routed experts' gate and up projections are one grouped GEMM of 2F outputs (one quantisation of its
     #: input, one gradient); off: two grouped GEMMs of F on the same input, each quantising it.
     fused_gate_up: bool = False
@@ -439,12 +446,12 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
                            "launch": str, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
-                           "kernel_overhead_s": float, "graph_node_s": float, "host_sync_s": float, "host_op_s": float, "step_fixed_s": float, "ddp_bucket_params": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "sort_single_local_expert": bool, "fused_permute": bool, "eager_moe_glue": bool, "fused_gate_up": bool, "grouped_gemm_per_expert": bool, "blocking_p2p": bool, "provenance": str}
+                           "kernel_overhead_s": float, "graph_node_s": float, "host_sync_s": float, "host_op_s": float, "step_fixed_s": float, "ddp_bucket_params": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "sort_single_local_expert": bool, "fused_permute": bool, "eager_moe_glue": bool, "indexed_accumulate": bool, "fused_gate_up": bool, "grouped_gemm_per_expert": bool, "blocking_p2p": bool, "provenance": str}
 assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file type"
 _TABLES = ("stack", "efficiency", "sources")
 #: fields a stack file may leave out (their defaults: the behaviour before the field existed).
 _OPTIONAL_FIELDS = ("host_op_s", "ddp_bucket_params", "fp8_attention_available", "fused_grouped_mlp_available", "joint_step_boundary",
-                   "eager_moe_glue", "shared_expert_beside_combine")
+                   "eager_moe_glue", "indexed_accumulate", "shared_expert_beside_combine")
 
 
 def _builtin_dir() -> Any:

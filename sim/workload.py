@@ -67,7 +67,8 @@ FP32 = 4
 class OpSpec:
     """One kernel of the workload (per rank, per microbatch).
 
-    ``kind``: ``gemm``, ``grouped_gemm``, ``attn``, ``mem`` (memory bound), ``quant`` (MXFP8/FP8
+    ``kind``: ``gemm``, ``grouped_gemm``, ``attn``, ``mem`` (memory bound), ``accum`` (a PyTorch index kernel
+    summing ``elems`` elements into rows by index, ``accumulate`` atomic/sorted), ``quant`` (MXFP8/FP8
     quantize of ``elems``), ``rearrange`` (scale rearrange of ``elems``, ``layout`` act/weight/wgrad),
     ``comm`` (``coll`` in ``tp.all_gather``, ``tp.reduce_scatter``, ``a2a.dispatch``, ``a2a.combine``,
     ``a2a.counts``) or ``host_sync``. ``load_scaled``: scales with the EP rank's routed-load factor.
@@ -95,6 +96,11 @@ class OpSpec:
     #: mem: HBM bytes of the op's backward where its kernel's reads and writes say (0: twice the forward's, a
     #: kernel that reads its saved input and the incoming gradient and writes one gradient of each)
     backward_nbytes: float = 0.0
+    #: accum: how its index kernel sums (``atomic``: ``scatter_add_`` / ``index_add_``; ``sorted``: ``index_put_``
+    #: with accumulate; :data:`sim.costs.ACCUMULATE_BW_SHARE`); mem: how its backward's sum runs, where it has one
+    accumulate: str = ""
+    #: mem: elements its backward sums into rows by index (an index gather's backward), beside ``backward_nbytes``
+    backward_accum_elems: float = 0.0
     #: mem: a cast (FP8 copies of an activation written by a separate kernel or its producer) whose gradient
     #: needs no backward kernel of its own (the backward's quantisation comes with the GEMM's backward passes)
     backward_free: bool = False
@@ -264,6 +270,19 @@ class Workload:
             return (copies + tokens) * BF16 * D
         return (2 * copies + (2 * tokens if unpermute else 0)) * BF16 * D
 
+    def _sender_permute(self) -> OpSpec:
+        """The standard path's sender-side sort of the token copies by destination (:meth:`_sender_permute_bytes`).
+        Where the stack runs it as an index gather ``x[idx]`` in PyTorch (:attr:`StackProfile.indexed_accumulate`),
+        its backward sums each token's K copies back with ``index_put_`` (accumulate: sorted) into a zeroed buffer of
+        the rank's tokens (replicated over TP: every token of the sequence)."""
+        nbytes = self._sender_permute_bytes()
+        op = self._permutation(ops.MOE_PERMUTE, nbytes)
+        if not self.stack.indexed_accumulate or self.stack.fused_permute:
+            return op
+        D = self.model.dim
+        return replace(op, backward_nbytes=BF16 * self.tokens * D, accumulate="sorted",
+                       backward_accum_elems=self.tokens_dispatched * self.model.top_k * D)
+
     def moe_glue(self, step: str) -> tuple[float, float]:
         """(forward, backward) HBM bytes of one token-bookkeeping pass of a MoE layer around its experts:
         ``"sort"`` (the receiver sorting the received copies by local expert), ``"unsort"`` (its mirror before the
@@ -311,10 +330,33 @@ class Workload:
                + 2 * BF16 * copies)  # gather of the copies' gradient
         return fwd * D, bwd * D
 
-    def _glue_op(self, name: str, step: str, *, load_scaled: bool = False) -> OpSpec:
-        """The memory-bound op of bookkeeping pass ``step`` (:meth:`moe_glue`), its backward bytes its own."""
+    def _glue_ops(self, name: str, step: str, *, load_scaled: bool = False) -> list[OpSpec]:
+        """The ops of bookkeeping pass ``step`` (:meth:`moe_glue`): its memory-bound op, its backward bytes its own;
+        where the stack sums by index in PyTorch's index kernels (:attr:`StackProfile.indexed_accumulate`), each such
+        sum is an op of kind ``accum`` (its elements no longer counted as bytes):
+
+        - the receiver's sort (an index gather) has the sum as its backward: ``index_add_`` into the received tokens
+          after DeepEP's in-place dispatch (``index_select``'s backward, atomic), ``index_put_`` with accumulate into
+          the padded copies on the standard path (``x[permuted_indices]``'s backward, sorted); the backward's bytes
+          are then the zeroed buffer it sums into;
+        - DeepEP's unsort sums the K copies into their tokens in the forward (``scatter_add_``, atomic) after the
+          score multiply; the forward's bytes are then that multiply's and the zeroed tokens'.
+        """
         fwd, bwd = self.moe_glue(step)
-        return self._permutation(name, fwd, backward_nbytes=bwd, load_scaled=load_scaled)
+        if not self.stack.indexed_accumulate or step == "combine" or (step == "unsort" and not self.in_place_dispatch):
+            return [self._permutation(name, fwd, backward_nbytes=bwd, load_scaled=load_scaled)]
+        D, K = self.model.dim, self.model.top_k
+        elems = self.expert_rows * D
+        tokens = BF16 * self.expert_rows / K * D  # a zeroed buffer of the received tokens (K copies each, at most)
+        if step == "sort":
+            layout = "atomic" if self.in_place_dispatch else "sorted"
+            zeroed = tokens if self.in_place_dispatch else BF16 * elems  # the padded copies' buffer
+            return [replace(self._permutation(name, fwd, backward_nbytes=zeroed, load_scaled=load_scaled),
+                            accumulate=layout, backward_accum_elems=elems)]
+        # DeepEP's unsort: the score multiply (when the glue runs it apart), then the scatter-add of the K copies
+        multiply = fwd - 2 * BF16 * elems  # moe_glue's forward: the multiply's pass, then the scatter-add's
+        return [self._permutation(name, multiply + tokens, backward_nbytes=bwd, load_scaled=load_scaled),
+                OpSpec(name, "accum", elems=elems, accumulate="atomic", load_scaled=load_scaled, module="moe")]
 
     def _act_quant(self, name: str, elems: float, *, module: str = "", load_scaled: bool = False,
                    backward: bool = False, copies: int = 1, useful: float = 1.0, reads_input: bool = False,
@@ -532,7 +574,7 @@ class Workload:
                           module="moe"))
         out.append(OpSpec(ops.MOE_ROUTER, "mem", nbytes=3 * 4 * T * m.n_routed_experts, module="moe"))
         if not in_place:  # sender-side sort of the token copies by destination rank
-            out.append(self._permutation(ops.MOE_PERMUTE, self._sender_permute_bytes()))
+            out.append(self._sender_permute())
         if p.ep > 1:
             if p.ep_backend == "nccl":
                 out.append(OpSpec(ops.A2A_COUNT_EXCHANGE, "comm", coll="a2a.counts", nbytes=8 * m.n_routed_experts,
@@ -546,7 +588,7 @@ class Workload:
                 out.append(OpSpec(ops.A2A_HOST_SYNC, "host_sync", module="moe"))
             out.append(OpSpec(ops.MOE_DISPATCH, "comm", coll="a2a.dispatch", nbytes=BF16 * rows_out * D, module="moe"))
         if self.receiver_sort:  # receiver-side sort of the received tokens by local expert
-            out.append(self._glue_op(ops.MOE_PERMUTE, "sort", load_scaled=True))
+            out += self._glue_ops(ops.MOE_PERMUTE, "sort", load_scaled=True)
         dtype = self.expert_dtype
         per_call = self.stack.quantize_weights == "per_call"
         # Gate and up: one grouped GEMM of 2F outputs (the stack fuses them), or two of F on the same input.
@@ -575,11 +617,11 @@ class Workload:
                               load_scaled=True, k_in=k_in, n_out=n_out, groups=e, module="moe",
                               launches=self.expert_splits))
         if self.receiver_sort:
-            out.append(self._glue_op(ops.MOE_UNPERMUTE, "unsort", load_scaled=True))
+            out += self._glue_ops(ops.MOE_UNPERMUTE, "unsort", load_scaled=True)
         if p.ep > 1:
             out.append(OpSpec(ops.MOE_COMBINE, "comm", coll="a2a.combine", nbytes=BF16 * rows_out * D, module="moe"))
         if not in_place:  # sender-side unsort and weighted sum of the K copies of each token
-            out.append(self._glue_op(ops.MOE_UNPERMUTE, "combine"))
+            out += self._glue_ops(ops.MOE_UNPERMUTE, "combine")
         if m.n_shared_experts:
             fs = m.n_shared_experts * m.moe_inter_dim / p.tp
             out += self._linear(ops.MOE_SHARED_EXPERT, T, D, 2 * fs, module="shared_experts")
@@ -642,7 +684,15 @@ class Workload:
             # memory-bound ops read their saved input and the incoming gradient and write one.
             if op.backward_free:
                 return []
-            return [replace(op, nbytes=op.backward_nbytes or 2 * op.nbytes, backward=True)]
+            out = [replace(op, nbytes=op.backward_nbytes or 2 * op.nbytes, backward=True, backward_accum_elems=0.0)]
+            if op.backward_accum_elems:  # an index gather's backward: the incoming rows summed back by index
+                out.append(OpSpec(op.name, "accum", elems=op.backward_accum_elems, accumulate=op.accumulate,
+                                  load_scaled=op.load_scaled, module=op.module, backward=True))
+            return out
+        if op.kind == "accum":
+            # a sum by index's backward gathers the incoming gradient (its bytes: ``backward_nbytes``)
+            return [OpSpec(op.name, "mem", nbytes=op.backward_nbytes, load_scaled=op.load_scaled, module=op.module,
+                           backward=True)] if op.backward_nbytes else []
         if op.kind in ("quant", "rearrange"):
             return []  # backward quantization is emitted with the GEMM's backward passes
         if op.kind == "host_sync":
@@ -708,7 +758,7 @@ class Workload:
             return [op for op in fwd if op.module and self.stack.recomputes(op.module)]
         out, keep = [], False
         for op in fwd:  # op-level SAC: memory-bound ops and every other dense linear; no comm, no experts
-            if op.kind == "mem":
+            if op.kind in ("mem", "accum"):
                 out.append(op)
             elif op.kind == "gemm":
                 keep = not keep

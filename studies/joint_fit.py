@@ -26,12 +26,13 @@ saw, e.g. ``python -m studies.joint_fit --free chip.gb300_clock --heldout``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -299,6 +300,9 @@ STACK_ABLATIONS: dict[str, dict[str, Any]] = {
     "pass; off: one pass per permutation, the former model)": {"eager_moe_glue": False},
     "TorchTitan's shared experts beside the standard path's combine in the forward and recompute (off: after it)":
         {"shared_expert_beside_combine": False},
+    "alternative: TorchTitan's sums by index at PyTorch's index kernels' measured rates (indexed_accumulate: "
+    "DeepEP's scatter_add_ and index_add_ one atomic per element, the gathers' index_put_ backwards sorted; "
+    "shipped: the bytes they move at the memory-bound rate)": {"indexed_accumulate": True, "profiles": ("torchtitan",)},
 }
 
 #: Recipe facts switched off for the ablation: plan fields every run is resolved with (where its plan takes the
@@ -495,6 +499,65 @@ def heldout_errors(values: Mapping[str, float]) -> dict[str, tuple[int, float, f
     return out
 
 
+def stack_trial(items: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The ``--stack NAME.FIELD=VALUE`` options as field changes by built-in profile (``true`` / ``false``, a
+    number or a word); raises :class:`~sim.errors.ConfigError` naming the option and what it cannot take.
+
+    >>> stack_trial(["torchtitan.indexed_accumulate=true", "megatron-26.04.host_op_s=0.0002"])
+    {'torchtitan': {'indexed_accumulate': True}, 'megatron-26.04': {'host_op_s': 0.0002}}
+    >>> stack_trial(["torchtitan.no_such_field=1"])
+    Traceback (most recent call last):
+    ...
+    sim.errors.ConfigError: --stack torchtitan.no_such_field=1: 'no_such_field' is no field of torchtitan's profile
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        target, sep, text = item.partition("=")
+        name, dot, field_name = target.rpartition(".")
+        if not sep or not dot or not name or not field_name:
+            raise ConfigError(f"--stack {item!r}: expected NAME.FIELD=VALUE (e.g. torchtitan.indexed_accumulate=true)")
+        try:
+            profile = load_stack(name)
+        except ConfigError:
+            raise ConfigError(f"--stack {item}: {name!r} is no built-in stack profile") from None
+        if field_name not in {f.name for f in fields(StackProfile)} or field_name in ("efficiency", "sources"):
+            raise ConfigError(f"--stack {item}: {field_name!r} is no field of {name}'s profile")
+        current = getattr(profile, field_name)
+        value: Any
+        if isinstance(current, bool):
+            if text.lower() not in ("true", "false"):
+                raise ConfigError(f"--stack {item}: {field_name} takes true or false, got {text!r}")
+            value = text.lower() == "true"
+        elif isinstance(current, (int, float)):
+            try:
+                value = type(current)(float(text)) if isinstance(current, int) else float(text)
+            except ValueError:
+                raise ConfigError(f"--stack {item}: {field_name} takes a number, got {text!r}") from None
+            check_finite("--stack", field_name, float(value))
+        elif isinstance(current, str):
+            value = text
+        else:
+            raise ConfigError(f"--stack {item}: {field_name} is a {type(current).__name__}, not a trial's field")
+        out.setdefault(profile.name, {})[field_name] = value
+    return out
+
+
+def speedup_lines(cases: Sequence[RunCase], fit: JointFit) -> list[str]:
+    """Each run with a ``baseline`` in ``cases``: its measured speedup over the baseline and the one the fit's
+    in-sample predictions give (issue 27's Must-show 4 reads them)."""
+    by_id = {c.run.id: c for c in cases}
+    lines = []
+    for c in cases:
+        base = by_id.get(c.run.baseline or "")
+        if base is None or c.run.id not in fit.residuals or base.run.id not in fit.residuals:
+            continue
+        measured = c.run.measured_tokens_per_s_per_gpu / base.run.measured_tokens_per_s_per_gpu
+        predicted = measured * (1 + fit.residuals[c.run.id]) / (1 + fit.residuals[base.run.id])
+        lines.append(f"speedup {c.run.id} over {base.run.id}: predicted {predicted - 1:+.1%}, measured "
+                     f"{measured - 1:+.1%}")
+    return lines
+
+
 def _heldout_lines(values: Mapping[str, float]) -> list[str]:
     rows = heldout_errors(values)
     lines = ["held-out files under this fit (runs, mean |error|, mean signed, max |error|):"]
@@ -518,23 +581,35 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="trial: hold a parameter (or an ablation switch) at VALUE in the fit and every fold")
     ap.add_argument("--free", action="append", default=[], metavar="NAME",
                     help="trial: fit a parameter the shipped calibration holds at its sourced value")
+    ap.add_argument("--stack", action="append", default=[], metavar="NAME.FIELD=VALUE",
+                    help="trial: a built-in stack profile's field changed in the fit, every fold and the held-out "
+                         "files (e.g. torchtitan.indexed_accumulate=true)")
     ap.add_argument("--heldout", action="store_true",
                     help="also predict every held-out file under the fit (mean, signed and max error per file)")
     args = ap.parse_args(argv)
     try:
         held, also_free = trial_structure(args.fix, args.free)
-        if (held or also_free) and (args.write or args.ablation):
-            raise ConfigError("--fix / --free run a trial: the shipped structure alone is written or ablated "
-                              "(drop --write and --ablation)")
+        changes = stack_trial(args.stack)
+        if (held or also_free or changes) and (args.write or args.ablation):
+            raise ConfigError("--fix / --free / --stack run a trial: the shipped structure alone is written or "
+                              "ablated (drop --write and --ablation)")
         if args.max_nfev < 1 or args.workers < 1:
             raise ConfigError(f"--max-nfev ({args.max_nfev}) and --workers ({args.workers}) must be at least 1")
     except ConfigError as err:
         print(f"python -m studies.joint_fit: error: {err}", file=sys.stderr)
         return 2
+    with contextlib.ExitStack() as trial:
+        for name, change in changes.items():
+            trial.enter_context(builtin_overrides(profiles=(name,), **change))
+        return _run(args, held, also_free)
+
+
+def _run(args: argparse.Namespace, held: Mapping[str, float], also_free: Sequence[str]) -> int:
     cases = load_cases()
     fit = fit_joint(cases, fixed=held, max_nfev=args.max_nfev, also_free=also_free)
     folds = logo(cases, fit)
     print(_table(fit, folds))
+    print("\n".join(speedup_lines(cases, fit)))
     record: dict[str, Any] = {"version": 1, "dataset_sha256": dataset_digest(), **fit.as_dict(), "logo": folds}
     mape, mx = logo_summary(folds)
     record["logo_mape"], record["logo_max"] = mape, mx

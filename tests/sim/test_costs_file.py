@@ -17,6 +17,7 @@ def _changed() -> CostModel:
     return dataclasses.replace(
         base, gpu="h100-test", attn_fwd_eff=0.31, attn_bwd_eff=0.27, mem_bw_eff=0.66, quantize_bw_eff=0.44,
         rearrange_s_per_elem={"bf16": 1.5e-12}, comm={"ib_fraction": 0.8},
+        accumulate_bw_share={"atomic": 0.02, "sorted": 0.09},
         sources={"attn_fwd_eff": "a test"}, provenance="tests/sim/test_costs_file.py",
         gemm_eff={"bf16": Curve((1e9, 1e12), (0.2, 0.7))}, grouped_gemm_eff={"bf16": Curve((128.0,), (0.5,))})
 
@@ -34,7 +35,7 @@ def test_file_keys_are_the_documented_ones() -> None:
     assert set(data) == {"version", "provenance", "gpu", "gemm_eff", "grouped_gemm_eff", "attn_fwd_eff",
                          "attn_bwd_eff", "attn_fp8_fwd_eff", "attn_fp8_bwd_eff", "softmax_eff", "attn_window_row_s",
                          "attn_fp8_window_row_s", "mem_bw_eff",
-                         "quantize_bw_eff", "rearrange_s_per_elem", "comm", "sources"}
+                         "quantize_bw_eff", "accumulate_bw_share", "rearrange_s_per_elem", "comm", "sources"}
     assert data["version"] == CALIBRATION_VERSION
     assert data["gemm_eff"]["bf16"] == {"sizes": [1e9, 1e12], "values": [0.2, 0.7]}
 
@@ -79,7 +80,7 @@ def test_default_costs_source_every_table() -> None:
     costs = default_costs(load_gpu("b200"))
     assert {"gemm_eff.bf16", "gemm_eff.fp8", "gemm_eff.mxfp8", "grouped_gemm_eff.bf16", "grouped_gemm_eff.mxfp8",
             "grouped_gemm_eff.mxfp8_wgrad", "attn_eff", "mem_bw_eff", "quantize_bw_eff",
-            "rearrange_s_per_elem"} <= set(costs.sources)
+            "rearrange_s_per_elem", "accumulate_bw_share"} <= set(costs.sources)
     assert all(costs.sources.values())
 
 
@@ -98,3 +99,17 @@ def test_attention_fields_round_trip_default_and_refuse_bad_values() -> None:
                        ("attn_fp8_fwd_eff", 2.0), ("attn_fp8_window_row_s", [0.0, 1.0])):
         with pytest.raises(ConfigError, match=key):
             CostModel.from_dict({**json.loads(costs.to_json()), key: value})
+
+
+def test_index_sum_rates_round_trip_default_and_refuse_bad_values() -> None:
+    """The index kernels' rates (sim.costs.ACCUMULATE_BW_SHARE): a file without them reads the sourced ones, and a
+    missing layout or a rate out of range is named."""
+    from sim.costs import ACCUMULATE_BW_SHARE
+
+    data = json.loads(_changed().to_json())
+    assert CostModel.from_dict(data).accumulate_bw_share == {"atomic": 0.02, "sorted": 0.09}
+    del data["accumulate_bw_share"]
+    assert CostModel.from_dict(data).accumulate_bw_share == ACCUMULATE_BW_SHARE
+    for value in ({"atomic": 0.02}, {"atomic": 0.0, "sorted": 0.05}, {"atomic": 0.02, "sorted": 2.0}):
+        with pytest.raises(ConfigError, match="accumulate_bw_share"):
+            CostModel.from_dict({**data, "accumulate_bw_share": value})

@@ -9,6 +9,9 @@
 - TorchTitan's eager MoE bookkeeping moves what its PyTorch ops read and write (``StackProfile.eager_moe_glue``):
   an FP32 weighted sum over every token's K slots on each TP rank, a padding copy before the receiver's gather,
   and DeepEP's score multiply;
+- TorchTitan's sums by index run in PyTorch's index kernels at their measured rates
+  (``StackProfile.indexed_accumulate``, ``sim.costs.ACCUMULATE_BW_SHARE``): DeepEP's scatter-add and its gather's
+  backward one atomic add per element, the standard path's gathers' backwards sorted;
 - SwiGLU and RMSNorm backwards move what their kernels read and write (``OpSpec.backward_nbytes``);
 - an FP8 cast of an activation has no backward kernel of its own (``OpSpec.backward_free``), and the casts of
   the experts' inputs read the BF16 tensor an all-to-all or Megatron's SwiGLU wrote;
@@ -156,6 +159,53 @@ def test_torchtitans_eager_moe_bookkeeping_moves_what_its_ops_read_and_write() -
     rows = BF16 * deepep.expert_rows * D
     assert deepep.moe_glue("unsort") == (4 * rows, 6 * rows) and deepep.moe_glue("sort") == (2 * rows, 2 * rows)
     assert not load_stack("megatron-26.04").eager_moe_glue and load_stack("torchtitan").eager_moe_glue
+
+
+def test_torchtitans_sums_by_index_run_in_pytorchs_index_kernels() -> None:
+    """torchtitan 1a36996b: DeepEP's _unpermute_tokens sums the K copies with scatter_add_ (forward; an atomic per
+    element) and _permute_tokens' index_select has index_add_ as its backward (atomic); the standard path's gathers
+    x[token_indices // top_k] and x[permuted_indices] have index_put_ with accumulate as their backward (sorted).
+    Megatron's fused TE permute has none. Off, the bytes are the former accounting's."""
+    D, K = 7168, 8
+    titan = replace(load_stack("torchtitan"), indexed_accumulate=True)  # the profile's alternative (off as shipped)
+    assert not load_stack("torchtitan").indexed_accumulate
+    deepep = Workload(load_model("deepseek-v3-671b"), _workload("torchtitan", backend="deepep").plan, titan)
+    rows = deepep.expert_rows * D
+    assert [(op.accumulate, op.elems) for op in deepep.layer_ops("moe", "fwd") if op.kind == "accum"] == [
+        ("atomic", rows)]
+    assert [(op.name, op.accumulate, op.elems) for op in deepep.layer_ops("moe", "bwd") if op.kind == "accum"] == [
+        (ops.MOE_PERMUTE, "atomic", rows)]
+    std = Workload(deepep.model, _workload("torchtitan").plan, titan)
+    copies = std.tokens_dispatched * K * D
+    assert sorted((op.name, op.accumulate, op.elems) for op in std.layer_ops("moe", "bwd") if op.kind == "accum") == [
+        (ops.MOE_PERMUTE, "sorted", copies), (ops.MOE_PERMUTE, "sorted", std.expert_rows * D)]
+    assert not [op for op in std.layer_ops("moe", "fwd") if op.kind == "accum"]
+    for name in ("megatron-26.04", "deepseek"):
+        wl = _workload(name, backend="deepep" if name == "deepseek" else "nccl")
+        assert not [op for ph in ("fwd", "bwd") for op in wl.layer_ops("moe", ph) if op.kind == "accum"]
+    # off: no index kernels, every pass as bytes again (the forward's as before)
+    plain = replace(load_stack("torchtitan"), indexed_accumulate=False)
+    for backend in ("nccl", "deepep"):
+        wl = Workload(deepep.model, replace(deepep.plan, ep_backend=backend), plain)
+        on = Workload(deepep.model, replace(deepep.plan, ep_backend=backend), titan)
+        assert not [op for ph in ("fwd", "bwd") for op in wl.layer_ops("moe", ph) if op.kind == "accum"]
+        moved = sum(op.elems for op in on.layer_ops("moe", "fwd") if op.kind == "accum") * 2 * BF16
+        fwd_bytes = [sum(op.nbytes for op in w.layer_ops("moe", "fwd") if op.kind == "mem") for w in (wl, on)]
+        assert fwd_bytes[0] - fwd_bytes[1] == pytest.approx(moved - (on.expert_rows / K * D * BF16 if moved else 0))
+
+
+def test_index_sums_take_their_measured_rates() -> None:
+    """TileOPs PR #608: PyTorch's scatter_add_ unpermute of 2,048 tokens x top-2 x 4,096 on an H200 in 0.20 ms;
+    TorchAO PR #4623: the backward of an index gather of 196,608 x 2,048 BF16 rows on a B200 in 1.848 ms."""
+    h200, b200 = load_gpu("h200"), load_gpu("b200")
+    atomic = OpSpec("x", "accum", elems=2048 * 2 * 4096, accumulate="atomic")
+    ran = default_costs(h200).op_seconds(atomic, h200, replace(load_stack("torchtitan"), efficiency={},
+                                                                kernel_overhead_s=0.0))
+    assert ran == pytest.approx(0.20e-3, rel=0.01)
+    assert default_costs(b200).accumulate_time(196608 * 2048, b200.hbm_bw_bytes_per_s, "sorted") == pytest.approx(
+        1.848e-3, rel=0.01)
+    with pytest.raises(ValueError, match="layout 'other'"):
+        default_costs(b200).accumulate_time(1.0, 1e12, "other")
 
 
 def test_swiglu_and_rmsnorm_backwards_move_what_their_kernels_read_and_write() -> None:

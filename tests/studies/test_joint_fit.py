@@ -283,6 +283,12 @@ def test_a_trial_fits_a_sourced_parameter_in_the_fit_and_its_folds(small_cases: 
     (["--free", "step.fixed_s"], "the shipped calibration fits it already"),
     (["--free", "chip.gb300_clock", "--write"], "drop --write and --ablation"),
     (["--fix", "chip.nvl72_rate=1", "--free", "chip.nvl72_rate"], "also held by --fix"),
+    (["--stack", "torchtitan.nope=1"], "'nope' is no field of torchtitan's profile"),
+    (["--stack", "nowhere.indexed_accumulate=true"], "'nowhere' is no built-in stack profile"),
+    (["--stack", "torchtitan.indexed_accumulate=maybe"], "takes true or false, got 'maybe'"),
+    (["--stack", "torchtitan.host_op_s=fast"], "host_op_s takes a number, got 'fast'"),
+    (["--stack", "torchtitan"], "expected NAME.FIELD=VALUE"),
+    (["--stack", "torchtitan.indexed_accumulate=true", "--ablation"], "drop --write and --ablation"),
 ])
 def test_trial_options_are_refused_with_one_line_naming_the_option(argv: list[str], says: str,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
@@ -308,3 +314,33 @@ def test_heldout_errors_agree_with_validate_on_each_file() -> None:
         assert n == len(result.holdout_errors)
         assert mape == pytest.approx(result.mape, rel=1e-6)
         assert mx == pytest.approx(result.max_abs_error, rel=1e-6)
+
+
+def test_speedup_lines_read_the_in_sample_residuals() -> None:
+    """A run with a baseline: its predicted speedup is the measured one times the ratio of the two runs' predicted
+    over measured throughputs (the fit's residuals); a baseline outside the cases gives no line."""
+    from studies.joint_fit import JointFit, load_cases, speedup_lines
+
+    cases = [c for c in load_cases() if c.run.id.startswith("titan-dsv3-b200")]
+    ids = [c.run.id for c in cases]
+    fit = JointFit(values={}, free=[], sigma={}, correlation=[], constrained_by={}, run_ids=ids,
+                   residuals={"titan-dsv3-b200-bf16": -0.10, "titan-dsv3-b200-bf16-deepep": 0.10,
+                              "titan-dsv3-b200-mxfp8-deepep": 0.0})
+    lines = speedup_lines(cases, fit)
+    assert lines == [
+        "speedup titan-dsv3-b200-bf16-deepep over titan-dsv3-b200-bf16: predicted +61.3%, measured +32.0%",
+        "speedup titan-dsv3-b200-mxfp8-deepep over titan-dsv3-b200-bf16: predicted +56.7%, measured +41.0%"]
+    assert speedup_lines(cases[1:], fit) == []
+
+
+def test_a_stack_trial_runs_the_fit_under_the_changed_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--stack NAME.FIELD=VALUE``: the fit, its folds and the held-out files see the changed profile, and only
+    within the run."""
+    import studies.joint_fit as jf
+    from sim.stacks import load_stack
+
+    seen: list[tuple[bool, bool]] = []
+    monkeypatch.setattr(jf, "_run", lambda args, held, free: seen.append(
+        (load_stack("torchtitan").indexed_accumulate, load_stack("megatron-26.04").indexed_accumulate)) or 0)
+    assert jf.main(["--stack", "torchtitan.indexed_accumulate=true"]) == 0
+    assert seen == [(True, False)] and not load_stack("torchtitan").indexed_accumulate
