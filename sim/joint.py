@@ -93,7 +93,8 @@ class ParamSpec:
 #: joint values; off in the shipped fit): library kernels whose cost-model rate is a microbenchmark of the kernel the
 #: framework calls (grouped GEMMs: torch._grouped_mm / TE's grouped GEMM against the shape roll-off ``grouped.*``;
 #: ``quant``: TorchAO's MXFP8 quantize and scale-rearrange kernels at their measured share of HBM bandwidth,
-#: published.md s4). The seed's MXFP8 pair argues for it: its 9.8 s saving a step over the MXFP8 / BF16 kernel ratio
+#: published.md s4; ``accum``: PyTorch's index kernels, where a stack prices them apart,
+#: :attr:`sim.stacks.StackProfile.indexed_accumulate`). The seed's MXFP8 pair argues for it: its 9.8 s saving a step over the MXFP8 / BF16 kernel ratio
 #: at its shape (1.27x, TorchAO's chart at G = 8) is the saving at the microbenchmark's rates; a release scalar on
 #: them doubles it. Refitted with it (issue 27, twentieth session's note) the
 #: leave-one-group-out error falls from 4.6% / 19.3% to 3.4% / 12.4% (2.9% / 8.4% with NCCL's all-to-all share held
@@ -107,7 +108,7 @@ class ParamSpec:
 #: (8.3%; -15.9% signed) and every held-out file 11.2% (10.9%). Not
 #: shipped until what the 671B runs lack beside the kernels is modelled; whoever ships it also writes the spared
 #: classes into the profiles' ``[efficiency."*"]`` (``studies.joint_fit.write_release_scalars`` writes the scalar alone).
-BENCHMARKED_CLASSES: tuple[str, ...] = ("grouped_gemm", "quant")
+BENCHMARKED_CLASSES: tuple[str, ...] = ("grouped_gemm", "quant", "accum")
 
 
 def release_efficiency(scalar: float, values: Mapping[str, float]) -> dict[str, dict[str, float]]:
@@ -118,7 +119,7 @@ def release_efficiency(scalar: float, values: Mapping[str, float]) -> dict[str, 
     >>> release_efficiency(0.5, {})
     {'*': {'default': 0.5}}
     >>> release_efficiency(0.5, {"release.spares_benchmarked": 1.0})
-    {'*': {'default': 0.5, 'grouped_gemm': 1.0, 'quant': 1.0}}
+    {'*': {'default': 0.5, 'grouped_gemm': 1.0, 'quant': 1.0, 'accum': 1.0}}
     """
     table = {"default": float(scalar)}
     if values.get("release.spares_benchmarked", 0.0):

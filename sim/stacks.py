@@ -71,7 +71,7 @@ __all__ = [
     "profile_for",
 ]
 
-OP_CLASSES = ("gemm.fwd", "gemm.dgrad", "gemm.wgrad", "grouped_gemm", "attn.fwd", "attn.bwd", "mem", "quant")
+OP_CLASSES = ("gemm.fwd", "gemm.dgrad", "gemm.wgrad", "grouped_gemm", "attn.fwd", "attn.bwd", "mem", "accum", "quant")
 FORCE_BALANCE = ("round-robin", "random")
 PARAM_SHARDING = ("fsdp", "zero1")
 QUANTIZE_WEIGHTS = ("per_call", "per_step")
