@@ -530,15 +530,24 @@ def stack_trial(items: Sequence[str]) -> dict[str, dict[str, Any]]:
             value = text.lower() == "true"
         elif isinstance(current, (int, float)):
             try:
-                value = type(current)(float(text)) if isinstance(current, int) else float(text)
+                number = float(text)
             except ValueError:
                 raise ConfigError(f"--stack {item}: {field_name} takes a number, got {text!r}") from None
-            check_finite("--stack", field_name, float(value))
+            check_finite("--stack", field_name, number)
+            if isinstance(current, int) and not number.is_integer():
+                raise ConfigError(f"--stack {item}: {field_name} takes a whole number, got {text!r}")
+            value = int(number) if isinstance(current, int) else number
         elif isinstance(current, str):
             value = text
         else:
             raise ConfigError(f"--stack {item}: {field_name} is a {type(current).__name__}, not a trial's field")
         out.setdefault(profile.name, {})[field_name] = value
+    for name, change in out.items():  # the changed profile must still be one the stack loader accepts
+        try:
+            with builtin_overrides(profiles=(name,), **change):
+                load_stack(name)
+        except ConfigError as err:
+            raise ConfigError(f"--stack: {name} with {change}: {err}") from None
     return out
 
 

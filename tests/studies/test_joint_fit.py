@@ -288,6 +288,9 @@ def test_a_trial_fits_a_sourced_parameter_in_the_fit_and_its_folds(small_cases: 
     (["--stack", "torchtitan.indexed_accumulate=maybe"], "takes true or false, got 'maybe'"),
     (["--stack", "torchtitan.host_op_s=fast"], "host_op_s takes a number, got 'fast'"),
     (["--stack", "torchtitan"], "expected NAME.FIELD=VALUE"),
+    (["--stack", "torchtitan.nvlink_domain_ranks=1.5"], "takes a whole number, got '1.5'"),
+    (["--stack", "torchtitan.host_op_s=-1"], "host_op_s must be a finite number >= 0"),
+    (["--stack", "torchtitan.recompute_modules=mlp"], "recompute_modules is a tuple, not a trial's field"),
     (["--stack", "torchtitan.indexed_accumulate=true", "--ablation"], "drop --write and --ablation"),
 ])
 def test_trial_options_are_refused_with_one_line_naming_the_option(argv: list[str], says: str,
