@@ -340,22 +340,23 @@ class Workload:
           the padded copies on the standard path (``x[permuted_indices]``'s backward, sorted); the backward's bytes
           are then the zeroed buffer it sums into;
         - DeepEP's unsort sums the K copies into their tokens in the forward (``scatter_add_``, atomic) after the
-          score multiply; the forward's bytes are then that multiply's and the zeroed tokens'.
+          score multiply; the forward's bytes are then that multiply's and the zeroed tokens', and the whole backward
+          (the gather of the tokens' gradient back to the copies, then the multiply's) stays the memory-bound op's.
         """
         fwd, bwd = self.moe_glue(step)
         if not self.stack.indexed_accumulate or step == "combine" or (step == "unsort" and not self.in_place_dispatch):
             return [self._permutation(name, fwd, backward_nbytes=bwd, load_scaled=load_scaled)]
         D, K = self.model.dim, self.model.top_k
         elems = self.expert_rows * D
-        tokens = BF16 * self.expert_rows / K * D  # a zeroed buffer of the received tokens (K copies each, at most)
+        zeroed_tokens = BF16 * self.expert_rows / K * D  # the received tokens' zeroed buffer (K copies each, at most)
         if step == "sort":
             layout = "atomic" if self.in_place_dispatch else "sorted"
-            zeroed = tokens if self.in_place_dispatch else BF16 * elems  # the padded copies' buffer
+            zeroed = zeroed_tokens if self.in_place_dispatch else BF16 * elems  # else the padded copies' buffer
             return [replace(self._permutation(name, fwd, backward_nbytes=zeroed, load_scaled=load_scaled),
                             accumulate=layout, backward_accum_elems=elems)]
         # DeepEP's unsort: the score multiply (when the glue runs it apart), then the scatter-add of the K copies
         multiply = fwd - 2 * BF16 * elems  # moe_glue's forward: the multiply's pass, then the scatter-add's
-        return [self._permutation(name, multiply + tokens, backward_nbytes=bwd, load_scaled=load_scaled),
+        return [self._permutation(name, multiply + zeroed_tokens, backward_nbytes=bwd, load_scaled=load_scaled),
                 OpSpec(name, "accum", elems=elems, accumulate="atomic", load_scaled=load_scaled, module="moe")]
 
     def _act_quant(self, name: str, elems: float, *, module: str = "", load_scaled: bool = False,

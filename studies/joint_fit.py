@@ -48,12 +48,18 @@ from sim.limits import check_finite
 from sim.measured_runs import MeasuredRun, resolve_run
 from sim.predict import predict
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
-from sim.stacks import StackProfile, builtin_overrides, load_stack, profile_for
+from sim.stacks import (
+    StackProfile,
+    builtin_overrides,
+    load_stack,
+    profile_for,
+    stack_names,
+)
 from studies.dataset import MEASURED_RUNS, load_runs
 from studies.layer_cells import LayerCell, load_cells
 
 __all__ = ["RunCase", "JointFit", "load_cases", "group_of", "fit_joint", "logo", "predict_cases", "main",
-           "TRIAL_SWITCHES", "trial_structure", "heldout_errors",
+           "TRIAL_SWITCHES", "trial_structure", "stack_trial", "speedup_lines", "heldout_errors",
            "ABLATIONS", "STACK_ABLATIONS", "PLAN_ABLATIONS", "plan_variant", "dataset_digest", "write_release_scalars"]
 
 #: A Jacobian column whose largest entry (log error per unit relative change) is below this constrains nothing.
@@ -516,10 +522,9 @@ def stack_trial(items: Sequence[str]) -> dict[str, dict[str, Any]]:
         name, dot, field_name = target.rpartition(".")
         if not sep or not dot or not name or not field_name:
             raise ConfigError(f"--stack {item!r}: expected NAME.FIELD=VALUE (e.g. torchtitan.indexed_accumulate=true)")
-        try:
-            profile = load_stack(name)
-        except ConfigError:
-            raise ConfigError(f"--stack {item}: {name!r} is no built-in stack profile") from None
+        if name not in stack_names():
+            raise ConfigError(f"--stack {item}: {name!r} is no built-in stack profile ({', '.join(stack_names())})")
+        profile = load_stack(name)
         if field_name not in {f.name for f in fields(StackProfile)} or field_name in ("efficiency", "sources"):
             raise ConfigError(f"--stack {item}: {field_name!r} is no field of {name}'s profile")
         current = getattr(profile, field_name)
