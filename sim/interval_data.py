@@ -67,6 +67,9 @@ class ResidualRow:
     precision: str = ""
     #: how the run's kernels reach the GPU (:attr:`sim.predict.Prediction.launch`); "" in files written before it.
     launch: str = ""
+    #: how the step orders its EP all-to-alls against compute (:func:`sim.uncertainty.ep_schedule`); "" in files
+    #: written before it.
+    schedule: str = ""
     logo_predicted_tokens_per_s_per_gpu: float | None = None
 
     @property
@@ -165,7 +168,7 @@ def build(dataset: str | Path, logo: Iterable[Mapping[str, Any]] | None = None,
     """Predict every run of ``dataset`` (the shipped one: ``studies.dataset.MEASURED_RUNS``) in sample, and attach ``logo``: its
     leave-one-group-out predictions as data (``{"id", "group", "predicted"}`` rows, as
     ``studies.validate.logo_validation()["runs"]`` gives them; rows without ``predicted`` are skipped)."""
-    from sim.uncertainty import stack_family
+    from sim.uncertainty import ep_schedule, stack_family
 
     path = Path(dataset)
     by_id: dict[str, Mapping[str, Any]] = {}
@@ -183,7 +186,7 @@ def build(dataset: str | Path, logo: Iterable[Mapping[str, Any]] | None = None,
             group=str(lrow.get("group")) if lrow and lrow.get("group") else f"{run.cluster} x {family}",
             gpu=run.gpu, cluster=run.cluster, gpus=int(run.gpus), model=run.model,
             ep_backend=str(pred.plan.get("ep_backend", "")), precision=str(pred.plan.get("precision", "")),
-            launch=pred.launch,
+            launch=pred.launch, schedule=ep_schedule(pred.plan),
             logo_predicted_tokens_per_s_per_gpu=float(lrow["predicted"]) if lrow else None))
     from importlib.metadata import PackageNotFoundError, version
 
@@ -198,7 +201,7 @@ def build(dataset: str | Path, logo: Iterable[Mapping[str, Any]] | None = None,
     return IntervalData(SCHEMA_VERSION, tuple(rows), provenance, str(path))
 
 
-_ROW_KEYS = ("id", "group", "gpu", "cluster", "family", "gpus", "model", "ep_backend", "precision", "launch", "signature",
+_ROW_KEYS = ("id", "group", "gpu", "cluster", "family", "gpus", "model", "ep_backend", "precision", "launch", "schedule", "signature",
              "predicted_tokens_per_s_per_gpu", "logo_predicted_tokens_per_s_per_gpu", "measured_tokens_per_s_per_gpu")
 
 
@@ -252,16 +255,18 @@ def load(path: str | Path) -> IntervalData:
         gpus = r.get("gpus")
         if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
             raise ConfigError(f"{where}.gpus must be a positive integer, got {gpus!r}")
-        launch = r.get("launch", "")
+        launch, schedule = r.get("launch", ""), r.get("schedule", "")
         if not isinstance(launch, str):
             raise ConfigError(f"{where}.launch must be a string, got {launch!r}")
+        if not isinstance(schedule, str):
+            raise ConfigError(f"{where}.schedule must be a string, got {schedule!r}")
         logo = r.get("logo_predicted_tokens_per_s_per_gpu")
         rows.append(ResidualRow(
             r["id"], r["family"], r["signature"],
             _positive(f"{where}.predicted_tokens_per_s_per_gpu", r.get("predicted_tokens_per_s_per_gpu")),
             _positive(f"{where}.measured_tokens_per_s_per_gpu", r.get("measured_tokens_per_s_per_gpu")),
             group=r["group"], gpu=r["gpu"], cluster=r["cluster"], gpus=gpus, model=r["model"],
-            ep_backend=r["ep_backend"], precision=r["precision"], launch=launch,
+            ep_backend=r["ep_backend"], precision=r["precision"], launch=launch, schedule=schedule,
             logo_predicted_tokens_per_s_per_gpu=(None if logo is None else
                                                  _positive(f"{where}.logo_predicted_tokens_per_s_per_gpu", logo))))
     prov = raw.get("provenance", {})

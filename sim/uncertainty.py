@@ -51,7 +51,7 @@ from sim.errors import ConfigError, MoesimError
 __all__ = ["Interval", "interval", "prediction_interval", "stack_family", "calibration_sd", "loo_coverage", "transport_of",
            "measured_run_pairs", "residuals_by_stack", "T90", "DISTANCES", "BEYOND_FACTOR", "TRANSPORT_FACTOR",
            "SCALE_SPAN", "Placement", "classify", "placement", "nearest_runs", "distance_interval", "format_evidence",
-           "logo_interval_coverage"]
+           "logo_interval_coverage", "ep_schedule", "EP_SCHEDULES"]
 
 
 #: One-sided 90% Student-t quantiles by degrees of freedom (1..30); the normal 1.2816 beyond.
@@ -248,15 +248,33 @@ class Placement:
     widen: float = 1.0
 
 
+#: :func:`ep_schedule`'s names: Megatron's combined 1F1B, which runs one microbatch's forward beside another's
+#: backward so that each one's all-to-alls hide under the other's compute (``ParallelPlan.ep_overlap``), or not.
+EP_SCHEDULES = ("ep-overlap", "sequential")
+
+
+def ep_schedule(plan: Mapping[str, Any]) -> str:
+    """How a plan's step orders its expert-parallel all-to-alls against compute: ``"ep-overlap"`` under Megatron's
+    combined 1F1B (``ep_overlap``), else ``"sequential"``.
+
+    >>> ep_schedule({"ep_overlap": True}), ep_schedule({})
+    ('ep-overlap', 'sequential')
+    """
+    return EP_SCHEDULES[0] if plan.get("ep_overlap") else EP_SCHEDULES[1]
+
+
 def classify(rows: Sequence[Any], cluster: str, family: str, n_gpus: int, ep_backend: str,
-             precision: str, model: str = "", launch: str = "") -> Placement:
+             precision: str, model: str = "", launch: str = "", schedule: str = "") -> Placement:
     """The distance of a plan (system class ``cluster``, stack ``family``, GPU count, EP backend, precision,
-    catalog ``model`` name, ``launch`` mode) from the measured ``rows`` (:class:`sim.interval_data.ResidualRow`):
+    catalog ``model`` name, ``launch`` mode, EP ``schedule``, :func:`ep_schedule`) from the measured ``rows``
+    (:class:`sim.interval_data.ResidualRow`):
 
     - "beyond the envelope": more than 2x the largest GPU count measured on its class, a backend,
-      precision or launch mode never measured on its class (a class never measured is compared with every
-      measured run; launch modes only among rows that record one: full-iteration CUDA graphs change what a step
-      spends at its boundary by 0-2 s, ``docs/transfer.md``, the newest containers), a
+      precision, launch mode or EP schedule never measured on its class (a class never measured is compared with
+      every measured run; launch modes and schedules only among rows that record one: full-iteration CUDA graphs
+      change what a step spends at its boundary by 0-2 s, ``docs/transfer.md``, the newest containers; Megatron's
+      EP overlap reorders a whole step, and the held-out plans that first turn it on where no measured run of
+      their class did err by 13-50%, ``docs/transfer.md``), a
       fabric transport no run measured (EFA: its held-out runs, ``docs/transfer.md``), or a model no run
       measured (its shapes were never checked: GPT-OSS-120B's held-out runs, ``docs/transfer.md``, err by 13%
       on average where the measured models' groups err by 4%);
@@ -280,6 +298,10 @@ def classify(rows: Sequence[Any], cluster: str, family: str, n_gpus: int, ep_bac
     ...           launch="partial")]
     >>> classify(rows, "hgx-b200", "megatron", 256, "nccl", "mxfp8", launch="graphs").reasons
     ('launch mode graphs was never measured on hgx-b200 (measured: partial)',)
+    >>> rows = [R(cluster="hgx-b300", family="megatron", gpus=256, ep_backend="nccl", precision="mxfp8",
+    ...           schedule="sequential")]
+    >>> classify(rows, "hgx-b300", "megatron", 256, "nccl", "mxfp8", schedule="ep-overlap").reasons
+    ('EP schedule ep-overlap was never measured on hgx-b300 (measured: sequential)',)
     """
     of_class = [r for r in rows if r.cluster == cluster]
     ref = of_class or list(rows)
@@ -290,7 +312,7 @@ def classify(rows: Sequence[Any], cluster: str, family: str, n_gpus: int, ep_bac
         if n_gpus > SCALE_SPAN * largest:
             reasons.append(f"{n_gpus} GPUs is beyond {SCALE_SPAN:g}x the largest count measured on {where} ({largest})")
         for what, value, attr in (("EP backend", ep_backend, "ep_backend"), ("precision", precision, "precision"),
-                                  ("launch mode", launch, "launch")):
+                                  ("launch mode", launch, "launch"), ("EP schedule", schedule, "schedule")):
             seen = sorted({v for v in (getattr(r, attr, "") for r in ref) if v})
             if value and seen and value not in seen:
                 reasons.append(f"{what} {value} was never measured on {where} (measured: {', '.join(seen)})")
@@ -409,13 +431,14 @@ def _evidence_note(place: Placement) -> str:
 def placement(pred: Any, data: Any, cluster: str | None = None) -> Placement:
     """Where a :class:`~sim.predict.Prediction` sits against the stored runs of ``data``
     (:class:`sim.interval_data.IntervalData`): :func:`classify` of its class (``cluster``; default: the template
-    its GPU comes in), stack family, GPU count, backend, precision, model and launch mode, judged against every measured run
+    its GPU comes in), stack family, GPU count, backend, precision, model, launch mode and EP schedule, judged against every
+    measured run
     (its own included: it was measured)."""
     from sim.catalog import default_cluster
 
     return classify(data.runs, cluster or default_cluster(pred.gpu), stack_family(pred.stack), int(pred.n_gpus),
                     str(pred.plan.get("ep_backend", "")), str(pred.plan.get("precision", "")), str(pred.model),
-                    str(getattr(pred, "launch", "")))
+                    str(getattr(pred, "launch", "")), ep_schedule(pred.plan))
 
 
 def prediction_interval(pred: Any, *, calibration_sd: float = 0.0, data: Any = None,

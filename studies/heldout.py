@@ -87,7 +87,8 @@ def _inside(row: ValidationRow) -> str:
 
 def _plan(run: MeasuredRun, backend: bool = True) -> str:
     p = run.plan
-    parts = [f"PP{p.get('pp', 1)} EP{p.get('ep', 1)} MBS{p.get('micro_batch', 1)}"]
+    vpp = int(p.get("vpp", 1) or 1)
+    parts = [f"PP{p.get('pp', 1)}{f' VP{vpp}' if vpp > 1 else ''} EP{p.get('ep', 1)} MBS{p.get('micro_batch', 1)}"]
     if backend:
         parts.append(str(p.get("ep_backend", "nccl")))
     if p.get("ep_overlap"):

@@ -46,10 +46,10 @@ HELD_OUT_FILES = {"heldout_runs.toml": "Megatron-Bridge table rows no fit saw",
 #: What each reason for lying beyond the envelope is called in the tables, by the start of its text
 #: (:func:`sim.uncertainty.classify`).
 _REASON_KINDS = (("model ", "model"), ("fabric transport", "transport"), ("EP backend", "backend or precision"),
-                 ("precision", "backend or precision"), ("launch mode", "launch mode"))
+                 ("precision", "backend or precision"), ("launch mode", "launch mode"), ("EP schedule", "EP schedule"))
 #: A run beyond the envelope for several reasons counts under the first of them in this order (the farthest
 #: extrapolation first): an EFA run of a backend never measured is a transport case.
-KIND_ORDER = ("transport", "backend or precision", "launch mode", "model", "scale")
+KIND_ORDER = ("transport", "backend or precision", "launch mode", "EP schedule", "model", "scale")
 
 
 def reason_kind(reason: str) -> str:
@@ -172,7 +172,7 @@ def interval_markdown(rows: Sequence[HeldOutInterval] | None = None) -> list[str
     n_other, q_other = pooled_factor(rows)
     lines.append(f"| every reason but transport | {n_other} | {q_other:.2f} |")
     lines += ["", f"Shipped: `BEYOND_FACTOR` = {BEYOND_FACTOR:g} (sized on the last row: the models, backends, "
-              f"precisions, launch modes and scales no fit saw, pooled), `TRANSPORT_FACTOR` = {TRANSPORT_FACTOR:g} (the \"transport\" "
+              f"precisions, launch modes, EP schedules and scales no fit saw, pooled), `TRANSPORT_FACTOR` = {TRANSPORT_FACTOR:g} (the \"transport\" "
               "row: what the AWS EFA runs show; no other unmeasured transport checks it). Both are sized on these "
               "runs, so their coverage here is in-sample for the width (not for the model); "
               "`tests/studies/test_interval_check.py` fails when a refit moves a row 15% from its shipped factor.", ""]

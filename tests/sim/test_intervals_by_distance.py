@@ -16,6 +16,7 @@ import pytest
 
 from sim import interval_data
 from sim.catalog import load_cluster, load_model
+from sim.errors import ConfigError
 from sim.loaders import derive_plan_fields, plan_from_mapping
 from sim.predict import predict
 from sim.specs import ParallelPlan
@@ -109,6 +110,45 @@ def test_an_interval_file_without_launch_modes_places_plans_as_before(tmp_path: 
     assert {r.launch for r in old.runs} == {""}
     assert classify(old.runs, "gb300-nvl72", "megatron", 256, "hybridep", "mxfp8", launch="graphs").distance == \
         "measured group"
+
+
+def test_an_ep_schedule_never_measured_on_the_class_lies_beyond_the_envelope(tmp_path: Path) -> None:
+    """Megatron's EP overlap (combined 1F1B) was measured on H100 and GB200 (Qwen3-235B, MLPerf), never on B300: a
+    B300 plan that turns it on is placed beyond the envelope, naming the schedule measured there, with the wider
+    interval; the same plan without it stays in its measured group. Files written before the schedule was stored
+    place plans as before."""
+    runs = _data().runs
+    assert {r.schedule for r in runs} == {"ep-overlap", "sequential"}
+    assert {r.cluster for r in runs if r.schedule == "ep-overlap"} >= {"hgx-h100", "gb200-nvl72"}
+    assert classify(runs, "hgx-h100", "megatron", 256, "nccl", "fp8-current", schedule="ep-overlap").distance == \
+        "measured group"
+    far = classify(runs, "hgx-b300", "megatron", 256, "hybridep", "mxfp8", schedule="ep-overlap")
+    assert far.distance == "beyond the envelope"
+    assert far.reasons == ("EP schedule ep-overlap was never measured on hgx-b300 (measured: sequential)",)
+    model, cluster = load_model("deepseek-v3-671b"), load_cluster("hgx-b300", n_gpus=256)
+    plan = plan_from_mapping(derive_plan_fields(
+        {"pp": 8, "vpp": 2, "ep": 8, "seq_len": 4096, "global_batch": 4096, "ac": "selective", "precision": "mxfp8",
+         "ep_backend": "hybridep"}, 256), "test plan")
+    overlapped = predict(model, cluster, dataclasses.replace(plan, ep_overlap=True), stack="megatron")
+    sequential = predict(model, cluster, plan, stack="megatron")
+    iv_over, iv_seq = prediction_interval(overlapped, data=_data()), prediction_interval(sequential, data=_data())
+    assert iv_over is not None and iv_seq is not None
+    assert (iv_over.distance, iv_seq.distance) == ("beyond the envelope", "measured group")
+    assert "EP schedule ep-overlap" in str(iv_over.evidence["note"])
+    assert _ratio(iv_over) > _ratio(iv_seq)
+    raw = json.loads(interval_data.to_json(_data()))
+    for row in raw["runs"]:
+        del row["schedule"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(raw))
+    old = interval_data.load(path)
+    assert {r.schedule for r in old.runs} == {""}
+    assert classify(old.runs, "hgx-b300", "megatron", 256, "hybridep", "mxfp8", schedule="ep-overlap").distance == \
+        "measured group"
+    raw["runs"][0]["schedule"] = 1
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match=r"runs\[0\]\.schedule must be a string"):
+        interval_data.load(path)
 
 
 def test_hgx_b200_megatron_is_narrower_than_nvl72_gb300() -> None:
