@@ -10,7 +10,9 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,15 +100,19 @@ def test_a_launch_mode_never_measured_on_the_class_lies_beyond_the_envelope() ->
     assert _ratio(iv_full) > _ratio(iv_partial)
 
 
+def _shipped_file_with(tmp_path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
+    """The shipped interval data written to ``tmp_path`` with ``change`` applied to every run row."""
+    raw = json.loads(interval_data.to_json(_data()))
+    for row in raw["runs"]:
+        change(row)
+    path = tmp_path / "changed.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
 def test_an_interval_file_without_launch_modes_places_plans_as_before(tmp_path: Path) -> None:
     """Files written before the launch mode was stored load, and no plan is placed by a mode they do not record."""
-    text = interval_data.to_json(_data())
-    raw = json.loads(text)
-    for row in raw["runs"]:
-        del row["launch"]
-    path = tmp_path / "old.json"
-    path.write_text(json.dumps(raw))
-    old = interval_data.load(path)
+    old = interval_data.load(_shipped_file_with(tmp_path, lambda row: row.pop("launch")))
     assert {r.launch for r in old.runs} == {""}
     assert classify(old.runs, "gb300-nvl72", "megatron", 256, "hybridep", "mxfp8", launch="graphs").distance == \
         "measured group"
@@ -136,19 +142,12 @@ def test_an_ep_schedule_never_measured_on_the_class_lies_beyond_the_envelope(tmp
     assert (iv_over.distance, iv_seq.distance) == ("beyond the envelope", "measured group")
     assert "EP schedule ep-overlap" in str(iv_over.evidence["note"])
     assert _ratio(iv_over) > _ratio(iv_seq)
-    raw = json.loads(interval_data.to_json(_data()))
-    for row in raw["runs"]:
-        del row["schedule"]
-    path = tmp_path / "old.json"
-    path.write_text(json.dumps(raw))
-    old = interval_data.load(path)
+    old = interval_data.load(_shipped_file_with(tmp_path, lambda row: row.pop("schedule")))
     assert {r.schedule for r in old.runs} == {""}
     assert classify(old.runs, "hgx-b300", "megatron", 256, "hybridep", "mxfp8", schedule="ep-overlap").distance == \
         "measured group"
-    raw["runs"][0]["schedule"] = 1
-    path.write_text(json.dumps(raw))
     with pytest.raises(ConfigError, match=r"runs\[0\]\.schedule must be a string"):
-        interval_data.load(path)
+        interval_data.load(_shipped_file_with(tmp_path, lambda row: row.update(schedule=1)))
 
 
 def test_hgx_b200_megatron_is_narrower_than_nvl72_gb300() -> None:
