@@ -87,8 +87,12 @@ def _inside(row: ValidationRow) -> str:
 
 def _plan(run: MeasuredRun, backend: bool = True) -> str:
     p = run.plan
+    sizes = [f"{name}{int(p.get(key, 1) or 1)}" for name, key in (("TP", "tp"), ("CP", "cp"))
+             if int(p.get(key, 1) or 1) > 1]
     vpp = int(p.get("vpp", 1) or 1)
-    parts = [f"PP{p.get('pp', 1)}{f' VP{vpp}' if vpp > 1 else ''} EP{p.get('ep', 1)} MBS{p.get('micro_batch', 1)}"]
+    sizes += [f"PP{p.get('pp', 1)}" + (f" VP{vpp}" if vpp > 1 else ""), f"EP{p.get('ep', 1)}",
+              f"MBS{p.get('micro_batch', 1)}"]
+    parts = [" ".join(sizes)]
     if backend:
         parts.append(str(p.get("ep_backend", "nccl")))
     if p.get("ep_overlap"):
