@@ -208,22 +208,22 @@ def stack_family(stack_name: str) -> str:
 
 #: How far a plan lies from the evidence, nearest first; the interval widens with each step.
 DISTANCES = ("measured group", "new group", "beyond the envelope")
-#: Beyond the envelope the leave-one-group-out half-width (log space) is multiplied by this: a plan past the
-#: largest measured scale, with a backend, precision, launch mode or EP schedule never measured on its class, or on a
-#: model no run measured extrapolates further than a new group does (with the EP schedule an axis, 2026-12-07, the
-#: pooled row needs 3.70 over 76 runs: within the 15% the interval-check test allows, so the factor stays). Sized on the held-out runs that lie beyond the envelope for
-#: any of those reasons (66 runs: GPT-OSS-120B and Kimi-K2 in five Megatron-Bridge containers, the newest containers'
-#: full-iteration-graph recipes on GB300 and B300, MLPerf v6.0 GPT-OSS-20B's recipe cells, MLPerf's GB300
-#: DeepSeek-V3 points (NVIDIA's and CoreWeave's), TorchTitan's DeepSeek-V3 16B steps and PR #1993's ladder, B300 NCCL
-#: rows, the 8,192-GPU GB200 MLPerf point): the multiplier at which 80% of them fall inside, 3.67 (2026-12-06,
-#: twenty-eighth session, once TorchTitan's accumulating steps paid the joint step boundary: the leave-one-group-out
-#: half-width it multiplies fell from 4.6% / 16.7% to 3.0% / 7.6% while these runs' errors stayed; the launch-mode row
-#: alone needs 6.8: on GB300 the step boundary under full-iteration graphs is 0-1.6 s where the fitted one is 2.0 s)
-#: (``python -m studies.interval_check``; docs/transfer.md, "Intervals on the held-out runs"); 2.30 at the
-#: twenty-third session's calibration; 2.79 with the newest containers but before the launch mode was an axis, 2.27 before those
-#: containers joined, 1.67 before the GPT-OSS-20B cells and CoreWeave's points, 1.43 with one grouped-GEMM half-point.
-#: It was 2.56 while the leave-one-group-out half-width was narrower (TorchTitan's groups agreed through Megatron's
-#: step boundary); 1.5 before that, an assumption, covered 44% of them.
+#: Beyond the envelope the leave-one-group-out half-width (log space) is multiplied by this: a plan past the largest
+#: measured scale, with a backend, precision, launch mode or EP schedule never measured on its class, or on a model no
+#: run measured extrapolates further than a new group does (with the EP schedule an axis, 2026-12-07, the pooled row
+#: needs 3.70 over 76 runs: within the 15% the interval-check test allows, so the factor stays). Sized on the held-out
+#: runs that lie beyond the envelope for any of those reasons (66 runs: GPT-OSS-120B and Kimi-K2 in five Megatron-Bridge
+#: containers, the newest containers' full-iteration-graph recipes on GB300 and B300, MLPerf v6.0 GPT-OSS-20B's recipe
+#: cells, MLPerf's GB300 DeepSeek-V3 points (NVIDIA's and CoreWeave's), TorchTitan's DeepSeek-V3 16B steps and PR
+#: #1993's ladder, B300 NCCL rows, the 8,192-GPU GB200 MLPerf point): the multiplier at which 80% of them fall inside,
+#: 3.67 (2026-12-06, twenty-eighth session, once TorchTitan's accumulating steps paid the joint step boundary: the
+#: leave-one-group-out half-width it multiplies fell from 4.6% / 16.7% to 3.0% / 7.6% while these runs' errors stayed;
+#: the launch-mode row alone needs 6.8: on GB300 the step boundary under full-iteration graphs is 0-1.6 s where the
+#: fitted one is 2.0 s) (``python -m studies.interval_check``; docs/transfer.md, "Intervals on the held-out runs"); 2.30
+#: at the twenty-third session's calibration; 2.79 with the newest containers but before the launch mode was an axis,
+#: 2.27 before those containers joined, 1.67 before the GPT-OSS-20B cells and CoreWeave's points, 1.43 with one
+#: grouped-GEMM half-point. It was 2.56 while the leave-one-group-out half-width was narrower (TorchTitan's groups
+#: agreed through Megatron's step boundary); 1.5 before that, an assumption, covered 44% of them.
 BEYOND_FACTOR = 3.67
 #: The same for a plan on a fabric transport no measured run used (EFA): sized on the only runs of such a
 #: transport, the AWS EFA backend matrix (``studies/data/efa_runs.toml``, 35 runs), at which 80% of them fall
@@ -432,9 +432,8 @@ def _evidence_note(place: Placement) -> str:
 def placement(pred: Any, data: Any, cluster: str | None = None) -> Placement:
     """Where a :class:`~sim.predict.Prediction` sits against the stored runs of ``data``
     (:class:`sim.interval_data.IntervalData`): :func:`classify` of its class (``cluster``; default: the template
-    its GPU comes in), stack family, GPU count, backend, precision, model, launch mode and EP schedule, judged against every
-    measured run
-    (its own included: it was measured)."""
+    its GPU comes in), stack family, GPU count, backend, precision, model, launch mode and EP schedule, judged
+    against every measured run (its own included: it was measured)."""
     from sim.catalog import default_cluster
 
     return classify(data.runs, cluster or default_cluster(pred.gpu), stack_family(pred.stack), int(pred.n_gpus),
