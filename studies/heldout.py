@@ -87,9 +87,8 @@ def _inside(row: ValidationRow) -> str:
 
 def _plan(run: MeasuredRun, backend: bool = True) -> str:
     p = run.plan
-    sizes = [f"{name}{int(p.get(key, 1) or 1)}" for name, key in (("TP", "tp"), ("CP", "cp"))
-             if int(p.get(key, 1) or 1) > 1]
-    vpp = int(p.get("vpp", 1) or 1)
+    tp, cp, vpp = (int(p.get(key, 1) or 1) for key in ("tp", "cp", "vpp"))
+    sizes = [f"TP{tp}"] * (tp > 1) + [f"CP{cp}"] * (cp > 1)
     sizes += [f"PP{p.get('pp', 1)}" + (f" VP{vpp}" if vpp > 1 else ""), f"EP{p.get('ep', 1)}",
               f"MBS{p.get('micro_batch', 1)}"]
     parts = [" ".join(sizes)]
