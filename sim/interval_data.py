@@ -4,7 +4,7 @@
 (joint) calibration and writes ``sim/data/intervals.json``: per run its id, leave-one-group-out group
 (system class x stack), GPU, cluster template (system class), stack family, GPU count, model, EP backend,
 precision, signature (model, GPU, GPU count, plan, stack: how a later prediction of the same run is
-recognised, so its own residual is left out), the in-sample prediction (shipped calibration) and the
+recognised, so its own residual is left out), the in-sample prediction (shipped calibration, with its step and the step boundary it charges) and the
 leave-one-group-out prediction (the calibration refitted without the run's group, computed by
 ``studies.validate.logo_validation`` and passed in as data: sim never imports studies), the measured tokens/s
 per GPU and both ``log(measured / predicted)``; and the provenance (dataset and its SHA-256, moesim version,
@@ -71,6 +71,10 @@ class ResidualRow:
     #: written before it.
     schedule: str = ""
     logo_predicted_tokens_per_s_per_gpu: float | None = None
+    #: the in-sample predicted step (seconds) and the step boundary it charges
+    #: (:meth:`sim.stacks.StackProfile.step_boundary_s`); 0 in files written before them.
+    step_s: float = 0.0
+    boundary_s: float = 0.0
 
     @property
     def log_residual(self) -> float:
@@ -83,6 +87,20 @@ class ResidualRow:
         if self.logo_predicted_tokens_per_s_per_gpu is None:
             return float("nan")
         return math.log(self.measured_tokens_per_s_per_gpu / self.logo_predicted_tokens_per_s_per_gpu)
+
+    @property
+    def boundary_gap_s(self) -> float | None:
+        """Seconds the measured step exceeds the predicted step without its boundary: the boundary this run would
+        need to come out exact (the rest of the model's error rides along); None for a run charged none or
+        written before the step was recorded.
+
+        >>> ResidualRow("r", "megatron", "s", 100.0, 80.0, step_s=8.0, boundary_s=2.0).boundary_gap_s
+        4.0
+        """
+        if self.boundary_s <= 0 or self.step_s <= 0:
+            return None
+        measured_step = self.step_s * self.predicted_tokens_per_s_per_gpu / self.measured_tokens_per_s_per_gpu
+        return measured_step - (self.step_s - self.boundary_s)
 
     @property
     def logo_error(self) -> float | None:
@@ -187,7 +205,8 @@ def build(dataset: str | Path, logo: Iterable[Mapping[str, Any]] | None = None,
             gpu=run.gpu, cluster=run.cluster, gpus=int(run.gpus), model=run.model,
             ep_backend=str(pred.plan.get("ep_backend", "")), precision=str(pred.plan.get("precision", "")),
             launch=pred.launch, schedule=ep_schedule(pred.plan),
-            logo_predicted_tokens_per_s_per_gpu=float(lrow["predicted"]) if lrow else None))
+            logo_predicted_tokens_per_s_per_gpu=float(lrow["predicted"]) if lrow else None,
+            step_s=float(pred.step_time_s), boundary_s=float(pred.breakdown.get("step_fixed", 0.0))))
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -202,7 +221,8 @@ def build(dataset: str | Path, logo: Iterable[Mapping[str, Any]] | None = None,
 
 
 _ROW_KEYS = ("id", "group", "gpu", "cluster", "family", "gpus", "model", "ep_backend", "precision", "launch", "schedule", "signature",
-             "predicted_tokens_per_s_per_gpu", "logo_predicted_tokens_per_s_per_gpu", "measured_tokens_per_s_per_gpu")
+             "predicted_tokens_per_s_per_gpu", "logo_predicted_tokens_per_s_per_gpu", "measured_tokens_per_s_per_gpu",
+             "step_s", "boundary_s")
 
 
 def to_json(data: IntervalData) -> str:
@@ -228,6 +248,12 @@ def write(data: IntervalData, path: str | Path = INTERVALS_FILE) -> Path:
 def _positive(where: str, v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float) or not (0 < v < math.inf):
         raise ConfigError(f"{where} must be a positive finite number, got {v!r}")
+    return float(v)
+
+
+def _seconds(where: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not (0 <= v < math.inf):
+        raise ConfigError(f"{where} must be a non-negative finite number of seconds, got {v!r}")
     return float(v)
 
 
@@ -268,7 +294,9 @@ def load(path: str | Path) -> IntervalData:
             group=r["group"], gpu=r["gpu"], cluster=r["cluster"], gpus=gpus, model=r["model"],
             ep_backend=r["ep_backend"], precision=r["precision"], launch=launch, schedule=schedule,
             logo_predicted_tokens_per_s_per_gpu=(None if logo is None else
-                                                 _positive(f"{where}.logo_predicted_tokens_per_s_per_gpu", logo))))
+                                                 _positive(f"{where}.logo_predicted_tokens_per_s_per_gpu", logo)),
+            step_s=_seconds(f"{where}.step_s", r.get("step_s", 0.0)),
+            boundary_s=_seconds(f"{where}.boundary_s", r.get("boundary_s", 0.0))))
     prov = raw.get("provenance", {})
     return IntervalData(SCHEMA_VERSION, tuple(rows), prov if isinstance(prov, dict) else {}, str(path))
 

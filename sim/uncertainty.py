@@ -51,7 +51,8 @@ from sim.errors import ConfigError, MoesimError
 __all__ = ["Interval", "interval", "prediction_interval", "stack_family", "calibration_sd", "loo_coverage", "transport_of",
            "measured_run_pairs", "residuals_by_stack", "T90", "DISTANCES", "BEYOND_FACTOR", "TRANSPORT_FACTOR",
            "SCALE_SPAN", "Placement", "classify", "placement", "nearest_runs", "distance_interval", "format_evidence",
-           "logo_interval_coverage", "ep_schedule", "EP_SCHEDULES"]
+           "logo_interval_coverage", "ep_schedule", "EP_SCHEDULES", "BOUNDARY_MIN_SHARE", "BOUNDARY_MIN_RUNS",
+           "boundary_band", "with_boundary_band"]
 
 
 #: One-sided 90% Student-t quantiles by degrees of freedom (1..30); the normal 1.2816 beyond.
@@ -83,6 +84,9 @@ class Interval:
     evidence: dict[str, Any] | None = None
     #: beyond the envelope, the multiplier its leave-one-group-out half-width was widened by (:attr:`Placement.widen`)
     widen: float = 1.0
+    #: the step boundary's seconds the interval allows (low, high) around the charged one (:func:`with_boundary_band`),
+    #: or None where the step charges none or no band was measured
+    boundary_band_s: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: an unbounded end (a spread past float's range) is ``None``, never ``Infinity``."""
@@ -94,7 +98,8 @@ class Interval:
                 "calibration_log_sd": finite(self.calibration_sd), "validation_log_sd": finite(self.validation_sd),
                 "mean_log_residual": finite(self.mean_log_residual), "left_out_run": self.left_out or None,
                 **({"distance": self.distance} if self.distance else {}),
-                **({"widen": self.widen} if self.widen != 1.0 else {})}
+                **({"widen": self.widen} if self.widen != 1.0 else {}),
+                **({"step_boundary_band_s": list(self.boundary_band_s)} if self.boundary_band_s else {})}
 
     def contains(self, value: float) -> bool:
         return self.p10 <= value <= self.p90
@@ -210,30 +215,83 @@ def stack_family(stack_name: str) -> str:
 DISTANCES = ("measured group", "new group", "beyond the envelope")
 #: Beyond the envelope the leave-one-group-out half-width (log space) is multiplied by this: a plan past the largest
 #: measured scale, with a backend, precision, launch mode or EP schedule never measured on its class, or on a model no
-#: run measured extrapolates further than a new group does (with the EP schedule an axis, 2026-12-07, the pooled row
-#: needs 3.70 over 76 runs: within the 15% the interval-check test allows, so the factor stays). Sized on the held-out
-#: runs that lie beyond the envelope for any of those reasons (66 runs: GPT-OSS-120B and Kimi-K2 in five Megatron-Bridge
-#: containers, the newest containers' full-iteration-graph recipes on GB300 and B300, MLPerf v6.0 GPT-OSS-20B's recipe
-#: cells, MLPerf's GB300 DeepSeek-V3 points (NVIDIA's and CoreWeave's), TorchTitan's DeepSeek-V3 16B steps and PR
-#: #1993's ladder, B300 NCCL rows, the 8,192-GPU GB200 MLPerf point): the multiplier at which 80% of them fall inside,
-#: 3.67 (2026-12-06, twenty-eighth session, once TorchTitan's accumulating steps paid the joint step boundary: the
-#: leave-one-group-out half-width it multiplies fell from 4.6% / 16.7% to 3.0% / 7.6% while these runs' errors stayed;
-#: the launch-mode row alone needs 6.8: on GB300 the step boundary under full-iteration graphs is 0-1.6 s where the
-#: fitted one is 2.0 s) (``python -m studies.interval_check``; docs/transfer.md, "Intervals on the held-out runs"); 2.30
-#: at the twenty-third session's calibration; 2.79 with the newest containers but before the launch mode was an axis,
-#: 2.27 before those containers joined, 1.67 before the GPT-OSS-20B cells and CoreWeave's points, 1.43 with one
-#: grouped-GEMM half-point. It was 2.56 while the leave-one-group-out half-width was narrower (TorchTitan's groups
-#: agreed through Megatron's step boundary); 1.5 before that, an assumption, covered 44% of them.
-BEYOND_FACTOR = 3.67
+#: run measured extrapolates further than a new group does. Sized on the held-out runs that lie beyond the envelope for
+#: any of those reasons (76 runs: GPT-OSS-120B and Kimi-K2 in five Megatron-Bridge containers, the newest containers'
+#: full-iteration-graph recipes on GB300 and B300, MLPerf v6.0 GPT-OSS-20B's recipe cells, MLPerf's GB300 DeepSeek-V3
+#: points (NVIDIA's and CoreWeave's), TorchTitan's DeepSeek-V3 16B steps and PR #1993's ladder, B300 NCCL rows, the
+#: 8,192-GPU GB200 MLPerf point, the B300 EP-overlap rows): the multiplier at which 80% of them fall inside, 2.50
+#: (2026-12-07, thirty-second session, once the step boundary's measured spread entered every interval in proportion
+#: to its share of the step, :func:`with_boundary_band`: the launch-mode row fell from 6.8 to 2.5, the backend row
+#: from 3.1 to 1.1, the model row from 3.6 to 2.7: the misses they shared were short steps the unidentified boundary
+#: is most of) (``python -m studies.interval_check``; docs/transfer.md, "Intervals on the held-out runs"). It was
+#: 3.67 without the band (twenty-eighth to thirty-first sessions), 2.30 at the twenty-third session's calibration,
+#: 1.5 before that, an assumption, which covered 44% of them.
+BEYOND_FACTOR = 2.5
 #: The same for a plan on a fabric transport no measured run used (EFA): sized on the only runs of such a
 #: transport, the AWS EFA backend matrix (``studies/data/efa_runs.toml``, 35 runs), at which 80% of them fall
-#: inside (14.9 at the 2026-12-06 twenty-eighth-session calibration, whose leave-one-group-out half-width is narrower;
-#: 8.68 at the 2026-12-05 evening one; 16.1 with an earlier, narrower half-width). It is what those runs show, not a
-#: check: no other unmeasured transport exists to check it on.
-TRANSPORT_FACTOR = 14.9
+#: inside (14.7 with the step boundary's band; 14.9 without it, at the 2026-12-06 twenty-eighth-session calibration;
+#: 8.68 at the 2026-12-05 evening one). It is what those runs show, not a check: no other unmeasured transport exists
+#: to check it on.
+TRANSPORT_FACTOR = 14.7
 #: A GPU count within [1/SCALE_SPAN, SCALE_SPAN] x a measured run's is "measured scale"; beyond SCALE_SPAN x the
 #: largest measured count of the class it is beyond the envelope.
 SCALE_SPAN = 2.0
+#: The step boundary's band is measured on the stored runs whose predicted step it is at least this share of (in a
+#: longer step the rest of the model's error swamps it: the seed's 2 s of a 208 s step) ...
+BOUNDARY_MIN_SHARE = 0.05
+#: ... and only where at least this many such runs were stored.
+BOUNDARY_MIN_RUNS = 5
+
+
+def boundary_band(rows: Sequence[Any]) -> tuple[float, float] | None:
+    """(p10, p90) seconds of the step boundary over the stored ``rows`` whose charged boundary is at least
+    :data:`BOUNDARY_MIN_SHARE` of their predicted step: each row's :attr:`~sim.interval_data.ResidualRow.boundary_gap_s`,
+    the boundary that would make it exact. None with fewer than :data:`BOUNDARY_MIN_RUNS` such rows.
+
+    What a training step spends at its boundary is fitted as one number (``step.fixed_s``) but not identified
+    (docs/transfer.md: 1.3-2.8 s on the fitted runs, 0-0.3 s on full-iteration-graph GB300 steps); the band is its
+    measured spread, which an interval carries in proportion to the boundary's share of a plan's step.
+
+    >>> from types import SimpleNamespace as R
+    >>> rows = [R(boundary_s=2.0, step_s=10.0, boundary_gap_s=g) for g in (1.0, 1.5, 2.0, 2.5, 3.0)]
+    >>> boundary_band(rows)
+    (1.2, 2.8)
+    >>> boundary_band(rows[:4]) is None
+    True
+    """
+    gaps = sorted(float(r.boundary_gap_s) for r in rows
+                  if r.boundary_gap_s is not None and r.step_s > 0 and r.boundary_s / r.step_s >= BOUNDARY_MIN_SHARE)
+    if len(gaps) < BOUNDARY_MIN_RUNS:
+        return None
+    deciles = statistics.quantiles(gaps, n=10, method="inclusive")
+    return round(deciles[0], 6), round(deciles[-1], 6)
+
+
+def with_boundary_band(iv: Interval, step_s: float, boundary_s: float, band: tuple[float, float] | None,
+                       beyond: bool) -> Interval:
+    """``iv`` widened by the step boundary's uncertainty: the step's ``boundary_s`` charged seconds may lie anywhere
+    in ``band`` (its measured p10-p90 over the stored runs, :func:`boundary_band`); beyond the envelope from 0 (steps
+    with none were measured: full-iteration-graph GB300 steps, steps of one microbatch) to the band's p90. Each
+    side's log half-width adds in quadrature to ``iv``'s, so a step the boundary is most of widens most and a long
+    step barely moves. No band, or a step charged none: ``iv`` unchanged.
+
+    >>> iv = Interval(90.0, 100.0, 110.0, 5, "megatron", 0.0, 0.05)
+    >>> short = with_boundary_band(iv, 4.0, 2.0, (1.5, 2.6), beyond=False)
+    >>> long = with_boundary_band(iv, 200.0, 2.0, (1.5, 2.6), beyond=False)
+    >>> short.p10 < long.p10 < iv.p10 + 1e-6 and short.p90 > long.p90 >= iv.p90
+    True
+    >>> with_boundary_band(iv, 4.0, 2.0, (1.5, 2.6), beyond=True).boundary_band_s
+    (0.0, 2.6)
+    """
+    if band is None or boundary_s <= 0 or step_s <= boundary_s or not (math.isfinite(iv.p90) and iv.p10 > 0):
+        return iv
+    low = 0.0 if beyond else min(band[0], boundary_s)
+    high = max(band[1], boundary_s)
+    slow = math.log((step_s - boundary_s + high) / step_s)
+    fast = -math.log((step_s - boundary_s + low) / step_s)
+    down, up = math.log(iv.point / iv.p10), math.log(iv.p90 / iv.point)
+    return replace(iv, p10=iv.point * math.exp(-math.hypot(down, slow)), p90=iv.point * math.exp(math.hypot(up, fast)),
+                   boundary_band_s=(round(low, 6), round(high, 6)))
 
 
 @dataclass(frozen=True)
@@ -442,7 +500,7 @@ def placement(pred: Any, data: Any, cluster: str | None = None) -> Placement:
 
 
 def prediction_interval(pred: Any, *, calibration_sd: float = 0.0, data: Any = None,
-                        cluster: str | None = None) -> Interval | None:
+                        cluster: str | None = None, widen: float | None = None) -> Interval | None:
     """The p10-p90 interval of a :class:`~sim.predict.Prediction` by its distance from the evidence
     (:func:`classify`, :func:`distance_interval`), with its ``evidence`` record (the distance, the nearest
     measured runs with their leave-one-group-out errors, and a note outside the validated envelope), from the
@@ -450,7 +508,10 @@ def prediction_interval(pred: Any, *, calibration_sd: float = 0.0, data: Any = N
 
     ``cluster``: the plan's system class (default: the template its GPU comes in, as ``predict --gpu`` picks
     it; a Prediction does not carry its template). A prediction of a measured run leaves that run's own
-    residuals out of the spread (its nearest runs include it, with its LOGO error). None when there is no interval data (:func:`sim.interval_data.interval_note` says why)."""
+    residuals out of the spread (its nearest runs include it, with its LOGO error). The step boundary's measured
+    spread widens it by the boundary's share of the step (:func:`with_boundary_band`). ``widen``: beyond the
+    envelope, this multiplier in place of the placement's (what ``studies.interval_check`` sizes the factors with).
+    None when there is no interval data (:func:`sim.interval_data.interval_note` says why)."""
     from sim.interval_data import load_shipped, run_signature
 
     data = load_shipped() if data is None else data
@@ -468,12 +529,27 @@ def prediction_interval(pred: Any, *, calibration_sd: float = 0.0, data: Any = N
     logo = [x for x in (r.logo_log_residual for r in rows) if math.isfinite(x)]
     if not logo and not group and not calibration_sd > 0:
         return None
+    beyond = place.distance == DISTANCES[2]
     iv = distance_interval(pred.tokens_per_s_per_gpu, place.distance, group, pool, logo,
-                           calibration_sd=calibration_sd, stack=family, left_out=left, widen=place.widen)
+                           calibration_sd=calibration_sd, stack=family, left_out=left,
+                           widen=place.widen if widen is None or not beyond else widen)
+    boundary = float(pred.breakdown.get("step_fixed", 0.0))
+    iv = with_boundary_band(iv, float(pred.step_time_s), boundary, boundary_band(rows), beyond)
+    notes = [n for n in (_evidence_note(place), _boundary_note(iv, boundary, float(pred.step_time_s))) if n]
     evidence = {"distance": place.distance, "group": f"{cls} x {family}",
                 "nearest": nearest_runs(data.runs, cls, family, int(pred.n_gpus), pred.model, own=left.split(", ")),
-                "note": _evidence_note(place) or None}
+                "note": "; ".join(notes) or None}
     return replace(iv, evidence=evidence)
+
+
+def _boundary_note(iv: Interval, boundary_s: float, step_s: float) -> str:
+    """Where the step boundary is a large part of the step (a fifth or more), the note says so: the interval is
+    then mostly that unidentified term's spread, and more microbatches per step would shrink it."""
+    if iv.boundary_band_s is None or boundary_s < 0.2 * step_s:
+        return ""
+    low, high = iv.boundary_band_s
+    return (f"the step boundary ({boundary_s:.2f} s charged, {low:.1f}-{high:.1f} s measured; not identified) is "
+            f"{boundary_s / step_s:.0%} of this step")
 
 
 def format_evidence(evidence: Mapping[str, Any]) -> str:

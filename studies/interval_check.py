@@ -17,10 +17,11 @@ from __future__ import annotations
 import argparse
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -88,11 +89,16 @@ class HeldOutInterval:
         return self.p10 <= self.measured <= self.p90
 
 
-def _need(measured: float, predicted: float, p10: float, p90: float, mean_log_residual: float, widen: float) -> float:
-    """Multiplier of the unwidened half-width at which ``measured`` would sit on the interval's edge."""
-    centre = predicted * math.exp(mean_log_residual)
-    half = max(math.log(p90 / centre), math.log(centre / p10)) / widen
-    return abs(math.log(measured / centre)) / half if half > 0 else math.inf
+def _need(contains_at: Callable[[float], bool], hi: float = 100.0) -> float:
+    """The smallest multiplier of the leave-one-group-out half-width at which the interval ``contains_at(w)``
+    builds holds the measured value (bisection: the interval only grows with ``w``); inf past ``hi``."""
+    if not contains_at(hi):
+        return math.inf
+    lo = 0.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if contains_at(mid) else (mid, hi)
+    return hi
 
 
 def held_out_intervals(data_dir: Path | None = None) -> list[HeldOutInterval]:
@@ -111,8 +117,12 @@ def held_out_intervals(data_dir: Path | None = None) -> list[HeldOutInterval]:
             if iv is None:
                 continue
             beyond = iv.distance == DISTANCES[2]
-            need = (_need(run.measured_tokens_per_s_per_gpu, pred.tokens_per_s_per_gpu, iv.p10, iv.p90,
-                          iv.mean_log_residual, iv.widen) if beyond else math.nan)
+            need = math.nan
+            if beyond:
+                def contains_at(w: float, pred: Any = pred, run: Any = run) -> bool:
+                    at = prediction_interval(pred, cluster=run.cluster, data=shipped, widen=w)
+                    return at is not None and at.contains(run.measured_tokens_per_s_per_gpu)
+                need = _need(contains_at)
             kinds = _first_kind(placement(pred, shipped, run.cluster).reasons) if beyond else ()
             out.append(HeldOutInterval(name, run.id, run.measured_tokens_per_s_per_gpu, pred.tokens_per_s_per_gpu,
                                        iv.p10, iv.p90, iv.distance, kinds, need))

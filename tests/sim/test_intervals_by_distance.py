@@ -25,10 +25,13 @@ from sim.specs import ParallelPlan
 from sim.uncertainty import (
     BEYOND_FACTOR,
     DISTANCES,
+    Interval,
+    boundary_band,
     classify,
     distance_interval,
     logo_interval_coverage,
     prediction_interval,
+    with_boundary_band,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -253,3 +256,68 @@ def test_a_users_runs_get_intervals_and_a_percentage_threshold(tmp_path: Path,
     rc = run_validate(argparse.Namespace(dataset=str(f), threshold="-5", json=True, write_intervals=None))
     err = capsys.readouterr().err
     assert rc == 2 and "--threshold" in err and err.count("\n") == 1
+
+
+def _qwen3_30b_on_8_b200(global_batch: int) -> Any:
+    """Qwen3-30B on 8 B200 with Megatron at the fitted runs' plan shape (EP8, MBS 4), ``global_batch`` sequences."""
+    plan = plan_from_mapping(derive_plan_fields(
+        {"ep": 8, "seq_len": 4096, "global_batch": global_batch, "micro_batch": 4, "precision": "mxfp8",
+         "ep_backend": "hybridep"}, 8), "test plan")
+    return predict(load_model("qwen3-30b-a3b"), load_cluster("hgx-b200", n_gpus=8), plan, stack="megatron")
+
+
+def test_the_step_boundary_widens_an_interval_by_its_share_of_the_step() -> None:
+    """The unidentified step boundary's measured spread (1.6-2.6 s on the fitted runs) weighs on a short step, not
+    on a long one: the plan with 8 microbatches a step gets a wider interval than the same plan with 128, both carry
+    the band, and only the short one's note names the boundary's share."""
+    short, long = _qwen3_30b_on_8_b200(64), _qwen3_30b_on_8_b200(1024)
+    assert short.breakdown["step_fixed"] == long.breakdown["step_fixed"] > 0
+    iv_short, iv_long = prediction_interval(short, data=_data()), prediction_interval(long, data=_data())
+    assert iv_short is not None and iv_long is not None
+    assert iv_short.distance == iv_long.distance == "measured group"
+    low, high = iv_short.boundary_band_s or (math.nan, math.nan)
+    assert 1.0 < low < short.breakdown["step_fixed"] < high < 3.5
+    assert _ratio(iv_short) > 1.05 * _ratio(iv_long)
+    assert "step boundary" in str(iv_short.evidence["note"])  # type: ignore[index]
+    assert "step boundary" not in str(iv_long.evidence["note"])  # type: ignore[index]
+    assert iv_short.to_dict()["step_boundary_band_s"] == [low, high]
+
+
+def test_a_step_of_one_microbatch_carries_no_boundary_band() -> None:
+    one = _qwen3_30b_on_8_b200(32)  # 32 sequences = 8 ranks x MBS 4: one microbatch, no boundary charged
+    assert one.breakdown.get("step_fixed", 0.0) == 0.0
+    iv = prediction_interval(one, data=_data())
+    assert iv is not None and iv.boundary_band_s is None and "step_boundary_band_s" not in iv.to_dict()
+
+
+def test_beyond_the_envelope_the_boundary_may_be_none() -> None:
+    """Beyond the envelope the band opens down to 0 s (full-iteration-graph GB300 steps spend 0-0.3 s)."""
+    iv = Interval(90.0, 100.0, 110.0, 5, "megatron", 0.0, 0.05)
+    inside = with_boundary_band(iv, 4.0, 2.0, (1.5, 2.6), beyond=False)
+    beyond = with_boundary_band(iv, 4.0, 2.0, (1.5, 2.6), beyond=True)
+    assert inside.boundary_band_s == (1.5, 2.6) and beyond.boundary_band_s == (0.0, 2.6)
+    assert beyond.p90 > inside.p90 and beyond.p10 == inside.p10
+    # a step with none of its time at the boundary (0 s of 2 s) runs 2x: the p90 reaches at least that
+    assert beyond.p90 >= 2 * iv.point
+    assert with_boundary_band(iv, 4.0, 2.0, None, beyond=True) is iv
+
+
+def test_the_boundary_band_reads_only_steps_it_is_a_measurable_part_of() -> None:
+    """A 208 s step's 2 s boundary is lost in the rest of the model's error: such rows do not set the band."""
+    from types import SimpleNamespace as R
+
+    short = [R(boundary_s=2.0, step_s=10.0, boundary_gap_s=g) for g in (1.6, 1.8, 2.0, 2.2, 2.4)]
+    long = [R(boundary_s=2.0, step_s=208.0, boundary_gap_s=-30.0)] * 5
+    assert boundary_band(short + long) == boundary_band(short)
+    assert boundary_band(long) is None
+    gaps = [r.boundary_gap_s for r in _data().runs if r.boundary_gap_s is not None]
+    assert len(gaps) >= 20 and boundary_band(_data().runs) is not None
+
+
+def test_an_interval_file_without_steps_has_no_band_and_bad_steps_are_refused(tmp_path: Path) -> None:
+    old = interval_data.load(_shipped_file_with(tmp_path, lambda row: (row.pop("step_s"), row.pop("boundary_s"))))
+    assert all(r.boundary_gap_s is None for r in old.runs) and boundary_band(old.runs) is None
+    with pytest.raises(ConfigError, match=r"runs\[0\]\.step_s must be a non-negative finite number"):
+        interval_data.load(_shipped_file_with(tmp_path, lambda row: row.update(step_s=-1.0)))
+    with pytest.raises(ConfigError, match=r"runs\[0\]\.boundary_s must be a non-negative finite number"):
+        interval_data.load(_shipped_file_with(tmp_path, lambda row: row.update(boundary_s="2")))

@@ -9,6 +9,7 @@ import pytest
 
 from sim.uncertainty import BEYOND_FACTOR, TRANSPORT_FACTOR
 from studies.interval_check import (
+    _need,
     held_out_intervals,
     needed_factors,
     pooled_factor,
@@ -62,3 +63,17 @@ def test_reason_kinds():
     assert reason_kind("EP backend uccl-ep was never measured on hgx-b300 (measured: hybridep)") == "backend or precision"
     assert reason_kind("precision bf16 was never measured on gb300-nvl72 (measured: mxfp8)") == "backend or precision"
     assert reason_kind("model kimi-k2 was never measured (measured: deepseek-v3-671b)") == "model"
+
+
+def test_the_needed_factor_is_the_smallest_that_covers(rows):
+    """The need is found by bisection on the interval as `moesim predict` builds it (the step boundary's band
+    included, which does not scale with the factor): a run beyond the envelope is inside exactly when its need is
+    at most the factor it was widened by."""
+    assert _need(lambda w: w >= 2.5) == pytest.approx(2.5, abs=1e-6)
+    assert _need(lambda w: True) == pytest.approx(0.0, abs=1e-6)
+    assert _need(lambda w: False) == math.inf
+    beyond = [r for r in rows if r.kinds]
+    for r in beyond:
+        factor = TRANSPORT_FACTOR if r.kinds[0] == "transport" else BEYOND_FACTOR
+        if abs(r.need - factor) > 0.01:  # a run on its interval's edge is either
+            assert (r.need <= factor) == r.covered, r.run_id
