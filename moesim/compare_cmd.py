@@ -74,6 +74,8 @@ def _signature(variant: CompareVariant, pred: Any, provenance: dict[str, Any]) -
 def compare(spec: CompareFile, points: list[MeasuredPoint]) -> dict[str, Any]:
     """Predict every variant of ``spec`` through ``moesim predict``'s path and put each one's ratio to the
     first (tokens/s per GPU) with its p10-p90 from the ratio residuals of ``points``. Returns the JSON object."""
+    from sim.interval_data import load_shipped
+    from sim.uncertainty import boundary_band, ratio_boundary_shift
     from studies import compare as studies_compare
 
     rows: list[dict[str, Any]] = []
@@ -109,16 +111,20 @@ def compare(spec: CompareFile, points: list[MeasuredPoint]) -> dict[str, Any]:
                      "interval": iv.to_dict() if iv is not None else None,
                      "provenance": run.provenance, "prediction": pred.to_dict()})
     ref, ref_sig = preds[0], sigs[0]
+    shipped = load_shipped()
+    band = boundary_band(shipped.runs) if shipped is not None else None  # the step boundary's, for each ratio
     own = [_own_runs(v, p, row["cluster"], points) for v, p, row in zip(spec.variants, preds, rows, strict=True)]
     ratios = []
     for pred, sig, variant, runs, row in zip(preds, sigs, spec.variants, own, rows, strict=True):
         pair = [rows[0]] if row is rows[0] else [rows[0], row]
         beyond = "; ".join(f"{r['name']} is beyond the validated envelope" for r in pair if _beyond(r))
         widen = max((_widen(r) for r in pair if _beyond(r)), default=1.0)
+        shift = ratio_boundary_shift(pred.step_time_s, pred.breakdown.get("step_fixed", 0.0), ref.step_time_s,
+                                     ref.breakdown.get("step_fixed", 0.0), band, beyond=bool(beyond))
         iv = studies_compare.pair_interval(pred.tokens_per_s_per_gpu / ref.tokens_per_s_per_gpu, points,
                                            same_model=pred.model == ref.model, same_gpu=pred.gpu == ref.gpu,
                                            identical=sig == ref_sig, exclude=sorted({*own[0], *runs}),
-                                           beyond=beyond, widen=widen)
+                                           beyond=beyond, widen=widen, boundary_shift=shift)
         ref_meas = spec.variants[0].measured_tokens_per_s_per_gpu
         meas = variant.measured_tokens_per_s_per_gpu
         ratios.append({"name": pred.name, "ratio": iv.ratio, "p10": iv.p10, "p90": iv.p90, "n_pairs": iv.n_pairs,
@@ -158,7 +164,9 @@ def _own_runs(variant: CompareVariant, pred: Any, cluster: str, points: list[Mea
 RATIO_NOTE = ("ratio: tokens/s per GPU over the first variant's (the cluster-throughput ratio is it times the GPU "
               "counts' ratio); p10-p90: the predicted ratio times the 10th-90th percentiles of "
               "measured/predicted ratios over the ordered pairs of measured runs that relate as the two variants do "
-              "(same model or not, same GPU or not), the variants' own measured runs left out (studies.compare)")
+              "(same model or not, same GPU or not), the variants' own measured runs left out, widened where a "
+              "variant lies beyond the validated envelope, with the step boundary's measured spread moved through both "
+              "steps at once added in quadrature (studies.compare; sim.uncertainty.ratio_boundary_shift)")
 
 
 def _finite(value: Any) -> Any:

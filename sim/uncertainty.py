@@ -52,7 +52,7 @@ __all__ = ["Interval", "interval", "prediction_interval", "stack_family", "calib
            "measured_run_pairs", "residuals_by_stack", "T90", "DISTANCES", "BEYOND_FACTOR", "TRANSPORT_FACTOR",
            "SCALE_SPAN", "Placement", "classify", "placement", "nearest_runs", "distance_interval", "format_evidence",
            "logo_interval_coverage", "ep_schedule", "EP_SCHEDULES", "BOUNDARY_MIN_SHARE", "BOUNDARY_MIN_RUNS",
-           "boundary_band", "with_boundary_band"]
+           "boundary_band", "with_boundary_band", "ratio_boundary_shift"]
 
 
 #: One-sided 90% Student-t quantiles by degrees of freedom (1..30); the normal 1.2816 beyond.
@@ -540,6 +540,34 @@ def prediction_interval(pred: Any, *, calibration_sd: float = 0.0, data: Any = N
                 "nearest": nearest_runs(data.runs, cls, family, int(pred.n_gpus), pred.model, own=left.split(", ")),
                 "note": "; ".join(notes) or None}
     return replace(iv, evidence=evidence)
+
+
+def ratio_boundary_shift(step_a: float, boundary_a: float, step_b: float, boundary_b: float,
+                         band: tuple[float, float] | None, beyond: bool) -> tuple[float, float]:
+    """(down, up): how far, in log, the ratio of plan a's tokens/s to plan b's moves when the step boundary both
+    steps share (one stack's unidentified constant) lies anywhere in ``band`` instead of where it was charged
+    (beyond the envelope from 0, as :func:`with_boundary_band`). Two steps the boundary is the same share of do not
+    move; a short step against a long one moves most. (0, 0) without a band or a boundary.
+
+    >>> down, up = ratio_boundary_shift(4.0, 2.0, 40.0, 2.0, (1.5, 2.6), beyond=False)
+    >>> round(down, 3), round(up, 3)
+    (0.125, 0.121)
+    >>> ratio_boundary_shift(4.0, 2.0, 4.0, 2.0, (1.5, 2.6), beyond=True)
+    (0.0, 0.0)
+    """
+    charged = max(boundary_a, boundary_b)
+    if band is None or charged <= 0:
+        return 0.0, 0.0
+    low = 0.0 if beyond else min(band[0], charged)
+    high = max(band[1], charged)
+
+    def shift(boundary: float) -> float:
+        moved_a = boundary - boundary_a if boundary_a > 0 else 0.0
+        moved_b = boundary - boundary_b if boundary_b > 0 else 0.0
+        return math.log(step_a / (step_a + moved_a)) - math.log(step_b / (step_b + moved_b))
+
+    ends = (shift(low), shift(high))
+    return max(0.0, *(-e for e in ends)), max(0.0, *ends)
 
 
 def _boundary_note(iv: Interval, boundary_s: float, step_s: float) -> str:

@@ -63,18 +63,20 @@ from sim.limits import CLUSTER_BOUNDS
 from sim.loaders import check_plan_fields, read_toml
 from sim.uncertainty import BEYOND_FACTOR
 
-#: The least multiplier of a ratio's spread where a variant lies beyond the validated envelope. A variant's own
-#: interval widens by :data:`sim.uncertainty.BEYOND_FACTOR` (2.5) on top of the step boundary's band, but a ratio's
-#: interval carries no band (two plans of one stack share the boundary, which cancels in part), so it keeps the
-#: multiplier it had before the band entered (3.67). Not sized on held-out pairs: every pair of same-model held-out
-#: runs in one held-out file but EFA's (543 pairs; issue 27's thirty-second-session note, its harness) falls inside
-#: 63% of the time at 3.67, 50% at 2.5, 77% at 6 and 89% at 10.
-RATIO_WIDEN_FLOOR = 3.67
+#: The least multiplier of a ratio's spread (the fitted runs' pair errors) where a variant lies beyond the validated
+#: envelope; a variant on a transport no run measured widens it by its own, larger factor. A ratio's interval carries
+#: no step-boundary band (two plans of one stack share the boundary, which cancels in part), so it is sized on its
+#: own evidence: the held-out pairs of one model within one held-out file with a run beyond the envelope
+#: (``python -m studies.ratio_check``; docs/transfer.md, "Ratio intervals on the held-out runs"), the multiplier at
+#: which 80% of them fall inside: 5.12 over 390 pairs (2026-12-07, thirty-second session, with the step boundary's
+#: part, :func:`sim.uncertainty.ratio_boundary_shift`; 6.09 without it). Until then a ratio took its variant's own
+#: factor (3.67), under which 61% of those pairs fell inside (63% of all 543 pairs).
+RATIO_BEYOND_FACTOR = 5.1
 
 __all__ = [
     "HEAD_KEYS",
     "MIN_PAIRS",
-    "RATIO_WIDEN_FLOOR",
+    "RATIO_BEYOND_FACTOR",
     "VARIANT_KEYS",
     "CompareFile",
     "CompareVariant",
@@ -332,12 +334,14 @@ class RatioInterval:
 
 
 def ratio_interval(ratio: float, residuals: Sequence[float], *, identical: bool = False,
-                   basis: str = "", widen: float = 1.0) -> RatioInterval:
+                   basis: str = "", widen: float = 1.0,
+                   boundary_shift: tuple[float, float] = (0.0, 0.0)) -> RatioInterval:
     """The p10-p90 of the measured ratio given the predicted ``ratio`` and the ratio ``residuals``
     (``log(predicted ratio / measured ratio)``): ``ratio * exp(-q90) .. ratio * exp(-q10)``, widened to contain
     ``ratio``; ``widen`` scales the residuals (a variant beyond the validated envelope:
-    :data:`sim.uncertainty.BEYOND_FACTOR`, as its own interval is). ``identical``: the two variants are the same,
-    so the ratio is exactly 1 with zero width."""
+    :data:`sim.uncertainty.BEYOND_FACTOR`, as its own interval is). ``boundary_shift``: (down, up) log moves of the
+    ratio from the step boundary's band (:func:`sim.uncertainty.ratio_boundary_shift`), added in quadrature to each
+    side. ``identical``: the two variants are the same, so the ratio is exactly 1 with zero width."""
     if identical:
         return RatioInterval(1.0, 1.0, 1.0, 0, "identical to the reference")
     if not (ratio > 0 and math.isfinite(ratio)):
@@ -346,8 +350,9 @@ def ratio_interval(ratio: float, residuals: Sequence[float], *, identical: bool 
     if rs.size == 0:
         return RatioInterval(ratio, None, None, 0, basis or "no measured pairs")
     q10, q90 = (float(q) * widen for q in np.percentile(rs, [10.0, 90.0]))
-    lo = min(ratio, ratio * math.exp(-q90))
-    hi = max(ratio, ratio * math.exp(-q10))
+    down, up = max(0.0, q90), max(0.0, -q10)  # log half-widths below and above the predicted ratio
+    lo = ratio * math.exp(-math.hypot(down, boundary_shift[0]))
+    hi = ratio * math.exp(math.hypot(up, boundary_shift[1]))
     return RatioInterval(ratio, lo, hi, int(rs.size), basis)
 
 
@@ -357,13 +362,14 @@ def _relation(same: bool, what: str) -> str:
 
 def pair_interval(ratio: float, points: Sequence[MeasuredPoint], *, same_model: bool, same_gpu: bool,
                   identical: bool = False, exclude: Iterable[str] = (), beyond: str = "",
-                  widen: float = BEYOND_FACTOR) -> RatioInterval:
+                  widen: float = BEYOND_FACTOR, floor: float = RATIO_BEYOND_FACTOR,
+                  boundary_shift: tuple[float, float] = (0.0, 0.0)) -> RatioInterval:
     """:func:`ratio_interval` from the measured pairs that relate as the two variants do (same model or not,
     same GPU or not), falling back to the model relation alone, then to every pair, while a class has fewer
     than :data:`MIN_PAIRS` pairs. ``beyond``: why a variant lies beyond the validated envelope (its interval
     was widened): the ratio's spread is widened by ``widen`` (the variant's own, the larger of two; default
-    :data:`sim.uncertainty.BEYOND_FACTOR`), at least :data:`RATIO_WIDEN_FLOOR`. ``basis`` says which pairs were
-    used."""
+    :data:`sim.uncertainty.BEYOND_FACTOR`), at least ``floor`` (:data:`RATIO_BEYOND_FACTOR`). ``boundary_shift``:
+    the step boundary's part (:func:`ratio_interval`). ``basis`` says which pairs were used."""
     if identical:
         return ratio_interval(ratio, [], identical=True)
     exclude = tuple(exclude)
@@ -379,10 +385,10 @@ def pair_interval(ratio: float, points: Sequence[MeasuredPoint], *, same_model: 
         if len(residuals) >= MIN_PAIRS:
             break
     left = f"; {', '.join(exclude)} left out (the variants' own runs)" if exclude else ""
-    widen = max(widen, RATIO_WIDEN_FLOOR)
+    widen = max(widen, floor)
     widened = f"; spread x{widen:g}: {beyond}" if beyond else ""
     basis = f"{len(residuals)} ordered pairs of measured runs ({label}{left}{widened})"
-    return ratio_interval(ratio, residuals, basis=basis, widen=widen if beyond else 1.0)
+    return ratio_interval(ratio, residuals, basis=basis, widen=widen if beyond else 1.0, boundary_shift=boundary_shift)
 
 
 def ratio_coverage(points: Sequence[MeasuredPoint]) -> dict[str, Any]:

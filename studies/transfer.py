@@ -34,6 +34,7 @@ from studies.heldout import (
 )
 from studies.interval_check import interval_markdown
 from studies.precision_pairs import pair_markdown
+from studies.ratio_check import ratio_markdown
 from studies.torchtitan_layer import layer_markdown
 from studies.validate import ValidationRow, validate_runs
 
@@ -253,6 +254,7 @@ def transfer_markdown() -> str:
     lines += budget_summary_markdown(EFA_RUNS, "The EFA matrix's one-field changes: which way each moves the step "
                                      "(`python -m studies.change_budget studies/data/efa_runs.toml`)")
     lines += interval_markdown()
+    lines += ratio_markdown()
     lines += layer_markdown()
     lines += pair_markdown()
     lines += _layer_cells()

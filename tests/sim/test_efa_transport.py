@@ -156,10 +156,10 @@ def test_a_ratio_with_a_variant_beyond_the_envelope_is_widened_as_its_interval_i
     wide = ratio_interval(1.2, residuals, widen=BEYOND_FACTOR)
     assert wide.p10 < plain.p10 < 1.2 < plain.p90 < wide.p90
     assert np.log(wide.p90 / 1.2) == pytest.approx(BEYOND_FACTOR * np.log(plain.p90 / 1.2))
-    from studies.compare import RATIO_WIDEN_FLOOR, measured_points
+    from studies.compare import RATIO_BEYOND_FACTOR, measured_points
 
     iv = pair_interval(1.2, measured_points(), same_model=True, same_gpu=True, beyond="X is beyond the validated envelope")
-    widen = max(BEYOND_FACTOR, RATIO_WIDEN_FLOOR)  # a ratio carries no boundary band: its spread widens at least this
+    widen = max(BEYOND_FACTOR, RATIO_BEYOND_FACTOR)  # a ratio carries no boundary band: its spread widens at least this
     assert f"spread x{widen:g}: X is beyond the validated envelope" in iv.basis
 
 
