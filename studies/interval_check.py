@@ -33,7 +33,7 @@ from sim.uncertainty import (
 )
 
 __all__ = ["HELD_OUT_FILES", "KIND_ORDER", "HeldOutInterval", "held_out_intervals", "interval_markdown", "main", "needed_factors", "pooled_factor",
-           "reason_kind"]
+           "reason_kind", "smallest_factor"]
 
 #: The held-out files, by what they hold.
 HELD_OUT_FILES = {"heldout_runs.toml": "Megatron-Bridge table rows no fit saw",
@@ -89,7 +89,7 @@ class HeldOutInterval:
         return self.p10 <= self.measured <= self.p90
 
 
-def _need(contains_at: Callable[[float], bool], hi: float = 100.0) -> float:
+def smallest_factor(contains_at: Callable[[float], bool], hi: float = 100.0) -> float:
     """The smallest multiplier of the leave-one-group-out half-width at which the interval ``contains_at(w)``
     builds holds the measured value (bisection: the interval only grows with ``w``); inf past ``hi``."""
     if not contains_at(hi):
@@ -122,7 +122,7 @@ def held_out_intervals(data_dir: Path | None = None) -> list[HeldOutInterval]:
                 def contains_at(w: float, pred: Any = pred, run: Any = run) -> bool:
                     at = prediction_interval(pred, cluster=run.cluster, data=shipped, widen=w)
                     return at is not None and at.contains(run.measured_tokens_per_s_per_gpu)
-                need = _need(contains_at)
+                need = smallest_factor(contains_at)
             kinds = _first_kind(placement(pred, shipped, run.cluster).reasons) if beyond else ()
             out.append(HeldOutInterval(name, run.id, run.measured_tokens_per_s_per_gpu, pred.tokens_per_s_per_gpu,
                                        iv.p10, iv.p90, iv.distance, kinds, need))

@@ -26,7 +26,7 @@ from studies.compare import (
     measured_points,
     pair_interval,
 )
-from studies.interval_check import HELD_OUT_FILES
+from studies.interval_check import HELD_OUT_FILES, smallest_factor
 
 __all__ = ["RATIO_FILES", "HeldOutRatio", "held_out_ratios", "needed_ratio_factor", "ratio_markdown", "main"]
 
@@ -53,18 +53,6 @@ class HeldOutRatio:
     @property
     def covered(self) -> bool:
         return self.p10 <= self.measured <= self.p90
-
-
-def _need(contains_at: Callable[[float], bool], hi: float = 100.0) -> float:
-    """The smallest multiplier at which ``contains_at`` holds (bisection: the interval grows with it); inf past
-    ``hi``."""
-    if not contains_at(hi):
-        return math.inf
-    lo = 0.0
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if contains_at(mid) else (mid, hi)
-    return hi
 
 
 def held_out_ratios(data_dir: Path | None = None, points: Sequence[MeasuredPoint] | None = None) -> list[HeldOutRatio]:
@@ -113,7 +101,7 @@ def held_out_ratios(data_dir: Path | None = None, points: Sequence[MeasuredPoint
                                 ) -> bool:
                     low, high = at(w)
                     return low <= m <= high
-                need = _need(contains_at)
+                need = smallest_factor(contains_at)
             out.append(HeldOutRatio(name, ra.id, rb.id, ratio, measured, p10, p90, beyond, need))
     return out
 

@@ -9,11 +9,11 @@ import pytest
 
 from sim.uncertainty import BEYOND_FACTOR, TRANSPORT_FACTOR
 from studies.interval_check import (
-    _need,
     held_out_intervals,
     needed_factors,
     pooled_factor,
     reason_kind,
+    smallest_factor,
 )
 
 
@@ -69,9 +69,9 @@ def test_the_needed_factor_is_the_smallest_that_covers(rows):
     """The need is found by bisection on the interval as `moesim predict` builds it (the step boundary's band
     included, which does not scale with the factor): a run beyond the envelope is inside exactly when its need is
     at most the factor it was widened by."""
-    assert _need(lambda w: w >= 2.5) == pytest.approx(2.5, abs=1e-6)
-    assert _need(lambda w: True) == pytest.approx(0.0, abs=1e-6)
-    assert _need(lambda w: False) == math.inf
+    assert smallest_factor(lambda w: w >= 2.5) == pytest.approx(2.5, abs=1e-6)
+    assert smallest_factor(lambda w: True) == pytest.approx(0.0, abs=1e-6)
+    assert smallest_factor(lambda w: False) == math.inf
     beyond = [r for r in rows if r.kinds]
     for r in beyond:
         factor = TRANSPORT_FACTOR if r.kinds[0] == "transport" else BEYOND_FACTOR
