@@ -50,7 +50,7 @@ from sim.errors import ConfigError, MoesimError
 
 __all__ = ["Interval", "interval", "prediction_interval", "stack_family", "calibration_sd", "loo_coverage", "transport_of",
            "measured_run_pairs", "residuals_by_stack", "T90", "DISTANCES", "BEYOND_FACTOR", "TRANSPORT_FACTOR",
-           "SCALE_SPAN", "Placement", "classify", "placement", "nearest_runs", "distance_interval", "format_evidence",
+           "SCALE_SPAN", "GROUP_FACTOR", "Placement", "classify", "placement", "nearest_runs", "distance_interval", "format_evidence",
            "logo_interval_coverage", "ep_schedule", "EP_SCHEDULES", "BOUNDARY_MIN_SHARE", "BOUNDARY_MIN_RUNS",
            "boundary_band", "with_boundary_band", "ratio_boundary_shift"]
 
@@ -82,7 +82,8 @@ class Interval:
     distance: str = ""
     #: ``{"distance", "nearest": [{"id", "error"}], "note"}`` (:func:`evidence_for`), or None
     evidence: dict[str, Any] | None = None
-    #: beyond the envelope, the multiplier its leave-one-group-out half-width was widened by (:attr:`Placement.widen`)
+    #: the multiplier its distance's spread was widened by (:attr:`Placement.widen`: in a measured group the in-sample
+    #: half-width's, beyond the envelope the leave-one-group-out one's)
     widen: float = 1.0
     #: the step boundary's seconds the interval allows (low, high) around the charged one (:func:`with_boundary_band`),
     #: or None where the step charges none or no band was measured
@@ -227,6 +228,13 @@ DISTANCES = ("measured group", "new group", "beyond the envelope")
 #: 3.67 without the band (twenty-eighth to thirty-first sessions), 2.30 at the twenty-third session's calibration,
 #: 1.5 before that, an assumption, which covered 44% of them.
 BEYOND_FACTOR = 2.5
+#: In a measured group the in-sample half-width is multiplied by this, in a new group the leave-one-group-out one: the
+#: fitted runs' errors understate a new run's, even of a measured class, stack and scale (a newer container, another
+#: plan), and a new group is never narrower than a measured one. Sized as the others, on the
+#: held-out runs that lie in a measured group (50 runs: Megatron-Bridge rows of fitted classes in the 25.11-26.08
+#: containers, two MLPerf GB200 points): the multiplier at which 80% of them fall inside, 1.84 (2026-12-07,
+#: thirty-second session; ``python -m studies.interval_check``); at 1, 36 of them were.
+GROUP_FACTOR = 1.84
 #: The same for a plan on a fabric transport no measured run used (EFA): sized on the only runs of such a
 #: transport, the AWS EFA backend matrix (``studies/data/efa_runs.toml``, 35 runs), at which 80% of them fall
 #: inside (14.7 with the step boundary's band; 14.9 without it, at the 2026-12-06 twenty-eighth-session calibration;
@@ -302,8 +310,9 @@ class Placement:
     family: str
     distance: str
     reasons: tuple[str, ...] = ()
-    #: the leave-one-group-out half-width's multiplier beyond the envelope (:data:`BEYOND_FACTOR`, or
-    #: :data:`TRANSPORT_FACTOR` on a transport never measured); 1 inside it
+    #: the multiplier of the distance's spread: in a measured group the in-sample one's, in a new group the
+    #: leave-one-group-out one's (:data:`GROUP_FACTOR`); beyond the envelope the leave-one-group-out one's
+    #: (:data:`BEYOND_FACTOR`, or :data:`TRANSPORT_FACTOR` on a transport never measured)
     widen: float = 1.0
 
 
@@ -388,7 +397,7 @@ def classify(rows: Sequence[Any], cluster: str, family: str, n_gpus: int, ep_bac
         return Placement(cluster, family, DISTANCES[2], tuple(reasons), widen)
     group = [r for r in of_class if r.family == family]
     if any(r.gpus / SCALE_SPAN <= n_gpus <= r.gpus * SCALE_SPAN for r in group):
-        return Placement(cluster, family, DISTANCES[0])
+        return Placement(cluster, family, DISTANCES[0], widen=GROUP_FACTOR)
     if not of_class:
         why = f"no run was measured on {cluster}"
     elif not group:
@@ -396,7 +405,7 @@ def classify(rows: Sequence[Any], cluster: str, family: str, n_gpus: int, ep_bac
     else:
         why = (f"{n_gpus} GPUs is outside [0.5x, 2x] of the {cluster} x {family} runs' counts "
                f"({', '.join(str(g) for g in sorted({r.gpus for r in group}))})")
-    return Placement(cluster, family, DISTANCES[1], (why,))
+    return Placement(cluster, family, DISTANCES[1], (why,), GROUP_FACTOR)
 
 
 @cache
@@ -442,16 +451,19 @@ def _pooled(group: Sequence[float], pool: Sequence[float]) -> tuple[float, float
 def distance_interval(predicted: float, distance: str, group_residuals: Sequence[float],
                       pool_residuals: Sequence[float], logo_residuals: Sequence[float], *,
                       calibration_sd: float = 0.0, stack: str = "", left_out: str = "",
-                      widen: float = BEYOND_FACTOR) -> Interval:
+                      widen: float | None = None) -> Interval:
     """The p10-p90 interval of ``predicted`` at ``distance`` (:data:`DISTANCES`), in log space, always
     containing ``predicted`` (which it never moves); the calibration's spread adds in quadrature:
 
     - "measured group": centred at the group's mean in-sample residual, half-width
       ``t(0.90, df) * sd * sqrt(1 + 1/n_group)`` with ``sd`` the group's in-sample spread pooled with every
-      run's (``df = (n_group - 1) + (n_all - 1)``);
-    - "new group": the Student-t interval of the leave-one-group-out residuals (:func:`interval`);
+      run's (``df = (n_group - 1) + (n_all - 1)``), times ``widen`` (default :data:`GROUP_FACTOR`: in-sample
+      errors understate a new run's);
+    - "new group" (and a measured group without residuals of its own): the Student-t interval of the
+      leave-one-group-out residuals (:func:`interval`), its half-width times ``widen`` (default
+      :data:`GROUP_FACTOR`: those residuals are of the fitted runs' own containers too);
     - "beyond the envelope": that interval's half-width times ``widen`` (:attr:`Placement.widen`: default
-      :data:`BEYOND_FACTOR`).
+      :data:`BEYOND_FACTOR`) instead.
 
     >>> g = distance_interval(100.0, "measured group", [0.0, 0.02], [0.0, 0.02, -0.03, 0.01], [0.1, -0.1, 0.05])
     >>> n = distance_interval(100.0, "new group", [], [], [0.1, -0.1, 0.05])
@@ -462,15 +474,17 @@ def distance_interval(predicted: float, distance: str, group_residuals: Sequence
     if distance == DISTANCES[0] and group_residuals:
         mean, sd, df, n = _pooled(list(group_residuals), list(pool_residuals))
         if df >= 1:
-            val = _t90(df) * sd * math.sqrt(1 + 1 / n)
+            factor = GROUP_FACTOR if widen is None else widen
+            val = _t90(df) * sd * math.sqrt(1 + 1 / n) * factor
             half = math.sqrt(val ** 2 + (_Z90 * calibration_sd) ** 2)
             centre = predicted * math.exp(mean)
             return Interval(min(predicted, centre * math.exp(-half)), predicted, max(predicted, centre * math.exp(half)),
-                            len(pool_residuals), stack, calibration_sd, sd, mean, left_out, distance)
+                            len(pool_residuals), stack, calibration_sd, sd, mean, left_out, distance, widen=factor)
     base = interval(predicted, logo_residuals, calibration_sd=calibration_sd, stack=stack, left_out=left_out)
-    if distance != DISTANCES[2] or not math.isfinite(base.p90) or base.p10 <= 0:
+    if not math.isfinite(base.p90) or base.p10 <= 0:
         return Interval(base.p10, predicted, base.p90, base.n_runs, stack, calibration_sd,
                         base.validation_sd, base.mean_log_residual, left_out, distance)
+    widen = (BEYOND_FACTOR if distance == DISTANCES[2] else GROUP_FACTOR) if widen is None else widen
     centre = predicted * math.exp(base.mean_log_residual)
     half = max(math.log(base.p90 / centre), math.log(centre / base.p10)) * widen
     return Interval(min(predicted, centre * math.exp(-half)), predicted, max(predicted, centre * math.exp(half)),
@@ -483,7 +497,8 @@ def _evidence_note(place: Placement) -> str:
         return ("outside the validated envelope: " + "; ".join(place.reasons)
                 + f" (interval: the leave-one-group-out spread x{place.widen:g})")
     if place.distance == DISTANCES[1]:
-        return "outside the validated envelope: " + "; ".join(place.reasons) + " (interval: the leave-one-group-out spread)"
+        return ("outside the validated envelope: " + "; ".join(place.reasons)
+                + f" (interval: the leave-one-group-out spread x{place.widen:g})")
     return ""
 
 
@@ -509,8 +524,8 @@ def prediction_interval(pred: Any, *, calibration_sd: float = 0.0, data: Any = N
     ``cluster``: the plan's system class (default: the template its GPU comes in, as ``predict --gpu`` picks
     it; a Prediction does not carry its template). A prediction of a measured run leaves that run's own
     residuals out of the spread (its nearest runs include it, with its LOGO error). The step boundary's measured
-    spread widens it by the boundary's share of the step (:func:`with_boundary_band`). ``widen``: beyond the
-    envelope, this multiplier in place of the placement's (what ``studies.interval_check`` sizes the factors with).
+    spread widens it by the boundary's share of the step (:func:`with_boundary_band`). ``widen``: this multiplier of
+    the distance's spread in place of the placement's (what ``studies.interval_check`` sizes the factors with).
     None when there is no interval data (:func:`sim.interval_data.interval_note` says why)."""
     from sim.interval_data import load_shipped, run_signature
 
@@ -532,7 +547,7 @@ def prediction_interval(pred: Any, *, calibration_sd: float = 0.0, data: Any = N
     beyond = place.distance == DISTANCES[2]
     iv = distance_interval(pred.tokens_per_s_per_gpu, place.distance, group, pool, logo,
                            calibration_sd=calibration_sd, stack=family, left_out=left,
-                           widen=place.widen if widen is None or not beyond else widen)
+                           widen=place.widen if widen is None else widen)
     boundary = float(pred.breakdown.get("step_fixed", 0.0))
     iv = with_boundary_band(iv, float(pred.step_time_s), boundary, boundary_band(rows), beyond)
     notes = [n for n in (_evidence_note(place), _boundary_note(iv, boundary, float(pred.step_time_s))) if n]

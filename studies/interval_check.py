@@ -33,7 +33,7 @@ from sim.uncertainty import (
 )
 
 __all__ = ["HELD_OUT_FILES", "KIND_ORDER", "HeldOutInterval", "held_out_intervals", "interval_markdown", "main", "needed_factors", "pooled_factor",
-           "reason_kind", "smallest_factor"]
+           "reason_kind", "smallest_factor", "group_factor"]
 
 #: The held-out files, by what they hold.
 HELD_OUT_FILES = {"heldout_runs.toml": "Megatron-Bridge table rows no fit saw",
@@ -71,8 +71,8 @@ def reason_kind(reason: str) -> str:
 class HeldOutInterval:
     """One held-out run: its file, measured and predicted tokens/s per GPU, interval and why it lies where it does.
 
-    ``need``: beyond the envelope, the multiplier of the leave-one-group-out half-width that would just reach the
-    measured value (NaN inside the envelope)."""
+    ``need``: the multiplier of its distance's spread that would just reach the measured value: beyond the envelope
+    the leave-one-group-out half-width's, in a measured group the in-sample one's (NaN for a new group)."""
 
     file: str
     run_id: str
@@ -118,7 +118,7 @@ def held_out_intervals(data_dir: Path | None = None) -> list[HeldOutInterval]:
                 continue
             beyond = iv.distance == DISTANCES[2]
             need = math.nan
-            if beyond:
+            if beyond or iv.distance == DISTANCES[0]:
                 def contains_at(w: float, pred: Any = pred, run: Any = run) -> bool:
                     at = prediction_interval(pred, cluster=run.cluster, data=shipped, widen=w)
                     return at is not None and at.contains(run.measured_tokens_per_s_per_gpu)
@@ -144,6 +144,13 @@ def needed_factors(rows: Sequence[HeldOutInterval], quantile: float = 0.8) -> di
     return {k: (len(v), float(np.quantile(v, quantile))) for k, v in sorted(by.items())}
 
 
+def group_factor(rows: Sequence[HeldOutInterval], quantile: float = 0.8) -> tuple[int, float]:
+    """(runs, the ``quantile`` of the needed multiplier) over the runs in a measured group: what
+    :data:`sim.uncertainty.GROUP_FACTOR` is sized on."""
+    needs = [r.need for r in rows if r.distance == DISTANCES[0]]
+    return len(needs), float(np.quantile(needs, quantile)) if needs else math.nan
+
+
 def pooled_factor(rows: Sequence[HeldOutInterval], quantile: float = 0.8) -> tuple[int, float]:
     """(runs, the ``quantile`` of the needed multiplier) over the runs beyond the envelope for any reason but an
     unmeasured transport: what :data:`sim.uncertainty.BEYOND_FACTOR` is sized on."""
@@ -153,7 +160,7 @@ def pooled_factor(rows: Sequence[HeldOutInterval], quantile: float = 0.8) -> tup
 
 def interval_markdown(rows: Sequence[HeldOutInterval] | None = None) -> list[str]:
     """The section of ``docs/transfer.md``."""
-    from sim.uncertainty import BEYOND_FACTOR, TRANSPORT_FACTOR
+    from sim.uncertainty import BEYOND_FACTOR, GROUP_FACTOR, TRANSPORT_FACTOR
 
     rows = held_out_intervals() if rows is None else list(rows)
     lines = ["## Intervals on the held-out runs (`python -m studies.interval_check`)", "",
@@ -174,16 +181,21 @@ def interval_markdown(rows: Sequence[HeldOutInterval] | None = None) -> list[str
               f"EFA matrix {sum(r.covered for r in no_efa)} of {len(no_efa)} "
               f"({100 * sum(r.covered for r in no_efa) / max(1, len(no_efa)):.0f}%).", "",
               "Beyond the envelope, the multiplier of the leave-one-group-out half-width at which 80% of the runs of "
-              f"each reason would be inside (a run with several reasons counts under the first of {', '.join(KIND_ORDER)}):",
+              f"each reason would be inside (a run with several reasons counts under the first of {', '.join(KIND_ORDER)}); "
+              "in a measured group, the multiplier of its in-sample half-width:",
               "",
               "| reason | runs | multiplier at 80% |", "|---|---:|---:|"]
     for kind, (n, q) in needed_factors(rows).items():
         lines.append(f"| {kind} | {n} | {q:.2f} |")
     n_other, q_other = pooled_factor(rows)
     lines.append(f"| every reason but transport | {n_other} | {q_other:.2f} |")
-    lines += ["", f"Shipped: `BEYOND_FACTOR` = {BEYOND_FACTOR:g} (sized on the last row: the models, backends, "
+    n_group, q_group = group_factor(rows)
+    lines.append(f"| a measured group (its in-sample spread) | {n_group} | {q_group:.2f} |")
+    lines += ["", f"Shipped: `BEYOND_FACTOR` = {BEYOND_FACTOR:g} (sized on the pooled row: the models, backends, "
               f"precisions, launch modes, EP schedules and scales no fit saw, pooled), `TRANSPORT_FACTOR` = {TRANSPORT_FACTOR:g} (the \"transport\" "
-              "row: what the AWS EFA runs show; no other unmeasured transport checks it). Both are sized on these "
+              f"row: what the AWS EFA runs show; no other unmeasured transport checks it), `GROUP_FACTOR` = "
+              f"{GROUP_FACTOR:g} (the last row: a measured group's in-sample spread understates a new run's). All are "
+              "sized on these "
               "runs, so their coverage here is in-sample for the width (not for the model); "
               "`tests/studies/test_interval_check.py` fails when a refit moves a row 15% from its shipped factor.", ""]
     return lines

@@ -14,6 +14,7 @@ from sim.errors import ConfigError
 from sim.uncertainty import (
     BEYOND_FACTOR,
     DISTANCES,
+    GROUP_FACTOR,
     SCALE_SPAN,
     T90,
     calibration_sd,
@@ -142,13 +143,16 @@ def test_a_new_stack_on_a_measured_class_is_a_new_group() -> None:
     assert between.reasons == ("32 GPUs is outside [0.5x, 2x] of the hgx-b200 x megatron runs' counts (8, 256)",)
 
 
-def test_beyond_the_envelope_widens_the_new_group_half_width_by_its_factor() -> None:
+def test_new_group_and_beyond_widen_the_logo_half_width_by_their_factors() -> None:
     logo = [0.1, -0.1, 0.05]
+    bare = interval(100.0, logo)
     new = distance_interval(100.0, DISTANCES[1], [], [], logo)
     beyond = distance_interval(100.0, DISTANCES[2], [], [], logo)
     centre = 100.0 * math.exp(statistics.fmean(logo))
-    half = max(math.log(new.p90 / centre), math.log(centre / new.p10))
-    assert beyond.p90 == pytest.approx(centre * math.exp(half * BEYOND_FACTOR))
+    half = max(math.log(bare.p90 / centre), math.log(centre / bare.p10))
+    assert new.p90 == pytest.approx(centre * math.exp(half * GROUP_FACTOR)) and new.widen == GROUP_FACTOR
+    assert beyond.p90 == pytest.approx(centre * math.exp(half * BEYOND_FACTOR)) and beyond.widen == BEYOND_FACTOR
+    assert distance_interval(100.0, DISTANCES[1], [], [], logo, widen=1.0).p90 == pytest.approx(bare.p90)
     assert (new.distance, beyond.distance) == (DISTANCES[1], DISTANCES[2])
 
 
@@ -157,14 +161,15 @@ def test_measured_group_pools_its_spread_with_every_run() -> None:
     iv = distance_interval(100.0, DISTANCES[0], group, pool, [0.5, -0.5, 0.4])
     ss = sum((x - 0.01) ** 2 for x in group) + sum((x - statistics.fmean(pool)) ** 2 for x in pool)
     sd = math.sqrt(ss / 4)  # df = (2 - 1) + (4 - 1)
-    half = 1.533 * sd * math.sqrt(1 + 1 / 2)  # t(0.90, df=4)
-    assert iv.p90 == pytest.approx(100.0 * math.exp(0.01 + half))
+    half = 1.533 * sd * math.sqrt(1 + 1 / 2) * GROUP_FACTOR  # t(0.90, df=4), widened as a new run needs
+    assert iv.p90 == pytest.approx(100.0 * math.exp(0.01 + half)) and iv.widen == GROUP_FACTOR
     assert iv.validation_sd == pytest.approx(sd) and iv.n_runs == 4 and iv.mean_log_residual == pytest.approx(0.01)
 
 
-def test_a_measured_group_without_residuals_falls_back_to_the_logo_interval() -> None:
+def test_a_measured_group_without_residuals_falls_back_to_the_new_group_interval() -> None:
     logo = [0.1, -0.1, 0.05]
-    assert distance_interval(100.0, DISTANCES[0], [], [], logo).p90 == pytest.approx(interval(100.0, logo).p90)
+    assert distance_interval(100.0, DISTANCES[0], [], [], logo).p90 == \
+        pytest.approx(distance_interval(100.0, DISTANCES[1], [], [], logo).p90)
 
 
 # --- nearest runs ------------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from sim.specs import ParallelPlan
 from sim.uncertainty import (
     BEYOND_FACTOR,
     DISTANCES,
+    GROUP_FACTOR,
     Interval,
     boundary_band,
     classify,
@@ -62,9 +63,11 @@ def test_widths_grow_with_distance_on_the_shipped_evidence() -> None:
     ivs = [distance_interval(1000.0, d, group, pool, logo) for d in DISTANCES]
     assert _ratio(ivs[0]) < _ratio(ivs[1]) < _ratio(ivs[2])
     assert [iv.distance for iv in ivs] == list(DISTANCES)
-    centre = 1000.0 * math.exp(ivs[2].mean_log_residual)  # beyond: the LOGO half-width x BEYOND_FACTOR
-    half_new = max(math.log(ivs[1].p90 / centre), math.log(centre / ivs[1].p10))
-    assert max(math.log(ivs[2].p90 / centre), math.log(centre / ivs[2].p10)) == pytest.approx(half_new * BEYOND_FACTOR)
+    centre = 1000.0 * math.exp(ivs[2].mean_log_residual)  # new: the LOGO half-width x GROUP_FACTOR; beyond: x BEYOND_FACTOR
+    logo_only = distance_interval(1000.0, DISTANCES[1], group, pool, logo, widen=1.0)
+    half_logo = max(math.log(logo_only.p90 / centre), math.log(centre / logo_only.p10))
+    assert max(math.log(ivs[1].p90 / centre), math.log(centre / ivs[1].p10)) == pytest.approx(half_logo * GROUP_FACTOR)
+    assert max(math.log(ivs[2].p90 / centre), math.log(centre / ivs[2].p10)) == pytest.approx(half_logo * BEYOND_FACTOR)
     for iv in ivs:
         assert iv.point == 1000.0 and iv.p10 <= 1000.0 <= iv.p90
 
