@@ -72,11 +72,17 @@ from sim.uncertainty import BEYOND_FACTOR
 #: part, :func:`sim.uncertainty.ratio_boundary_shift`; 6.09 without it). Until then a ratio took its variant's own
 #: factor (3.67), under which 61% of those pairs fell inside (63% of all 543 pairs).
 RATIO_BEYOND_FACTOR = 5.1
+#: The multiplier of a ratio's spread where both variants lie inside the envelope: the fitted runs' pair errors
+#: understate a new pair's, as a measured group's errors do a new run's (:data:`sim.uncertainty.GROUP_FACTOR`). Sized
+#: on the held-out pairs with both runs inside the envelope (``python -m studies.ratio_check``): the multiplier at
+#: which 80% of them fall inside, 1.30 over 153 pairs (2026-12-07, thirty-second session; at 1, 112 were).
+RATIO_GROUP_FACTOR = 1.3
 
 __all__ = [
     "HEAD_KEYS",
     "MIN_PAIRS",
     "RATIO_BEYOND_FACTOR",
+    "RATIO_GROUP_FACTOR",
     "VARIANT_KEYS",
     "CompareFile",
     "CompareVariant",
@@ -363,13 +369,15 @@ def _relation(same: bool, what: str) -> str:
 def pair_interval(ratio: float, points: Sequence[MeasuredPoint], *, same_model: bool, same_gpu: bool,
                   identical: bool = False, exclude: Iterable[str] = (), beyond: str = "",
                   widen: float = BEYOND_FACTOR, floor: float = RATIO_BEYOND_FACTOR,
+                  group: float = RATIO_GROUP_FACTOR,
                   boundary_shift: tuple[float, float] = (0.0, 0.0)) -> RatioInterval:
     """:func:`ratio_interval` from the measured pairs that relate as the two variants do (same model or not,
     same GPU or not), falling back to the model relation alone, then to every pair, while a class has fewer
     than :data:`MIN_PAIRS` pairs. ``beyond``: why a variant lies beyond the validated envelope (its interval
     was widened): the ratio's spread is widened by ``widen`` (the variant's own, the larger of two; default
-    :data:`sim.uncertainty.BEYOND_FACTOR`), at least ``floor`` (:data:`RATIO_BEYOND_FACTOR`). ``boundary_shift``:
-    the step boundary's part (:func:`ratio_interval`). ``basis`` says which pairs were used."""
+    :data:`sim.uncertainty.BEYOND_FACTOR`), at least ``floor`` (:data:`RATIO_BEYOND_FACTOR`); inside it by
+    ``group`` (:data:`RATIO_GROUP_FACTOR`). ``boundary_shift``: the step boundary's part (:func:`ratio_interval`).
+    ``basis`` says which pairs were used."""
     if identical:
         return ratio_interval(ratio, [], identical=True)
     exclude = tuple(exclude)
@@ -386,9 +394,9 @@ def pair_interval(ratio: float, points: Sequence[MeasuredPoint], *, same_model: 
             break
     left = f"; {', '.join(exclude)} left out (the variants' own runs)" if exclude else ""
     widen = max(widen, floor)
-    widened = f"; spread x{widen:g}: {beyond}" if beyond else ""
+    widened = f"; spread x{widen:g}: {beyond}" if beyond else f"; spread x{group:g}"
     basis = f"{len(residuals)} ordered pairs of measured runs ({label}{left}{widened})"
-    return ratio_interval(ratio, residuals, basis=basis, widen=widen if beyond else 1.0, boundary_shift=boundary_shift)
+    return ratio_interval(ratio, residuals, basis=basis, widen=widen if beyond else group, boundary_shift=boundary_shift)
 
 
 def ratio_coverage(points: Sequence[MeasuredPoint]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import numpy as np
 
 from studies.compare import (
     RATIO_BEYOND_FACTOR,
+    RATIO_GROUP_FACTOR,
     MeasuredPoint,
     measured_points,
     pair_interval,
@@ -37,8 +38,8 @@ RATIO_FILES = tuple(name for name in HELD_OUT_FILES if name != "efa_runs.toml")
 @dataclass(frozen=True)
 class HeldOutRatio:
     """One pair of held-out runs of one model: ``a`` over ``b`` predicted and measured, the interval ``moesim
-    compare`` gives, whether either run lies beyond the envelope and, if so, the multiplier of the pair spread at
-    which the measured ratio would just be inside (NaN otherwise)."""
+    compare`` gives, whether either run lies beyond the envelope, and the multiplier of the pair spread at which the
+    measured ratio would just be inside."""
 
     file: str
     a: str
@@ -87,29 +88,28 @@ def held_out_ratios(data_dir: Path | None = None, points: Sequence[MeasuredPoint
                                          pb.breakdown.get("step_fixed", 0.0), band, beyond)
 
             def interval_at(w: float, ratio: float = ratio, same_gpu: bool = pa.gpu == pb.gpu,
-                            shift: tuple[float, float] = shift) -> tuple[float, float]:
-                iv = pair_interval(ratio, pts, same_model=True, same_gpu=same_gpu, beyond="beyond" if w else "",
-                                   widen=w, floor=0.0, boundary_shift=shift)
+                            shift: tuple[float, float] = shift, beyond: bool = beyond) -> tuple[float, float]:
+                iv = pair_interval(ratio, pts, same_model=True, same_gpu=same_gpu, beyond="beyond" if beyond else "",
+                                   widen=w, floor=0.0, group=w, boundary_shift=shift)
                 return (iv.p10 or math.nan), (iv.p90 or math.nan)
 
-            p10, p90 = interval_at(RATIO_BEYOND_FACTOR if beyond else 0.0)
+            p10, p90 = interval_at(RATIO_BEYOND_FACTOR if beyond else RATIO_GROUP_FACTOR)
             if not (math.isfinite(p10) and math.isfinite(p90)):
                 continue
-            need = math.nan
-            if beyond:
-                def contains_at(w: float, m: float = measured, at: Callable[[float], tuple[float, float]] = interval_at,
-                                ) -> bool:
-                    low, high = at(w)
-                    return low <= m <= high
-                need = smallest_factor(contains_at)
+
+            def contains_at(w: float, m: float = measured, at: Callable[[float], tuple[float, float]] = interval_at,
+                            ) -> bool:
+                low, high = at(w)
+                return low <= m <= high
+            need = smallest_factor(contains_at)
             out.append(HeldOutRatio(name, ra.id, rb.id, ratio, measured, p10, p90, beyond, need))
     return out
 
 
-def needed_ratio_factor(rows: Sequence[HeldOutRatio], quantile: float = 0.8) -> tuple[int, float]:
-    """(pairs beyond the envelope, the ``quantile`` of their needed multiplier): what
-    :data:`studies.compare.RATIO_BEYOND_FACTOR` is sized on."""
-    needs = [r.need for r in rows if r.beyond]
+def needed_ratio_factor(rows: Sequence[HeldOutRatio], quantile: float = 0.8, beyond: bool = True) -> tuple[int, float]:
+    """(pairs beyond the envelope, or with ``beyond`` False inside it, the ``quantile`` of their needed multiplier):
+    what :data:`studies.compare.RATIO_BEYOND_FACTOR` (:data:`studies.compare.RATIO_GROUP_FACTOR`) is sized on."""
+    needs = [r.need for r in rows if r.beyond == beyond]
     return len(needs), float(np.quantile(needs, quantile)) if needs else math.nan
 
 
@@ -133,13 +133,14 @@ def ratio_markdown(rows: Sequence[HeldOutRatio] | None = None) -> list[str]:
                      f"{sum(r.covered for r in far)} | {width:.2f} |")
     near, far = [r for r in rows if not r.beyond], [r for r in rows if r.beyond]
     n_far, factor = needed_ratio_factor(rows)
+    n_near, group = needed_ratio_factor(rows, beyond=False)
     lines += ["", f"All: **{sum(r.covered for r in rows)} of {len(rows)} pairs inside** "
               f"({100 * sum(r.covered for r in rows) / max(1, len(rows)):.0f}%): inside the envelope "
               f"{sum(r.covered for r in near)} of {len(near)}, beyond it {sum(r.covered for r in far)} of {len(far)}. "
-              f"Beyond the envelope 80% of the pairs are inside at a multiplier of **{factor:.2f}** ({n_far} pairs); "
-              f"shipped: `RATIO_BEYOND_FACTOR` = {RATIO_BEYOND_FACTOR:g} (`studies.compare`; "
-              "`tests/studies/test_ratio_check.py` fails when it is 15% from what the pairs need). Inside the envelope "
-              "no multiplier applies: those pairs take the fitted runs' pair errors as they are.", ""]
+              f"80% of the pairs are inside at a multiplier of the pair spread of **{factor:.2f}** beyond the envelope "
+              f"({n_far} pairs) and **{group:.2f}** inside it ({n_near} pairs); shipped: `RATIO_BEYOND_FACTOR` = "
+              f"{RATIO_BEYOND_FACTOR:g}, `RATIO_GROUP_FACTOR` = {RATIO_GROUP_FACTOR:g} (`studies.compare`; "
+              "`tests/studies/test_ratio_check.py` fails when either is 15% from what the pairs need).", ""]
     return lines
 
 
@@ -153,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for r in rows:
             print(f"{r.file:20s} {r.a:48s} / {r.b:48s} predicted {r.predicted:7.3f} measured {r.measured:7.3f} "
                   f"p10 {r.p10:7.3f} p90 {r.p90:7.3f} {'inside' if r.covered else 'OUT'}"
-                  f"{f' need x{r.need:.2f}' if r.beyond else ''}")
+                  f" need x{r.need:.2f}")
     return 0
 
 

@@ -273,9 +273,9 @@ def test_interval_is_the_percentiles_around_the_ratio() -> None:
 def test_small_classes_fall_back_to_wider_ones() -> None:
     assert MIN_PAIRS > 2
     iv = pair_interval(1.5, _PTS, same_model=True, same_gpu=True)  # (a, c): 2 pairs, too few
-    assert "the same model)" in iv.basis and iv.n_pairs == 6
+    assert "(the same model; spread x" in iv.basis and iv.n_pairs == 6
     iv = pair_interval(1.5, _PTS, same_model=False, same_gpu=True)  # 4 pairs with d on B200: any GPU
-    assert "different models)" in iv.basis and iv.n_pairs == 6
+    assert "(different models; spread x" in iv.basis and iv.n_pairs == 6
     iv = pair_interval(1.5, _PTS, same_model=False, same_gpu=True, exclude=("b",))  # then every pair
     assert "any two runs" in iv.basis and iv.n_pairs == 6 and "b left out" in iv.basis
 

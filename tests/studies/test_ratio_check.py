@@ -8,7 +8,7 @@ import math
 import pytest
 
 from sim.uncertainty import ratio_boundary_shift
-from studies.compare import RATIO_BEYOND_FACTOR, ratio_interval
+from studies.compare import RATIO_BEYOND_FACTOR, RATIO_GROUP_FACTOR, ratio_interval
 from studies.ratio_check import (
     RATIO_FILES,
     held_out_ratios,
@@ -26,7 +26,7 @@ def test_every_pair_is_of_one_model_within_one_file(rows):
     assert {r.file for r in rows} <= set(RATIO_FILES) and "efa_runs.toml" not in RATIO_FILES
     assert len(rows) >= 300
     assert all(r.p10 <= r.predicted <= r.p90 for r in rows)
-    assert all(math.isnan(r.need) != r.beyond for r in rows)
+    assert all(r.need >= 0 for r in rows)
 
 
 def test_shipped_ratio_factor_is_what_the_held_out_pairs_need(rows):
@@ -34,8 +34,11 @@ def test_shipped_ratio_factor_is_what_the_held_out_pairs_need(rows):
     studies.compare.RATIO_BEYOND_FACTOR from `python -m studies.ratio_check`."""
     _, need = needed_ratio_factor(rows)
     assert RATIO_BEYOND_FACTOR == pytest.approx(need, rel=0.15)
-    beyond = [r for r in rows if r.beyond]
-    assert 0.7 <= sum(r.covered for r in beyond) / len(beyond) <= 0.9
+    _, need_inside = needed_ratio_factor(rows, beyond=False)
+    assert RATIO_GROUP_FACTOR == pytest.approx(need_inside, rel=0.15)
+    for side in (True, False):
+        pairs = [r for r in rows if r.beyond == side]
+        assert 0.7 <= sum(r.covered for r in pairs) / len(pairs) <= 0.9
 
 
 def test_the_boundary_moves_a_short_step_against_a_long_one_only():
