@@ -105,6 +105,29 @@ def _held_out_interval_totals() -> str:
             f"without the EFA matrix {sum(r.covered for r in no_efa)} of {len(no_efa)}")
 
 
+def _held_out_ratio_totals() -> str:
+    """Held-out same-model pairs inside their ratio's p10-p90 as ``python -m studies.ratio_check`` counts them."""
+    from studies.ratio_check import held_out_ratios
+
+    rows = held_out_ratios()
+    near = [r for r in rows if not r.beyond]
+    inside = sum(r.covered for r in rows)
+    return (f"**{inside} fall inside ({100 * inside / len(rows):.0f}%)**, {sum(r.covered for r in near)} of "
+            f"{len(near)} inside the envelope")
+
+
+def _seed_compare() -> str:
+    """The seed's speedups with their p10-p90 as ``moesim compare examples/seed-deepep-mxfp8.toml`` gives them."""
+    from moesim.compare_cmd import compare
+    from studies.compare import load_compare, measured_points
+
+    ratios = compare(load_compare(str(ROOT / "examples" / "seed-deepep-mxfp8.toml")), measured_points())["ratios"]
+    deepep, mxfp8 = ratios[1], ratios[2]
+    return (f"DeepEP {deepep['ratio']:.3f}x ({deepep['p10']:.3f}-{deepep['p90']:.3f}x) against the measured "
+            f"{deepep['measured_ratio']:.2f}x, MXFP8 + DeepEP {mxfp8['ratio']:.3f}x ({mxfp8['p10']:.3f}-"
+            f"{mxfp8['p90']:.3f}x) against {mxfp8['measured_ratio']:.2f}x")
+
+
 def _recent_mean() -> str:
     """Mean |error| of the held-out newest Megatron-Bridge containers (``studies/data/heldout_recent.toml``)."""
     from studies.heldout import HELDOUT_RECENT, heldout_rows, summary
@@ -670,6 +693,10 @@ FIGURES: list[Figure] = [
            _early_mean),
     Figure("newest containers GB300/B300 pair", "README.md", r"GB300 over B300 \*\*([\d.]+x)\*\* \(Qwen3-30B, 26\.06\)",
            _recent_chip_pair),
+    Figure("held-out ratio totals", "README.md", r"EFA aside\), (\*\*\d+ fall inside \(\d+%\)\*\*, \d+ of \d+ inside "
+           r"the envelope)", _held_out_ratio_totals),
+    Figure("seed compare", "README.md", r"`moesim compare examples/seed-deepep-mxfp8\.toml`: (DeepEP [\d.]+x \([\d.-]+x\) "
+           r"against the measured [\d.]+x, MXFP8 \+ DeepEP [\d.]+x \([\d.-]+x\) against [\d.]+x)", _seed_compare),
     Figure("held-out interval totals", "README.md", r"On the (\d+ held-out runs \*\*\d+ fall inside their interval "
            r"\(\d+%\)\*\*; without the EFA matrix \d+ of \d+)\.", _held_out_interval_totals),
     Figure("LOO coverage (README)", "README.md", r"Leave-one-out coverage on the held-out runs \(`moesim validate`\):\n"

@@ -288,3 +288,25 @@ def test_shipped_ratio_intervals_hold_most_measured_ratios(points: list[Measured
     cov = ratio_coverage(points)
     assert cov["pairs"] >= 100
     assert cov["coverage"] >= 0.65
+
+
+def test_the_seed_example_gives_the_seed_speedups_with_their_intervals(points: list[MeasuredPoint]) -> None:
+    """examples/seed-deepep-mxfp8.toml: the seed's three variants are its measured runs' plans, so the ratios are the
+    speedups `moesim validate` gives them, each with a p10-p90 from the other runs' pair errors; DeepEP's measured
+    1.32x lies inside its interval."""
+    from studies.dataset import load_runs
+
+    runs = {r.id: r for r in load_runs(ROOT / "studies" / "data" / "measured_runs.toml")}
+    spec = load_compare(str(ROOT / "examples" / "seed-deepep-mxfp8.toml"))
+    ids = ("titan-dsv3-b200-bf16", "titan-dsv3-b200-bf16-deepep", "titan-dsv3-b200-mxfp8-deepep")
+    for variant, rid in zip(spec.variants, ids, strict=True):
+        run = runs[rid]
+        assert {k: variant.plan[k] for k in run.plan} == run.plan
+        assert variant.measured_tokens_per_s_per_gpu == run.measured_tokens_per_s_per_gpu
+    out = compare(spec, points)
+    base, deepep, mxfp8 = (v["tokens_per_s_per_gpu"] for v in out["variants"])
+    ratios = out["ratios"]
+    assert ratios[1]["ratio"] == pytest.approx(deepep / base) and ratios[2]["ratio"] == pytest.approx(mxfp8 / base)
+    assert all(r["p10"] <= r["ratio"] <= r["p90"] for r in ratios)
+    assert ratios[1]["p10"] <= ratios[1]["measured_ratio"] <= ratios[1]["p90"]
+    assert ratios[1]["measured_ratio"] == pytest.approx(859 / 651)
