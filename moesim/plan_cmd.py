@@ -229,6 +229,11 @@ def run_plan(args: argparse.Namespace) -> int:
     ival = f"{o.interval[0]:.0f}-{o.interval[1]:.0f}" if o.interval else "none: sim.uncertainty is not in this build"
     print(f"  {p.tokens_per_s_per_gpu:.1f} tokens/s per GPU (interval {ival}), step {p.step_time_s:.2f} s, "
           f"MFU {p.mfu * 100:.1f}%, memory {p.peak_memory_bytes / 2**30:.1f} of {p.memory_capacity_bytes / 2**30:.0f} GiB")
+    if o.days_interval is not None:
+        fast, slow = o.days_interval
+        past = (f": past the {answer.days:g}-day target at the slow end; size for it with a shorter --days"
+                if slow > answer.days else "")
+        print(f"  days over the interval: {fast:.1f}-{slow:.1f} (p90-p10 tokens/s){past}")
     for i, c in enumerate(o.runner_ups, 2):
         print(f"  runner-up #{i}: {_plan_text(c, args.stack)}: {c.prediction.tokens_per_s_per_gpu:.1f} tok/s/GPU, "
               f"{c.prediction.peak_memory_bytes / 2**30:.1f} GiB")

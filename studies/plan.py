@@ -146,6 +146,15 @@ class Option:
     racks: int = 0
     idle_gpus: int = 0
 
+    @property
+    def days_interval(self) -> tuple[float, float] | None:
+        """(days at the interval's fast end, p90 tokens/s; days at its slow end, p10): the target's days are met at
+        the point prediction, and this is how far the interval moves them. None without an interval."""
+        if self.interval is None or not all(x > 0 and math.isfinite(x) for x in self.interval):
+            return None
+        point = self.best.prediction.tokens_per_s_per_gpu
+        return self.days * point / self.interval[1], self.days * point / self.interval[0]
+
     def as_dict(self) -> dict[str, Any]:
         def cand(c: Candidate) -> dict[str, Any]:
             p = c.prediction
@@ -153,7 +162,8 @@ class Option:
                     "step_time_s": p.step_time_s, "mfu": p.mfu, "peak_memory_gib": p.peak_memory_bytes / 2**30,
                     "memory_capacity_gib": p.memory_capacity_bytes / 2**30}
         out = {"gpu": self.gpu, "n_gpus": self.n_gpus, "days": self.days, "cost_usd": self.cost_usd,
-               "interval_tokens_per_s_per_gpu": self.interval, "best": cand(self.best),
+               "interval_tokens_per_s_per_gpu": self.interval, "days_interval": self.days_interval,
+               "best": cand(self.best),
                "runner_ups": [cand(c) for c in self.runner_ups], "plans": self.searched}
         if self.racks:
             out.update(racks=self.racks, idle_gpus=self.idle_gpus)

@@ -49,6 +49,12 @@ def test_plan_json() -> None:
     assert any(a.startswith("stack: torchtitan") for a in out["assumptions"])
     assert best["best"]["peak_memory_gib"] <= best["best"]["memory_capacity_gib"]
     assert len(best["runner_ups"]) == 3
+    # the days the target takes at the interval's ends: p90's fast end, p10's slow end, the point between
+    low, high = best["interval_tokens_per_s_per_gpu"]
+    fast, slow = best["days_interval"]
+    assert fast <= best["days"] <= slow
+    assert slow == pytest.approx(best["days"] * best["best"]["tokens_per_s_per_gpu"] / low)
+    assert fast == pytest.approx(best["days"] * best["best"]["tokens_per_s_per_gpu"] / high)
 
 
 @pytest.mark.parametrize("args, needle", [
