@@ -125,6 +125,15 @@ def _leave_one_file_out() -> str:
     return f"**{inside} of {n} ({100 * inside / n:.0f}%)**"
 
 
+def _ratio_leave_one_file_out() -> str:
+    """Held-out pairs inside their ratio's interval with the ratio factors sized on the other held-out files."""
+    from studies.ratio_check import held_out_ratios, leave_one_file_out
+
+    lofo = leave_one_file_out(held_out_ratios())
+    inside, n = sum(r[3] for r in lofo), sum(r[4] for r in lofo)
+    return f"{inside} of {n}, {100 * inside / n:.0f}%"
+
+
 def _seed_compare() -> str:
     """The seed's speedups with their p10-p90 as ``moesim compare examples/seed-deepep-mxfp8.toml`` gives them."""
     from moesim.compare_cmd import compare
@@ -706,6 +715,8 @@ FIGURES: list[Figure] = [
            r"the envelope)", _held_out_ratio_totals),
     Figure("leave-one-file-out interval coverage", "README.md", r"each file's runs fall inside (\*\*\d+ of \d+ "
            r"\(\d+%\)\*\*)", _leave_one_file_out),
+    Figure("ratio leave-one-file-out", "README.md", r"each file's pairs fall inside (\d+ of \d+, \d+%)",
+           _ratio_leave_one_file_out),
     Figure("seed compare", "README.md", r"`moesim compare examples/seed-deepep-mxfp8\.toml`: (DeepEP [\d.]+x \([\d.-]+x\) "
            r"against the measured [\d.]+x, MXFP8 \+ DeepEP [\d.]+x \([\d.-]+x\) against [\d.]+x)", _seed_compare),
     Figure("held-out interval totals", "README.md", r"On the (\d+ held-out runs \*\*\d+ fall inside their interval "

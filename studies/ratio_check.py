@@ -29,7 +29,8 @@ from studies.compare import (
 )
 from studies.interval_check import HELD_OUT_FILES, smallest_factor
 
-__all__ = ["RATIO_FILES", "HeldOutRatio", "held_out_ratios", "needed_ratio_factor", "ratio_markdown", "main"]
+__all__ = ["RATIO_FILES", "HeldOutRatio", "held_out_ratios", "leave_one_file_out", "needed_ratio_factor", "ratio_markdown",
+           "main"]
 
 #: The held-out files whose same-model pairs are checked (every one but the EFA matrix).
 RATIO_FILES = tuple(name for name in HELD_OUT_FILES if name != "efa_runs.toml")
@@ -113,6 +114,19 @@ def needed_ratio_factor(rows: Sequence[HeldOutRatio], quantile: float = 0.8, bey
     return len(needs), float(np.quantile(needs, quantile)) if needs else math.nan
 
 
+def leave_one_file_out(rows: Sequence[HeldOutRatio], quantile: float = 0.8) -> list[tuple[str, float, float, int, int]]:
+    """The ratio factors' sizing checked out of sample: for each file, both factors sized on the other files' pairs
+    (:func:`needed_ratio_factor`) and how many of this file's pairs they put inside. Rows of (file, beyond factor,
+    group factor, inside, pairs)."""
+    out = []
+    for name in sorted({r.file for r in rows}):
+        others = [r for r in rows if r.file != name]
+        beyond, group = needed_ratio_factor(others, quantile)[1], needed_ratio_factor(others, quantile, beyond=False)[1]
+        mine = [r for r in rows if r.file == name]
+        out.append((name, beyond, group, sum(r.need <= (beyond if r.beyond else group) for r in mine), len(mine)))
+    return out
+
+
 def ratio_markdown(rows: Sequence[HeldOutRatio] | None = None) -> list[str]:
     """The section of ``docs/transfer.md``."""
     rows = held_out_ratios() if rows is None else list(rows)
@@ -141,6 +155,13 @@ def ratio_markdown(rows: Sequence[HeldOutRatio] | None = None) -> list[str]:
               f"({n_far} pairs) and **{group:.2f}** inside it ({n_near} pairs); shipped: `RATIO_BEYOND_FACTOR` = "
               f"{RATIO_BEYOND_FACTOR:g}, `RATIO_GROUP_FACTOR` = {RATIO_GROUP_FACTOR:g} (`studies.compare`; "
               "`tests/studies/test_ratio_check.py` fails when either is 15% from what the pairs need).", ""]
+    lofo = leave_one_file_out(rows)
+    inside_lofo, n_lofo = sum(r[3] for r in lofo), sum(r[4] for r in lofo)
+    lines += ["Sized on the other files' pairs alone, each file's pairs:", "",
+              "| held-out file | beyond factor without it | group factor without it | inside |", "|---|---:|---:|---:|"]
+    lines += [f"| {name} | {beyond:.2f} | {group:.2f} | {inside} of {n} |" for name, beyond, group, inside, n in lofo]
+    lines += ["", f"Leave-one-file-out: **{inside_lofo} of {n_lofo} pairs inside "
+              f"({100 * inside_lofo / max(1, n_lofo):.0f}%)**.", ""]
     return lines
 
 

@@ -66,3 +66,12 @@ def test_the_boundary_part_adds_in_quadrature_to_the_pair_spread():
 def test_the_markdown_names_the_shipped_factor(rows):
     text = "\n".join(ratio_markdown(rows))
     assert f"`RATIO_BEYOND_FACTOR` = {RATIO_BEYOND_FACTOR:g}" in text and "| heldout_runs.toml |" in text
+
+
+def test_the_ratio_factors_sized_without_a_file_hold_most_of_its_pairs(rows):
+    """Leave-one-file-out: each file's pairs under factors sized on the other files' pairs (80% when written)."""
+    from studies.ratio_check import leave_one_file_out
+
+    lofo = leave_one_file_out(rows)
+    assert {name for name, *_ in lofo} == {r.file for r in rows}
+    assert sum(r[3] for r in lofo) / sum(r[4] for r in lofo) >= 0.65
