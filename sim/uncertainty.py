@@ -7,16 +7,17 @@ the run's group, a group = system class x stack): :mod:`sim.interval_data`. Resi
 ``r = log(measured / predicted)``. A plan is placed (:func:`classify`) as
 
 - **measured group** (same system class and stack family as a measured run, within [0.5x, 2x] of that
-  group's GPU counts, backend and precision measured on its class): the Student-t interval of the group's
-  in-sample residuals pooled with every run's;
+  group's GPU counts, backend, precision, launch mode and EP schedule measured on its class): the Student-t
+  interval of the group's in-sample residuals pooled with every run's, widened by :data:`GROUP_FACTOR`;
 - **new group** (a new GPU or rack class, a new stack): the Student-t interval of all LOGO residuals --
-  what the calibration does on a group it never saw;
-- **beyond the envelope** (past 2x the largest GPU count measured on its class, a backend or precision
-  never measured there, a model no run measured, or a fabric transport no run used): the LOGO interval widened
-  in log space by :data:`BEYOND_FACTOR` (:data:`TRANSPORT_FACTOR` on an unmeasured transport), each sized on the
-  held-out runs of its kind (:mod:`studies.interval_check`);
+  what the calibration does on a group it never saw -- widened by :data:`GROUP_FACTOR` too;
+- **beyond the envelope** (past 2x the largest GPU count measured on its class, a backend, precision, launch mode
+  or EP schedule never measured there, a model no run measured, or a fabric transport no run used): the LOGO
+  interval widened in log space by :data:`BEYOND_FACTOR` (:data:`TRANSPORT_FACTOR` on an unmeasured transport);
 
-so the width grows with distance. The calibration's own spread adds in quadrature. The point is the model's
+each factor sized on the held-out runs of its kind (:mod:`studies.interval_check`), so the width grows with
+distance. On top of each, the step boundary's measured spread in proportion to its share of the step
+(:func:`with_boundary_band`). The calibration's own spread adds in quadrature. The point is the model's
 prediction, never shifted; the interval sits where the residuals put it and is widened where needed so that
 ``p10 <= predicted <= p90``. Every interval of a prediction carries an ``evidence`` record: the distance, the
 nearest measured runs with their LOGO errors, and a note when the plan lies outside the validated envelope.
