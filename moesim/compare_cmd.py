@@ -75,7 +75,7 @@ def compare(spec: CompareFile, points: list[MeasuredPoint]) -> dict[str, Any]:
     """Predict every variant of ``spec`` through ``moesim predict``'s path and put each one's ratio to the
     first (tokens/s per GPU) with its p10-p90 from the ratio residuals of ``points``. Returns the JSON object."""
     from sim.interval_data import load_shipped
-    from sim.uncertainty import boundary_band, ratio_boundary_shift
+    from sim.uncertainty import boundary_band, ratio_boundary_shift, step_and_boundary
     from studies import compare as studies_compare
 
     rows: list[dict[str, Any]] = []
@@ -119,8 +119,7 @@ def compare(spec: CompareFile, points: list[MeasuredPoint]) -> dict[str, Any]:
         pair = [rows[0]] if row is rows[0] else [rows[0], row]
         beyond = "; ".join(f"{r['name']} is beyond the validated envelope" for r in pair if _beyond(r))
         widen = max((_widen(r) for r in pair if _beyond(r)), default=1.0)
-        shift = ratio_boundary_shift(pred.step_time_s, pred.breakdown.get("step_fixed", 0.0), ref.step_time_s,
-                                     ref.breakdown.get("step_fixed", 0.0), band, beyond=bool(beyond))
+        shift = ratio_boundary_shift(*step_and_boundary(pred), *step_and_boundary(ref), band, beyond=bool(beyond))
         iv = studies_compare.pair_interval(pred.tokens_per_s_per_gpu / ref.tokens_per_s_per_gpu, points,
                                            same_model=pred.model == ref.model, same_gpu=pred.gpu == ref.gpu,
                                            identical=sig == ref_sig, exclude=sorted({*own[0], *runs}),

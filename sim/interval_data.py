@@ -186,7 +186,7 @@ def build(dataset: str | Path, logo: Iterable[Mapping[str, Any]] | None = None,
     """Predict every run of ``dataset`` (the shipped one: ``studies.dataset.MEASURED_RUNS``) in sample, and attach ``logo``: its
     leave-one-group-out predictions as data (``{"id", "group", "predicted"}`` rows, as
     ``studies.validate.logo_validation()["runs"]`` gives them; rows without ``predicted`` are skipped)."""
-    from sim.uncertainty import ep_schedule, stack_family
+    from sim.uncertainty import ep_schedule, stack_family, step_and_boundary
 
     path = Path(dataset)
     by_id: dict[str, Mapping[str, Any]] = {}
@@ -199,6 +199,7 @@ def build(dataset: str | Path, logo: Iterable[Mapping[str, Any]] | None = None,
         sig = run_signature(pred.model, pred.gpu, pred.n_gpus, pred.plan, pred.stack, pred.stack_release)
         family = stack_family(run.stack)
         lrow = by_id.get(run.id)
+        step_s, boundary_s = step_and_boundary(pred)
         rows.append(ResidualRow(
             run.id, family, sig, float(pred.tokens_per_s_per_gpu), float(run.measured_tokens_per_s_per_gpu),
             group=str(lrow.get("group")) if lrow and lrow.get("group") else f"{run.cluster} x {family}",
@@ -206,7 +207,7 @@ def build(dataset: str | Path, logo: Iterable[Mapping[str, Any]] | None = None,
             ep_backend=str(pred.plan.get("ep_backend", "")), precision=str(pred.plan.get("precision", "")),
             launch=pred.launch, schedule=ep_schedule(pred.plan),
             logo_predicted_tokens_per_s_per_gpu=float(lrow["predicted"]) if lrow else None,
-            step_s=float(pred.step_time_s), boundary_s=float(pred.breakdown.get("step_fixed", 0.0))))
+            step_s=step_s, boundary_s=boundary_s))
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -245,15 +246,12 @@ def write(data: IntervalData, path: str | Path = INTERVALS_FILE) -> Path:
     return Path(path)
 
 
-def _positive(where: str, v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not (0 < v < math.inf):
-        raise ConfigError(f"{where} must be a positive finite number, got {v!r}")
-    return float(v)
-
-
-def _seconds(where: str, v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not (0 <= v < math.inf):
-        raise ConfigError(f"{where} must be a non-negative finite number of seconds, got {v!r}")
+def _positive(where: str, v: Any, *, zero_ok: bool = False) -> float:
+    """``v`` as a float: a finite number above 0 (from 0 with ``zero_ok``), else a ConfigError naming ``where``."""
+    low_ok = isinstance(v, int | float) and not isinstance(v, bool) and (v >= 0 if zero_ok else v > 0)
+    if not (low_ok and v < math.inf):
+        what = "a non-negative finite number of seconds" if zero_ok else "a positive finite number"
+        raise ConfigError(f"{where} must be {what}, got {v!r}")
     return float(v)
 
 
@@ -295,8 +293,8 @@ def load(path: str | Path) -> IntervalData:
             ep_backend=r["ep_backend"], precision=r["precision"], launch=launch, schedule=schedule,
             logo_predicted_tokens_per_s_per_gpu=(None if logo is None else
                                                  _positive(f"{where}.logo_predicted_tokens_per_s_per_gpu", logo)),
-            step_s=_seconds(f"{where}.step_s", r.get("step_s", 0.0)),
-            boundary_s=_seconds(f"{where}.boundary_s", r.get("boundary_s", 0.0))))
+            step_s=_positive(f"{where}.step_s", r.get("step_s", 0.0), zero_ok=True),
+            boundary_s=_positive(f"{where}.boundary_s", r.get("boundary_s", 0.0), zero_ok=True)))
     prov = raw.get("provenance", {})
     return IntervalData(SCHEMA_VERSION, tuple(rows), prov if isinstance(prov, dict) else {}, str(path))
 

@@ -53,7 +53,7 @@ __all__ = ["Interval", "interval", "prediction_interval", "stack_family", "calib
            "measured_run_pairs", "residuals_by_stack", "T90", "DISTANCES", "BEYOND_FACTOR", "TRANSPORT_FACTOR",
            "SCALE_SPAN", "GROUP_FACTOR", "Placement", "classify", "placement", "nearest_runs", "distance_interval", "format_evidence",
            "logo_interval_coverage", "ep_schedule", "EP_SCHEDULES", "BOUNDARY_MIN_SHARE", "BOUNDARY_MIN_RUNS",
-           "boundary_band", "with_boundary_band", "ratio_boundary_shift"]
+           "boundary_band", "with_boundary_band", "ratio_boundary_shift", "step_and_boundary"]
 
 
 #: One-sided 90% Student-t quantiles by degrees of freedom (1..30); the normal 1.2816 beyond.
@@ -276,6 +276,18 @@ def boundary_band(rows: Sequence[Any]) -> tuple[float, float] | None:
     return round(deciles[0], 6), round(deciles[-1], 6)
 
 
+def step_and_boundary(pred: Any) -> tuple[float, float]:
+    """A :class:`~sim.predict.Prediction`'s step and the step boundary it charges (its breakdown's ``step_fixed``;
+    0 for a step of one microbatch), in seconds."""
+    return float(pred.step_time_s), float(pred.breakdown.get("step_fixed", 0.0))
+
+
+def _band_ends(band: tuple[float, float], charged: float, beyond: bool) -> tuple[float, float]:
+    """The boundary seconds an interval allows around the ``charged`` one: the band's p10-p90, beyond the envelope
+    from 0, and never excluding the charged value."""
+    return (0.0 if beyond else min(band[0], charged)), max(band[1], charged)
+
+
 def with_boundary_band(iv: Interval, step_s: float, boundary_s: float, band: tuple[float, float] | None,
                        beyond: bool) -> Interval:
     """``iv`` widened by the step boundary's uncertainty: the step's ``boundary_s`` charged seconds may lie anywhere
@@ -294,8 +306,7 @@ def with_boundary_band(iv: Interval, step_s: float, boundary_s: float, band: tup
     """
     if band is None or boundary_s <= 0 or step_s <= boundary_s or not (math.isfinite(iv.p90) and iv.p10 > 0):
         return iv
-    low = 0.0 if beyond else min(band[0], boundary_s)
-    high = max(band[1], boundary_s)
+    low, high = _band_ends(band, boundary_s, beyond)
     slow = math.log((step_s - boundary_s + high) / step_s)
     fast = -math.log((step_s - boundary_s + low) / step_s)
     down, up = math.log(iv.point / iv.p10), math.log(iv.p90 / iv.point)
@@ -549,9 +560,9 @@ def prediction_interval(pred: Any, *, calibration_sd: float = 0.0, data: Any = N
     iv = distance_interval(pred.tokens_per_s_per_gpu, place.distance, group, pool, logo,
                            calibration_sd=calibration_sd, stack=family, left_out=left,
                            widen=place.widen if widen is None else widen)
-    boundary = float(pred.breakdown.get("step_fixed", 0.0))
-    iv = with_boundary_band(iv, float(pred.step_time_s), boundary, boundary_band(rows), beyond)
-    notes = [n for n in (_evidence_note(place), _boundary_note(iv, boundary, float(pred.step_time_s))) if n]
+    step, boundary = step_and_boundary(pred)
+    iv = with_boundary_band(iv, step, boundary, boundary_band(rows), beyond)
+    notes = [n for n in (_evidence_note(place), _boundary_note(iv, boundary, step)) if n]
     evidence = {"distance": place.distance, "group": f"{cls} x {family}",
                 "nearest": nearest_runs(data.runs, cls, family, int(pred.n_gpus), pred.model, own=left.split(", ")),
                 "note": "; ".join(notes) or None}
@@ -574,8 +585,7 @@ def ratio_boundary_shift(step_a: float, boundary_a: float, step_b: float, bounda
     charged = max(boundary_a, boundary_b)
     if band is None or charged <= 0:
         return 0.0, 0.0
-    low = 0.0 if beyond else min(band[0], charged)
-    high = max(band[1], charged)
+    low, high = _band_ends(band, charged, beyond)
 
     def shift(boundary: float) -> float:
         moved_a = boundary - boundary_a if boundary_a > 0 else 0.0

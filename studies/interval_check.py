@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -33,7 +33,8 @@ from sim.uncertainty import (
 )
 
 __all__ = ["HELD_OUT_FILES", "KIND_ORDER", "HeldOutInterval", "held_out_intervals", "interval_markdown", "main", "needed_factors", "pooled_factor",
-           "reason_kind", "smallest_factor", "group_factor", "leave_one_file_out"]
+           "reason_kind", "smallest_factor", "group_factor", "leave_one_file_out", "by_file_out_of_sample",
+           "out_of_sample_markdown"]
 
 #: The held-out files, by what they hold.
 HELD_OUT_FILES = {"heldout_runs.toml": "Megatron-Bridge table rows no fit saw",
@@ -158,22 +159,50 @@ def pooled_factor(rows: Sequence[HeldOutInterval], quantile: float = 0.8) -> tup
     return len(needs), float(np.quantile(needs, quantile)) if needs else math.nan
 
 
+Row = TypeVar("Row", bound="HasFile")
+
+
+class HasFile(Protocol):
+    """A held-out row: it names its file."""
+
+    @property
+    def file(self) -> str: ...
+
+
+def by_file_out_of_sample(rows: Sequence[Row], size: Callable[[Sequence[Row]], tuple[float, float]],
+                          inside: Callable[[Row, float, float], bool]) -> list[tuple[str, float, float, int, int]]:
+    """For each file of ``rows``: the (beyond, group) factors ``size`` gives on the other files' rows, and how many of
+    this file's rows ``inside`` puts inside at them. Rows of (file, beyond factor, group factor, inside, rows)."""
+    out = []
+    for name in sorted({r.file for r in rows}):
+        beyond, group = size([r for r in rows if r.file != name])
+        mine = [r for r in rows if r.file == name]
+        out.append((name, beyond, group, sum(inside(r, beyond, group) for r in mine), len(mine)))
+    return out
+
+
+def out_of_sample_markdown(lofo: Sequence[tuple[str, float, float, int, int]], intro: str, unit: str) -> list[str]:
+    """:func:`by_file_out_of_sample`'s rows as a table and a total, for ``docs/transfer.md``."""
+    inside, n = sum(r[3] for r in lofo), sum(r[4] for r in lofo)
+    return [intro, "", "| held-out file | beyond factor without it | group factor without it | inside |",
+            "|---|---:|---:|---:|",
+            *(f"| {name} | {beyond:.2f} | {group:.2f} | {k} of {m} |" for name, beyond, group, k, m in lofo),
+            "", f"Leave-one-file-out: **{inside} of {n} {unit} ({100 * inside / max(1, n):.0f}%)**.", ""]
+
+
 def leave_one_file_out(rows: Sequence[HeldOutInterval], quantile: float = 0.8) -> list[tuple[str, float, float, int, int]]:
     """The factors' sizing checked out of sample: for each held-out file but the EFA matrix (its transport factor has
     no other file to be sized on), ``GROUP_FACTOR`` and ``BEYOND_FACTOR`` sized as :func:`group_factor` and
     :func:`pooled_factor` on the other files' runs, and how many of this file's runs they put inside. Rows of
     (file, beyond factor, group factor, inside, runs)."""
+    def inside(r: HeldOutInterval, beyond: float, group: float) -> bool:
+        if r.distance == DISTANCES[1]:  # a new group's width has no factor sized here
+            return r.covered
+        return r.need <= (beyond if r.kinds else group)
+
     usable = [r for r in rows if r.file != "efa_runs.toml" and not (r.kinds and r.kinds[0] == "transport")]
-    out = []
-    for name in sorted({r.file for r in usable}):
-        others = [r for r in usable if r.file != name]
-        beyond = pooled_factor(others, quantile)[1]
-        group = group_factor(others, quantile)[1]
-        mine = [r for r in usable if r.file == name]
-        inside = sum(r.need <= (beyond if r.kinds else group) for r in mine
-                     if r.distance != DISTANCES[1]) + sum(r.covered for r in mine if r.distance == DISTANCES[1])
-        out.append((name, beyond, group, inside, len(mine)))
-    return out
+    return by_file_out_of_sample(usable, lambda others: (pooled_factor(others, quantile)[1],
+                                                         group_factor(others, quantile)[1]), inside)
 
 
 def interval_markdown(rows: Sequence[HeldOutInterval] | None = None) -> list[str]:
@@ -216,13 +245,10 @@ def interval_markdown(rows: Sequence[HeldOutInterval] | None = None) -> list[str
               "sized on these "
               "runs, so their coverage here is in-sample for the width (not for the model); "
               "`tests/studies/test_interval_check.py` fails when a refit moves a row 15% from its shipped factor.", ""]
-    lofo = leave_one_file_out(rows)
-    inside_lofo, n_lofo = sum(r[3] for r in lofo), sum(r[4] for r in lofo)
-    lines += ["Their sizing checked out of sample: each held-out file's runs with `GROUP_FACTOR` and `BEYOND_FACTOR` "
-              "sized on the other files alone (the EFA matrix aside: no other file sizes a transport):", "",
-              "| held-out file | beyond factor without it | group factor without it | inside |", "|---|---:|---:|---:|"]
-    lines += [f"| {name} | {beyond:.2f} | {group:.2f} | {inside} of {n} |" for name, beyond, group, inside, n in lofo]
-    lines += ["", f"Leave-one-file-out: **{inside_lofo} of {n_lofo} inside ({100 * inside_lofo / max(1, n_lofo):.0f}%)**.", ""]
+    lines += out_of_sample_markdown(
+        leave_one_file_out(rows), "Their sizing checked out of sample: each held-out file's runs with `GROUP_FACTOR` "
+        "and `BEYOND_FACTOR` sized on the other files alone (the EFA matrix aside: no other file sizes a transport):",
+        "inside")
     return lines
 
 

@@ -27,7 +27,12 @@ from studies.compare import (
     measured_points,
     pair_interval,
 )
-from studies.interval_check import HELD_OUT_FILES, smallest_factor
+from studies.interval_check import (
+    HELD_OUT_FILES,
+    by_file_out_of_sample,
+    out_of_sample_markdown,
+    smallest_factor,
+)
 
 __all__ = ["RATIO_FILES", "HeldOutRatio", "held_out_ratios", "leave_one_file_out", "needed_ratio_factor", "ratio_markdown",
            "main"]
@@ -67,6 +72,7 @@ def held_out_ratios(data_dir: Path | None = None, points: Sequence[MeasuredPoint
         held_out_predictions,
         prediction_interval,
         ratio_boundary_shift,
+        step_and_boundary,
     )
 
     base = data_dir or Path(str(resources.files("studies").joinpath("data")))
@@ -85,8 +91,7 @@ def held_out_ratios(data_dir: Path | None = None, points: Sequence[MeasuredPoint
             beyond = beyond_a or beyond_b
             ratio = pa.tokens_per_s_per_gpu / pb.tokens_per_s_per_gpu
             measured = ra.measured_tokens_per_s_per_gpu / rb.measured_tokens_per_s_per_gpu
-            shift = ratio_boundary_shift(pa.step_time_s, pa.breakdown.get("step_fixed", 0.0), pb.step_time_s,
-                                         pb.breakdown.get("step_fixed", 0.0), band, beyond)
+            shift = ratio_boundary_shift(*step_and_boundary(pa), *step_and_boundary(pb), band, beyond)
 
             def interval_at(w: float, ratio: float = ratio, same_gpu: bool = pa.gpu == pb.gpu,
                             shift: tuple[float, float] = shift, beyond: bool = beyond) -> tuple[float, float]:
@@ -118,13 +123,10 @@ def leave_one_file_out(rows: Sequence[HeldOutRatio], quantile: float = 0.8) -> l
     """The ratio factors' sizing checked out of sample: for each file, both factors sized on the other files' pairs
     (:func:`needed_ratio_factor`) and how many of this file's pairs they put inside. Rows of (file, beyond factor,
     group factor, inside, pairs)."""
-    out = []
-    for name in sorted({r.file for r in rows}):
-        others = [r for r in rows if r.file != name]
-        beyond, group = needed_ratio_factor(others, quantile)[1], needed_ratio_factor(others, quantile, beyond=False)[1]
-        mine = [r for r in rows if r.file == name]
-        out.append((name, beyond, group, sum(r.need <= (beyond if r.beyond else group) for r in mine), len(mine)))
-    return out
+    return by_file_out_of_sample(
+        rows, lambda others: (needed_ratio_factor(others, quantile)[1],
+                              needed_ratio_factor(others, quantile, beyond=False)[1]),
+        lambda r, beyond, group: r.need <= (beyond if r.beyond else group))
 
 
 def ratio_markdown(rows: Sequence[HeldOutRatio] | None = None) -> list[str]:
@@ -155,13 +157,8 @@ def ratio_markdown(rows: Sequence[HeldOutRatio] | None = None) -> list[str]:
               f"({n_far} pairs) and **{group:.2f}** inside it ({n_near} pairs); shipped: `RATIO_BEYOND_FACTOR` = "
               f"{RATIO_BEYOND_FACTOR:g}, `RATIO_GROUP_FACTOR` = {RATIO_GROUP_FACTOR:g} (`studies.compare`; "
               "`tests/studies/test_ratio_check.py` fails when either is 15% from what the pairs need).", ""]
-    lofo = leave_one_file_out(rows)
-    inside_lofo, n_lofo = sum(r[3] for r in lofo), sum(r[4] for r in lofo)
-    lines += ["Sized on the other files' pairs alone, each file's pairs:", "",
-              "| held-out file | beyond factor without it | group factor without it | inside |", "|---|---:|---:|---:|"]
-    lines += [f"| {name} | {beyond:.2f} | {group:.2f} | {inside} of {n} |" for name, beyond, group, inside, n in lofo]
-    lines += ["", f"Leave-one-file-out: **{inside_lofo} of {n_lofo} pairs inside "
-              f"({100 * inside_lofo / max(1, n_lofo):.0f}%)**.", ""]
+    lines += out_of_sample_markdown(leave_one_file_out(rows), "Sized on the other files' pairs alone, each file's "
+                                    "pairs:", "pairs inside")
     return lines
 
 
