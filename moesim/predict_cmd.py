@@ -73,7 +73,7 @@ _PLAN_HELP = {
 }
 #: Plan fields ``moesim predict`` takes a flag for (``compare`` variants may set these and no others).
 PLAN_FLAG_FIELDS = (*_PLAN_INTS, "pp_schedule", "ac", "recompute_modules", "pp_layout", "precision", "ep_backend",
-                    "routing", "ep_overlap", "grad_reduce_dtype", "cuda_graphs", "cuda_graph_scope", "fp8_output_proj",
+                    "routing", "ep_overlap", "grad_reduce_dtype", "ddp_bucket_params", "cuda_graphs", "cuda_graph_scope", "fp8_output_proj",
                     "fp8_attention", "compile_model", "cp_comm_type", "fused_grouped_mlp")
 GIB = float(1 << 30)
 _NIC_GBPS_MAX = 8e6  # 8 Pb/s: sim.limits.CLUSTER_BOUNDS nic_bw_bytes_per_s maximum, in Gb/s
@@ -112,6 +112,9 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=PRECISIONS, help="precision recipe (default bf16)")
     p.add_argument("--grad-reduce-dtype", choices=GRAD_REDUCE_DTYPES, dest="grad_reduce_dtype",
                    help="dtype gradients accumulate and reduce in (Megatron grad_reduce_in_fp32; default: the stack's)")
+    p.add_argument("--ddp-bucket-params", type=finite_float(0.0, 1e13), dest="ddp_bucket_params", metavar="N",
+                   help="parameters per distributed-optimizer bucket (Megatron DDP bucket_size; 0 or at least 1e6; "
+                        "default: the stack's)")
     p.add_argument("--ep-backend", choices=EP_BACKENDS, dest="ep_backend", help="all-to-all backend (default nccl)")
     p.add_argument("--ep-overlap", action="store_true", default=None, dest="ep_overlap",
                    help="Megatron combined 1F1B: overlap one microbatch's all-to-alls with another's compute")

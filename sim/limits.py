@@ -134,11 +134,13 @@ PLAN_BOUNDS: dict[str, Bound] = {
     "deepep_sms": (1, 1 << 12),
     "routing_seed": (0, (1 << 63) - 1),
     "mtp_layers": (0, 64),  # as MODEL_BOUNDS n_mtp_layers
+    "ddp_bucket_params": (0.0, 1e13),
 }
 
 ZERO_OR_AT_LEAST: dict[str, float] = {
     "nvlink_bw_bytes_per_s": 1e6,  # a cluster's 0 takes the GPU's NVLink rate
     "fp4_flops": 1e9,  # 0: no FP4 units
+    "ddp_bucket_params": 1e6,  # 0: the stack's bucket; a smaller one would cut a model into billions of buckets
 }
 """Float fields where 0 means "none" or "the default": any other value must reach the field's real
 minimum (a denormal rate would make every transfer or kernel take forever)."""

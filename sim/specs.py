@@ -459,6 +459,10 @@ class ParallelPlan:
     #: dtype gradients are accumulated and reduced in: "fp32" or "bf16" (Megatron ``grad_reduce_in_fp32``,
     #: TorchTitan ``mixed_precision_reduce``); "" = the stack's (``StackProfile.grad_bytes``).
     grad_reduce_dtype: str = ""
+    #: parameters per distributed-optimizer bucket (Megatron DDP ``bucket_size``; a Megatron-Bridge recipe's
+    #: ``CommOverlapConfig.bucket_size``): what a bucket's gradient reduce-scatter and parameter all-gather
+    #: carry (:mod:`sim.predict.dp_scale`); 0 = the stack's (``StackProfile.ddp_bucket_params``), else at least 1e6.
+    ddp_bucket_params: float = 0.0
     #: CUDA-graph scope of the run's recipe: "stack" (the stack's launch mode), "none" (eager launches),
     #: "partial" (Megatron's TE scopes: attention, router, preprocess) or "full" (full-iteration graphs).
     cuda_graphs: str = "stack"

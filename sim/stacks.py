@@ -42,6 +42,7 @@ from typing import Any
 
 from sim.comm.costs import DEEPEP_API_BACKENDS
 from sim.errors import ConfigError
+from sim.limits import ZERO_OR_AT_LEAST
 from sim.specs import (
     EP_BACKENDS,
     GRAD_REDUCE_BYTES,
@@ -194,6 +195,11 @@ class StackProfile:
     #: parameters per distributed-optimizer gradient bucket (ZeRO-1 stacks with overlapped gradient reduction);
     #: 0: Megatron-Core's own default, ``max(40M, 1M x data-parallel ranks)`` (:func:`sim.predict.dp_scale.bucket_params`).
     ddp_bucket_params: float = 0.0
+    #: the distributed optimizer's parameter all-gather issued one bucket ahead of the first forward (Megatron-Core
+    #: ``overlap_param_gather``: each forward pre-hook waits for its bucket and dispatches the next;
+    #: :func:`sim.predict.dp_scale.param_gather_exposed_s`). False: every bucket but the first hidden, whatever
+    #: the gathers take (the former model; an ablation switch).
+    param_gather_one_ahead: bool = True
     #: blocking host syncs per DeepEP normal-mode forward dispatch, each a ``host_sync_s`` stall: DeepEP's own
     #: wait for the receive counts, plus the framework's glue around it (boolean-mask indexing,
     #: ``repeat_interleave`` without ``output_size``, a blocking host-to-device copy of the counts).
@@ -264,6 +270,9 @@ class StackProfile:
             value = getattr(self, fname)
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"stack {self.name!r}: {fname} must be a finite number >= 0, got {value!r}")
+        if 0 < self.ddp_bucket_params < ZERO_OR_AT_LEAST["ddp_bucket_params"]:
+            raise ConfigError(f"stack {self.name!r}: ddp_bucket_params must be 0 (Megatron-Core's default) or at least "
+                              f"{ZERO_OR_AT_LEAST['ddp_bucket_params']:g} parameters, got {self.ddp_bucket_params!r}")
         if isinstance(self.nvlink_domain_ranks, bool) or not isinstance(self.nvlink_domain_ranks, int) or not (
                 0 <= self.nvlink_domain_ranks <= 1_000_000):
             raise ConfigError(f"stack {self.name!r}: nvlink_domain_ranks must be an integer >= 0, "
@@ -421,13 +430,16 @@ class StackProfile:
         return self.step_fixed_s if plan.n_microbatches > 1 else 0.0
 
     def for_plan(self, plan: ParallelPlan) -> StackProfile:
-        """This stack with the plan's own recompute module list and gradient reduce dtype, where it gives them."""
+        """This stack with the plan's own recompute module list, gradient reduce dtype and DDP bucket size, where
+        it gives them."""
         changes: dict[str, Any] = {}
         modules = plan.recompute_module_list
         if modules and modules != self.recompute_modules:
             changes["recompute_modules"] = modules
         if plan.grad_reduce_dtype and GRAD_REDUCE_BYTES[plan.grad_reduce_dtype] != self.grad_bytes:
             changes["grad_bytes"] = GRAD_REDUCE_BYTES[plan.grad_reduce_dtype]
+        if plan.ddp_bucket_params and plan.ddp_bucket_params != self.ddp_bucket_params:
+            changes["ddp_bucket_params"] = plan.ddp_bucket_params
         return replace(self, **changes) if changes else self
 
     def describe(self) -> dict[str, Any]:
@@ -446,11 +458,11 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
                            "launch": str, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
-                           "kernel_overhead_s": float, "graph_node_s": float, "host_sync_s": float, "host_op_s": float, "step_fixed_s": float, "ddp_bucket_params": float, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "sort_single_local_expert": bool, "fused_permute": bool, "eager_moe_glue": bool, "indexed_accumulate": bool, "fused_gate_up": bool, "grouped_gemm_per_expert": bool, "blocking_p2p": bool, "provenance": str}
+                           "kernel_overhead_s": float, "graph_node_s": float, "host_sync_s": float, "host_op_s": float, "step_fixed_s": float, "ddp_bucket_params": float, "param_gather_one_ahead": bool, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "sort_single_local_expert": bool, "fused_permute": bool, "eager_moe_glue": bool, "indexed_accumulate": bool, "fused_gate_up": bool, "grouped_gemm_per_expert": bool, "blocking_p2p": bool, "provenance": str}
 assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file type"
 _TABLES = ("stack", "efficiency", "sources")
 #: fields a stack file may leave out (their defaults: the behaviour before the field existed).
-_OPTIONAL_FIELDS = ("host_op_s", "ddp_bucket_params", "fp8_attention_available", "fused_grouped_mlp_available", "joint_step_boundary",
+_OPTIONAL_FIELDS = ("host_op_s", "ddp_bucket_params", "param_gather_one_ahead", "fp8_attention_available", "fused_grouped_mlp_available", "joint_step_boundary",
                    "eager_moe_glue", "indexed_accumulate", "shared_expert_beside_combine")
 
 

@@ -293,6 +293,8 @@ ABLATIONS: dict[str, dict[str, float]] = {
 #: Framework behaviours switched off for the ablation: stack-profile fields every built-in release reads with
 #: (:func:`sim.stacks.builtin_overrides`; ``profiles``: only those releases); the runs are resolved again under them.
 STACK_ABLATIONS: dict[str, dict[str, Any]] = {
+    "Megatron-Core's parameter all-gather one bucket ahead of the first forward (off: every bucket but the first "
+    "hidden, the former model)": {"param_gather_one_ahead": False},
     "TE grouped GEMM's per-expert launches and casts (one GEMM and one cast launch per call)":
         {"grouped_gemm_per_expert": False},
     "Megatron's fused gate/up GEMM (two GEMMs, two input casts)": {"fused_gate_up": False},

@@ -12,9 +12,13 @@ Four mechanisms, each from its source (``../shared/data/published.md`` s8 unless
    reduce one after another, and what the backward still to run on that rank (the drain) cannot cover is
    exposed after the pipeline. Dense gradients reduce over the data-parallel group (``dp``), expert gradients
    over the expert-data-parallel group (``edp``: gpus / (pp x ep x etp)), as
-   :meth:`sim.predict.timing.Context.fsdp_time` sizes them. The parameter all-gather after the update is
-   hidden under the next step's forwards except the first bucket's (embedding and first layers), which the
-   first forward waits for.
+   :meth:`sim.predict.timing.Context.fsdp_time` sizes them. The parameter all-gather after the update runs
+   under the next step's first forward one bucket ahead, as Megatron-Core's forward pre-hooks issue it
+   (``_ParamAndGradBucketGroup.finish_param_sync``: wait for this bucket's gather, then dispatch the next
+   one's): the first bucket's gather is waited for whole, and each later bucket's only as far as the
+   forward of the layers before it does not cover it (:func:`param_gather_exposed_s`). Where gathering a
+   bucket takes longer than computing one (few tokens a rank, many parameters a rank, gathers over the
+   scale-out network) the first forward runs at the gathers' pace.
 2. **NCCL ring latency** at 1,000+ ranks is in :mod:`sim.comm.collectives` (``base + (nsteps - nInter) x
    intra + nInter x inter``); every collective here goes through it.
 3. **Once-per-step reductions**: the gradient-norm all-reduce over every rank, the loss all-reduce over the
@@ -33,7 +37,7 @@ Pipeline fill and drain are the schedule's own (:mod:`sim.schedule`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sim.comm.barrier import barrier_wait_s
@@ -41,8 +45,8 @@ from sim.comm.collectives import allreduce_tree_time
 from sim.predict.timing import BF16, FP32, Context
 from sim.schedule import PipelineResult
 
-__all__ = ["DpScale", "bucket_params", "dp_floor_s", "dp_scale", "first_bucket_ag_s", "grad_reduce_exposed_s",
-           "once_per_step_s", "straggler_s"]
+__all__ = ["DpScale", "bucket_params", "dp_floor_s", "dp_scale", "first_bucket_ag_s", "first_forward_layer_s", "grad_reduce_exposed_s",
+           "once_per_step_s", "param_gather_exposed_s", "straggler_s"]
 
 #: Megatron-Core's DDP bucket: at least 40M parameters, 1M per data-parallel rank above 40 ranks.
 BUCKET_MIN_PARAMS = 40e6
@@ -52,8 +56,8 @@ BUCKET_PARAMS_PER_DP_RANK = 1e6
 @dataclass(frozen=True)
 class DpScale:
     """Seconds one step spends on data-parallel work that is not hidden: ``grad_rs_s`` (gradient
-    reduce-scatter after the pipeline), ``param_ag_s`` (the first bucket's parameter all-gather before the
-    first forward), ``once_s`` (once-per-step small all-reduces), ``straggler_s`` (waiting for the slowest
+    reduce-scatter after the pipeline), ``param_ag_s`` (what the first forward waits for the parameter
+    all-gathers, :func:`param_gather_exposed_s`), ``once_s`` (once-per-step small all-reduces), ``straggler_s`` (waiting for the slowest
     data-parallel rank)."""
 
     grad_rs_s: float = 0.0
@@ -90,7 +94,7 @@ def _dp(ctx: Context) -> int:
 
 def _bucket(ctx: Context) -> float:
     """Parameters per bucket of this plan's data parallelism under this stack (:func:`bucket_params`)."""
-    return bucket_params(_dp(ctx), ctx.stack.ddp_bucket_params)
+    return bucket_params(_dp(ctx), ctx.wl.stack.ddp_bucket_params)
 
 
 def _chunk_local_params(ctx: Context, layers: list[str]) -> tuple[float, float]:
@@ -152,11 +156,62 @@ def grad_reduce_exposed_s(ctx: Context, layers_of: list[list[str]], pipe: Pipeli
     return end - pipe.makespan
 
 
+def _gather_s(ctx: Context, dense: float, expert: float) -> float:
+    """One bucket's parameter all-gather: its dense shard over ``dp``, then its expert shard over ``edp``."""
+    return _rs_s(ctx, dense, "dp", "ag") + _rs_s(ctx, expert, "edp", "ag")
+
+
 def first_bucket_ag_s(ctx: Context, layers_of: list[list[str]]) -> float:
-    """Seconds the first forward waits for the parameter all-gather of the first bucket (the first chunk's
-    dense parameters, up to one bucket, in bf16); the other buckets' gathers run under the forwards."""
-    dense, _ = _chunk_local_params(ctx, layers_of[0])
-    return _rs_s(ctx, min(dense, _bucket(ctx)), "dp", "ag")
+    """Seconds the first forward waits for the parameter all-gather of its first bucket, which nothing
+    hides (a lower bound of :func:`param_gather_exposed_s`)."""
+    buckets = _forward_buckets(ctx, layers_of[0], _bucket(ctx))
+    return _gather_s(ctx, buckets[0][0], buckets[0][1]) if buckets else 0.0
+
+
+def _forward_buckets(ctx: Context, layers: list[str], size: float) -> list[tuple[float, float, int]]:
+    """The first chunk's buckets in forward order: (dense, expert) local parameters and the number of its
+    layers each holds. Megatron-Core fills buckets in backward order (the last layers first) and closes one
+    once it holds ``size`` parameters; layer granularity here, both buffers together."""
+    out: list[tuple[float, float, int]] = []
+    dense = expert = 0.0
+    count = 0
+    for k in reversed(layers):
+        d, e = ctx.layer_shards(k)
+        dense += d * _dp(ctx)
+        expert += e * max(1, ctx.plan.expert_fsdp)
+        count += 1
+        if dense + expert >= size:
+            out.append((dense, expert, count))
+            dense = expert = 0.0
+            count = 0
+    if count:
+        out.append((dense, expert, count))
+    return out[::-1]
+
+
+def param_gather_exposed_s(ctx: Context, layers: list[str], forward_s: Sequence[float]) -> float:
+    """Seconds the first forward of the first chunk (``layers``, each layer's forward seconds ``forward_s``)
+    is longer for the parameter all-gathers it waits for: Megatron-Core's forward pre-hooks gather one
+    bucket ahead (the first bucket is dispatched by the first hook and waited for; finishing bucket ``i``
+    dispatches bucket ``i + 1``, which runs while the layers of bucket ``i`` compute). A bucket's gather is
+    its dense shard over ``dp`` plus its expert shard over ``edp``, in bf16 (:func:`_gather_s`).
+
+    Every bucket but the first is hidden when a bucket gathers faster than its layers compute; the first
+    is always exposed (:func:`first_bucket_ag_s`)."""
+    buckets = _forward_buckets(ctx, layers, _bucket(ctx))
+    gathers = [_gather_s(ctx, dense, expert) for dense, expert, _ in buckets]
+    computes, i = [], 0
+    for _, _, count in buckets:
+        computes.append(sum(forward_s[i:i + count]))
+        i += count
+    gathered = gathers[0] if gathers else 0.0  # the first hook dispatches the first gather and waits
+    end = 0.0
+    for n, compute in enumerate(computes):
+        start = max(end, gathered)
+        if n + 1 < len(gathers):
+            gathered = start + gathers[n + 1]  # dispatched once bucket n's wait returns
+        end = start + compute
+    return max(0.0, end - sum(computes))
 
 
 def once_per_step_s(ctx: Context) -> float:
@@ -190,11 +245,27 @@ def straggler_s(busy_s: float, n_ranks: int, n_microbatches: int, cv: float) -> 
     return barrier_wait_s(n_ranks, cv * busy_s / math.sqrt(max(1, n_microbatches)))
 
 
+def first_forward_layer_s(layers: list[str], pipe: PipelineResult,
+                          forward_s_of: Mapping[str, float] | None = None) -> list[float]:
+    """Each layer's seconds in the first chunk's first forward: the schedule's duration of that forward
+    (``("F", 0, 0)`` in ``pipe.timeline``) shared over ``layers`` in proportion to their forward seconds
+    (``forward_s_of``, by layer kind; equal shares without it)."""
+    weights = [forward_s_of.get(k, 0.0) for k in layers] if forward_s_of else [1.0] * len(layers)
+    total = sum(weights)
+    entry = pipe.timeline.get(("F", 0, 0))
+    duration = entry[2] - entry[1] if entry else total
+    if total <= 0:
+        return [duration / len(layers)] * len(layers) if layers else []
+    return [w * duration / total for w in weights]
+
+
 def dp_scale(ctx: Context, layers_of: list[list[str]], pipe: PipelineResult,
-             busy_of: Callable[[PipelineResult], float] | None = None) -> DpScale:
+             busy_of: Callable[[PipelineResult], float] | None = None,
+             forward_s_of: Mapping[str, float] | None = None) -> DpScale:
     """The four terms of one step (``layers_of``: each chunk's layer kinds, by stage; ``pipe``: the simulated
-    schedule). ZeRO-1 stacks get the bucket model and stragglers; every stack gets the once-per-step
-    reductions."""
+    schedule; ``forward_s_of``: one microbatch's forward seconds of each layer kind, which shares the first
+    forward among the parameter buckets). ZeRO-1 stacks get the bucket model and stragglers; every stack gets
+    the once-per-step reductions."""
     plan = ctx.plan
     once = once_per_step_s(ctx)
     if not ctx.zero1:
@@ -202,7 +273,8 @@ def dp_scale(ctx: Context, layers_of: list[list[str]], pipe: PipelineResult,
     busy = busy_of(pipe) if busy_of else max(pipe.busy(r) for r in range(len(pipe.actions)))
     return DpScale(
         grad_rs_s=grad_reduce_exposed_s(ctx, layers_of, pipe),
-        param_ag_s=first_bucket_ag_s(ctx, layers_of),
+        param_ag_s=(param_gather_exposed_s(ctx, layers_of[0], first_forward_layer_s(layers_of[0], pipe, forward_s_of))
+                    if ctx.stack.param_gather_one_ahead else first_bucket_ag_s(ctx, layers_of)),
         once_s=once,
         straggler_s=straggler_s(busy, plan.dp_shard * plan.dp_replicate, plan.n_microbatches,
                                 ctx.ccosts.straggler_cv),

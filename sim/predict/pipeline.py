@@ -192,7 +192,8 @@ def assemble(ctx: Context) -> Step:
     pipe = simulate_pipeline(spec)
     last_rank = max(range(len(pipe.actions)), key=lambda p: pipe.actions[p][-1][4])
     last_stage = pipe.actions[last_rank][-1][1]
-    dp = dp_scale(ctx, [c.layers for c in chunks], pipe)
+    dp = dp_scale(ctx, [c.layers for c in chunks], pipe,
+                  forward_s_of={k: r.time_s for (k, phase), r in layer_res.items() if phase == "fwd"})
     if ctx.zero1:
         rs_tail = 0.0  # the buckets: dp.grad_rs_s
     else:

@@ -340,6 +340,12 @@ def from_megatron(path: str) -> ImportedConfig:
         f["grad_reduce_dtype"] = "fp32" if fp32 else "bf16"
     elif bf16 is not None:
         f["grad_reduce_dtype"] = "bf16" if bf16 else "fp32"
+    bucket = m.get("bucket_size")
+    if bucket is not None:
+        f["ddp_bucket_params"] = float(int_value(keys, m.path("bucket_size"), bucket))
+    if m.flag("use_megatron_fsdp"):
+        notes.append("note: use_megatron_fsdp is set: Megatron FSDP's per-module gathers are not simulated; the plan "
+                     "is simulated with the distributed optimizer (ZeRO-1) as the Megatron stack profile does")
     distributed = m.flag("use_distributed_optimizer")
     if distributed is False:
         raise m.fail("use_distributed_optimizer", False, "moesim's Megatron stack shards the optimizer (ZeRO-1); "

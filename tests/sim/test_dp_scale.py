@@ -121,3 +121,53 @@ def test_fsdp_stacks_get_no_buckets_or_stragglers():
     p = predict(load_model("debug"), cluster, ParallelPlan(ep=4, dp_shard=8, global_batch=16, seq_len=512))
     dp = p.trace_data["step"].dp
     assert dp.straggler_s == 0.0 and dp.grad_rs_s == 0.0 and dp.param_ag_s == 0.0 and dp.once_s > 0
+
+
+def _gather_case(nic_gbps: float) -> tuple[float, float]:
+    """(exposed parameter gather, first forward) of a one-microbatch ZeRO-1 step on 16 HGX B200 whose expert
+    parameters gather over the scale-out network at ``nic_gbps`` per NIC."""
+    cluster = dataclasses.replace(load_cluster("hgx-b200", n_gpus=16), nic_bw_bytes_per_s=nic_gbps * 1e9 / 8)
+    plan = ParallelPlan(ep=4, dp_shard=16, seq_len=4096, global_batch=16, ac="none")
+    p = predict(load_model("deepseek-v3-16b"), cluster, plan, default_costs(cluster.gpu), stack=load_stack("megatron"))
+    step = p.trace_data["step"]
+    _, start, end = step.pipe.timeline[("F", 0, 0)]
+    return step.dp.param_ag_s, end - start
+
+
+def test_parameter_gathers_slower_than_the_forward_are_exposed():
+    """Megatron-Core gathers one bucket ahead of the first forward: where the gathers outrun the layers'
+    compute only the first bucket shows; where they are slower than the forward, the forward runs at their
+    pace (a slower network exposes more, and more than the first bucket)."""
+    fast, _ = _gather_case(3200.0)
+    slow, forward = _gather_case(25.0)
+    assert 0 < fast < slow
+    assert slow > 0.5 * forward  # the gathers take longer than the forward they should hide under
+
+
+def test_one_ahead_switch_off_is_the_first_bucket_alone():
+    cluster = dataclasses.replace(load_cluster("hgx-b200", n_gpus=16), nic_bw_bytes_per_s=25e9 / 8)
+    plan = ParallelPlan(ep=4, dp_shard=16, seq_len=4096, global_batch=16, ac="none")
+    model = load_model("deepseek-v3-16b")
+    on = predict(model, cluster, plan, default_costs(cluster.gpu), stack=load_stack("megatron"))
+    off_stack = dataclasses.replace(load_stack("megatron"), name="first-bucket-only", param_gather_one_ahead=False)
+    off = predict(model, cluster, plan, default_costs(cluster.gpu), stack=off_stack)
+    assert off.trace_data["step"].dp.param_ag_s < on.trace_data["step"].dp.param_ag_s
+
+
+def test_plan_bucket_size_reaches_the_buckets():
+    """A recipe's own DDP bucket_size (ParallelPlan.ddp_bucket_params) replaces the stack's; bigger buckets
+    expose more of the last reduce-scatter; a size below 1e6 parameters is refused."""
+    from sim.errors import ConfigError
+
+    cluster = load_cluster("gb200-nvl72", n_gpus=64)
+    model = load_model("deepseek-v3-16b")
+
+    def grad_rs(bucket: float) -> float:
+        plan = ParallelPlan(tp=1, pp=2, vpp=1, ep=8, dp_shard=32, seq_len=1024, global_batch=128,
+                            ddp_bucket_params=bucket)
+        return predict(model, cluster, plan, default_costs(cluster.gpu),
+                       stack=load_stack("megatron")).trace_data["step"].dp.grad_rs_s
+
+    assert 0 < grad_rs(20e6) < grad_rs(1e12)
+    with pytest.raises(ConfigError, match="ddp_bucket_params must be 0 or at least"):
+        ParallelPlan(ddp_bucket_params=5.0)
