@@ -386,7 +386,11 @@ def mlperf_gpt_oss_markdown(path: Path = MLPERF_GPT_OSS) -> list[str]:
              "room in them, so it is charged only to accumulating steps (`StackProfile.step_boundary_s`); these runs "
              "set that rule, so they check the rest of the model, not the rule. The last column adds the boundary "
              "back. Context parallelism's exchange is the recipe's (`cp_comm_type` a2a: all-to-alls around the "
-             "attention core); not modelled: the expert-rank capacity padding of the CUDA-graphed dispatch.", "",
+             "attention core); the recipe's BF16 gradient reduction and 768M-parameter buckets are the plans' "
+             "(`grad_reduce_dtype`, `ddp_bucket_params`). Not modelled: the expert-rank capacity padding of the "
+             "CUDA-graphed dispatch, and the router's skew: the recipe routes for real (no forced balance, no "
+             "auxiliary loss), the plans balanced, and where experts sit on several ranks (ep > 1) the busiest one "
+             "sets the pace: those cells come out fast, the one-rank cells do not.", "",
              f"{every['runs']:.0f} cells: mean |error| **{every['mean_abs'] * 100:.1f}%**, max "
              f"**{every['max_abs'] * 100:.1f}%**, mean signed {every['mean'] * 100:+.1f}%, inside p10-p90 "
              f"{every['inside']:.0f} of {every['runs']:.0f}.", "",

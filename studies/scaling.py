@@ -198,7 +198,7 @@ def _mlperf_markdown(points: Sequence[MeasuredPoint]) -> list[str]:
               f"| mechanism (seconds per step) | {small.gpus:,} GPUs | {large.gpus:,} GPUs |",
               "|---|---:|---:|"]
     for label, attr in (("pipeline bubble (`pipeline_bubble`)", "bubble_s"),
-                        ("DP exposed: ZeRO-1 reduce-scatter and first-bucket all-gather (`comm.dp_exposed`)",
+                        ("DP exposed: ZeRO-1 reduce-scatter and the first forward's wait for parameter all-gathers (`comm.dp_exposed`)",
                          "dp_exposed_s"),
                         ("DP once-per-step reductions (`comm.dp_once`)", "dp_once_s"),
                         ("stragglers (`straggler`)", "straggler_s"),

@@ -299,3 +299,19 @@ def test_megatron_cp_comm_type_becomes_the_plans(tmp_path: Path) -> None:
         import_config(path, "megatron")
     path.write_text("model:\n  cp_comm_type: a2a\n")  # named without context parallelism: nothing to exchange
     assert "cp_comm_type" not in import_config(path, "megatron").fields
+
+
+def test_megatron_bucket_size_becomes_the_plans_and_megatron_fsdp_is_noted(tmp_path: Path) -> None:
+    """``ddp.bucket_size`` (a recipe's distributed-optimizer bucket, MLPerf's BUCKET_SIZE) is the plan's
+    ``ddp_bucket_params``; ``use_megatron_fsdp`` is read and noted (simulated as the distributed optimizer); a
+    bucket below 1e6 parameters is refused by the plan, naming the field."""
+    path = tmp_path / "r.yaml"
+    path.write_text("ddp:\n  bucket_size: 768000000\n  use_megatron_fsdp: true\n")
+    cfg = import_config(path, "megatron")
+    assert cfg.fields["ddp_bucket_params"] == 768e6
+    assert any("use_megatron_fsdp" in n for n in cfg.notes)
+    assert not any("bucket_size" in key or "use_megatron_fsdp" in key for key in cfg.ignored)
+    assert plan_from_mapping(cfg.fields).ddp_bucket_params == 768e6
+    path.write_text("ddp:\n  bucket_size: 1000\n")
+    with pytest.raises(ConfigError, match="ddp_bucket_params"):
+        plan_from_mapping(import_config(path, "megatron").fields)

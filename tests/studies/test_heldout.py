@@ -203,18 +203,23 @@ def test_mlperf_gpt_oss_cells_take_one_microbatch_and_no_fit_reads_them() -> Non
 
 
 def test_mlperf_gpt_oss_steps_leave_no_room_for_megatrons_step_boundary() -> None:
-    """The cells whose plan the model covers whole (no context parallelism: no exchange left unpriced) land within
-    20% without a step boundary; with the fitted one (1.85 s) every cell would be 75% or more slow: the steps of
-    one microbatch, 0.09-0.57 s, are why the boundary is charged only to accumulating steps."""
+    """The cells whose experts sit on one rank (ep 1: the router's unmodelled skew cannot set their pace) land within
+    15% without a step boundary; with the fitted one (2.02 s) every cell would be 70% or more slow: the steps of
+    one microbatch, 0.09-0.57 s, are why the boundary is charged only to accumulating steps. The cells with experts
+    over several ranks come out fast (the recipe routes for real, the plans balanced; README)."""
     runs = {r.id: r for r in load_runs(MLPERF_GPT_OSS)}
     rows = heldout_rows(MLPERF_GPT_OSS)
     fixed = shipped_values()["step.fixed_s"]
     assert fixed > 1.0
-    covered = [r for r in rows if runs[r.run_id].plan.get("cp", 1) == 1]
-    assert len(covered) >= 9
-    for r in covered:
+    one_rank = [r for r in rows if runs[r.run_id].plan.get("ep", 1) == 1]
+    assert len(one_rank) == 7
+    for r in one_rank:
         assert r.predicted_tokens_per_s_per_gpu is not None
-        assert abs(r.predicted_tokens_per_s_per_gpu / r.measured_tokens_per_s_per_gpu - 1) < 0.25, r.run_id
+        assert abs(r.predicted_tokens_per_s_per_gpu / r.measured_tokens_per_s_per_gpu - 1) < 0.15, r.run_id
+    for r in rows:
+        if runs[r.run_id].plan.get("ep", 1) > 1:
+            assert r.predicted_tokens_per_s_per_gpu is not None
+            assert r.predicted_tokens_per_s_per_gpu > r.measured_tokens_per_s_per_gpu, r.run_id
     for r in rows:
         assert r.predicted_tokens_per_s_per_gpu is not None
         run = runs[r.run_id]
