@@ -414,9 +414,9 @@ class StackProfile:
 
         Every run that constrains the joint ``step.fixed_s`` accumulates 8 to 512 microbatches (Megatron-Bridge's
         recipes; MLPerf Training v6.0's DeepSeek-V3, 16 to 240); the steps of one microbatch in the same NeMo
-        MLPerf loop, with the same distributed optimizer (MLPerf v6.0 GPT-OSS-20B, 13 recipe cells on 8 to 512
-        GPUs, 0.09-0.57 s a step; ``studies/data/mlperf_gpt_oss.toml``), show none: predicted without it they
-        land within a few % where their plan is modelled, with it 77-95% slow. What in an accumulating step
+        MLPerf loop, with the same distributed optimizer (MLPerf v6.0 GPT-OSS-20B, 15 recipe cells on 8 to 512
+        GPUs, 0.09-0.57 s a step; ``studies/data/mlperf_gpt_oss.toml``), show none: predicted without it the cells
+        whose experts sit on one rank land at -13% to +10%, with it every cell 78-96% slow. What in an accumulating step
         costs it is not identified, so the model charges it where it was measured, not beyond; nor is accumulation
         all of it: MLPerf's GB300 DeepSeek-V3 recipe accumulates 8-240 microbatches and shows none either
         (``studies/data/scale_checks.toml``: CoreWeave's 8,192 GB300 take 1.70 s a step, about what the predicted step
