@@ -97,13 +97,19 @@ def _bucket(ctx: Context) -> float:
     return bucket_params(_dp(ctx), ctx.wl.stack.ddp_bucket_params)
 
 
+def _layer_local_params(ctx: Context, kind: str) -> tuple[float, float]:
+    """(dense, expert) parameters of one layer on one rank before ZeRO sharding."""
+    d, e = ctx.layer_shards(kind)
+    return d * _dp(ctx), e * max(1, ctx.plan.expert_fsdp)
+
+
 def _chunk_local_params(ctx: Context, layers: list[str]) -> tuple[float, float]:
     """(dense, expert) parameters of one chunk on one rank before ZeRO sharding (the DDP buffers' sizes)."""
     dense = expert = 0.0
     for k in layers:
-        d, e = ctx.layer_shards(k)
-        dense += d * _dp(ctx)
-        expert += e * max(1, ctx.plan.expert_fsdp)
+        d, e = _layer_local_params(ctx, k)
+        dense += d
+        expert += e
     return dense, expert
 
 
@@ -176,9 +182,9 @@ def _forward_buckets(ctx: Context, layers: list[str], size: float) -> list[tuple
     dense = expert = 0.0
     count = 0
     for k in reversed(layers):
-        d, e = ctx.layer_shards(k)
-        dense += d * _dp(ctx)
-        expert += e * max(1, ctx.plan.expert_fsdp)
+        d, e = _layer_local_params(ctx, k)
+        dense += d
+        expert += e
         count += 1
         if dense + expert >= size:
             out.append((dense, expert, count))
@@ -274,7 +280,7 @@ def dp_scale(ctx: Context, layers_of: list[list[str]], pipe: PipelineResult,
     return DpScale(
         grad_rs_s=grad_reduce_exposed_s(ctx, layers_of, pipe),
         param_ag_s=(param_gather_exposed_s(ctx, layers_of[0], first_forward_layer_s(layers_of[0], pipe, forward_s_of))
-                    if ctx.stack.param_gather_one_ahead else first_bucket_ag_s(ctx, layers_of)),
+                    if ctx.wl.stack.param_gather_one_ahead else first_bucket_ag_s(ctx, layers_of)),
         once_s=once,
         straggler_s=straggler_s(busy, plan.dp_shard * plan.dp_replicate, plan.n_microbatches,
                                 ctx.ccosts.straggler_cv),
