@@ -353,6 +353,16 @@ def _coreweave_rest_s() -> str:
     return f"{largest.step_s - largest.fixed_s:.2f}"
 
 
+def _collapsed(*cells: str) -> str:
+    """The MLPerf GPT-OSS-20B cells' errors with the router collapsed onto one rank (``studies.heldout``)."""
+    from studies.dataset import load_runs
+    from studies.heldout import MLPERF_GPT_OSS, collapsed_router_error
+
+    runs = {r.id: r for r in load_runs(MLPERF_GPT_OSS)}
+    errors = [collapsed_router_error(runs[f"mlperf-v6.0-gpt-oss-20b-{cell}"]) for cell in cells]
+    return " and ".join(f"{e * 100:+.1f}%" for e in errors if e is not None)
+
+
 @cache
 def _heldout_model_summary() -> dict[str, dict[str, float]]:
     from studies.heldout import heldout_rows, summary
@@ -693,6 +703,10 @@ FIGURES: list[Figure] = [
            _lomo_range),
     Figure("leave-one-model-out, a release no other model measured", "README.md",
            r"they come out ([+-]\d+%) on average", _lomo_unmeasured_release),
+    Figure("GPT-OSS-20B H100 cells, router collapsed", "README.md", r"so even then they come out \*\*([+-][\d.]+% and "
+           r"[+-][\d.]+%)\*\* fast", lambda: _collapsed("64xh100", "128xh100")),
+    Figure("GPT-OSS-20B 512-GB300 cell, router collapsed", "README.md", r"cell \(\*\*([+-][\d.]+%)\*\* collapsed",
+           lambda: _collapsed("512xgb300")),
     Figure("held-out model family coverage", "README.md", r"inside it: \*\*(\d+ of \d+)\*\* of the GPT-OSS",
            _heldout_model_coverage),
     Figure("LOGO by group", "README.md", r"Leave-one-group-out by group: ([^\n]*)\n", _logo_by_group),

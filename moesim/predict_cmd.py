@@ -73,7 +73,8 @@ _PLAN_HELP = {
 }
 #: Plan fields ``moesim predict`` takes a flag for (``compare`` variants may set these and no others).
 PLAN_FLAG_FIELDS = (*_PLAN_INTS, "pp_schedule", "ac", "recompute_modules", "pp_layout", "precision", "ep_backend",
-                    "routing", "ep_overlap", "grad_reduce_dtype", "ddp_bucket_params", "cuda_graphs", "cuda_graph_scope", "fp8_output_proj",
+                    "routing", "expert_capacity_factor", "pad_to_capacity", "ep_rank_capacity_factor", "ep_overlap",
+                    "grad_reduce_dtype", "ddp_bucket_params", "cuda_graphs", "cuda_graph_scope", "fp8_output_proj",
                     "fp8_attention", "compile_model", "cp_comm_type", "fused_grouped_mlp")
 GIB = float(1 << 30)
 _NIC_GBPS_MAX = 8e6  # 8 Pb/s: sim.limits.CLUSTER_BOUNDS nic_bw_bytes_per_s maximum, in Gb/s
@@ -118,7 +119,17 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--ep-backend", choices=EP_BACKENDS, dest="ep_backend", help="all-to-all backend (default nccl)")
     p.add_argument("--ep-overlap", action="store_true", default=None, dest="ep_overlap",
                    help="Megatron combined 1F1B: overlap one microbatch's all-to-alls with another's compute")
-    p.add_argument("--routing", help="balanced | round-robin | zipf:<s> | dirichlet:<alpha> | tokens-per-expert file")
+    p.add_argument("--routing", help="balanced | round-robin | zipf:<s> | dirichlet:<alpha> | collapse:<k> (every copy "
+                   "to experts 0..k-1) | tokens-per-expert file")
+    p.add_argument("--expert-capacity-factor", type=finite_float(0.0, 1024.0), dest="expert_capacity_factor",
+                   metavar="F", help="per-expert capacity in balanced shares (Megatron moe_expert_capacity_factor): "
+                   "copies over it are dropped; 0 or at least 0.01 (default 0: dropless)")
+    p.add_argument("--pad-to-capacity", action="store_true", default=None, dest="pad_to_capacity",
+                   help="pad every expert to its capacity (Megatron moe_pad_expert_input_to_capacity; needs "
+                        "--expert-capacity-factor)")
+    p.add_argument("--ep-rank-capacity-factor", type=finite_float(0.0, 1024.0), dest="ep_rank_capacity_factor",
+                   metavar="F", help="HybridEP receive budget per EP rank in balanced shares (Megatron "
+                   "moe_expert_rank_capacity_factor): copies over it are dropped; 0 or at least 0.01 (default 0: none)")
     p.add_argument("--cuda-graphs", choices=CUDA_GRAPH_SCOPES, dest="cuda_graphs",
                    help="CUDA graphs of the recipe: none, partial (Transformer Engine scopes), full (full iteration); "
                         "default: the stack's launch mode")
@@ -317,9 +328,14 @@ def resolved_plan(plan: dict[str, Any], stack: Any, varying: tuple[str, ...] = (
                                                        ("fused_grouped_mlp", "fused grouped MLP")) if plan.get(key))
     tail = (f", {plan['precision']}, {plan['ep_backend']}{switches}" if not varying
             else f" ({' and '.join(varying)} per variant)")
+    routing = "" if plan.get("routing", "balanced") == "balanced" else f", routing {plan['routing']}"
+    routing += "".join(f", {label} {plan[key]:g}" for key, label in (("expert_capacity_factor", "expert capacity"),
+                                                                     ("ep_rank_capacity_factor", "rank budget"))
+                       if plan.get(key))
+    routing += " (padded)" if plan.get("pad_to_capacity") else ""
     return (f"plan: TP {plan['tp']}, PP {plan['pp']} ({sched}), EP {plan['ep']}, {shard} over {plan['dp_shard']} "
             f"data-parallel ranks{extra}, global batch {plan['global_batch']} x {plan['seq_len']} tokens "
-            f"(micro-batch {plan['micro_batch']}), recompute {plan['ac']}{tail}")
+            f"(micro-batch {plan['micro_batch']}), recompute {plan['ac']}{tail}{routing}")
 
 
 def _stack_notes(stack: Any, args: argparse.Namespace, gpu: str) -> list[str]:

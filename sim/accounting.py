@@ -345,7 +345,8 @@ def activation_ledger(model: ModelSpec, moe: bool, plan: ParallelPlan | None = N
     Components are BF16 unless noted: the layer and block inputs; the norm outputs; MLA's latents (down-
     projection outputs) and their normed copies; the up-projected q/k/v; the attention output (kept in
     BF16: FlashAttention's backward reads it) and its fp32 softmax statistics; the router's fp32 logits and
-    probabilities; per token copy (K of them): the expert input, the gate/up output, the SwiGLU output and
+    probabilities; per token copy (K of them, times the capacity factor when the plan pads every expert to its
+    capacity): the expert input, the gate/up output, the SwiGLU output and
     the expert output (only if the router probabilities are applied after the experts, ``probs_in_act``
     off); the shared experts' gate/up and SwiGLU outputs. With an FP8 recipe and a stack that saves
     linear inputs in FP8 (``fp8_act_cache``), inputs consumed only by FP8 linears take 1 + 1/32 bytes.
@@ -388,7 +389,14 @@ def activation_ledger(model: ModelSpec, moe: bool, plan: ParallelPlan | None = N
         for component, width in stack.saved_act_bytes.items():
             if component in out:
                 out[component] *= width / BF16
+    if moe and plan is not None and plan.pad_to_capacity:  # every expert's input padded to its capacity
+        for component in _PER_COPY_COMPONENTS:
+            out[component] *= plan.expert_capacity_factor
     return {k: float(v) for k, v in out.items()}
+
+
+#: The MoE activations saved per routed token copy: what padding each expert to its capacity multiplies.
+_PER_COPY_COMPONENTS = ("moe.expert_in", "moe.fc1_out", "moe.act_out", "moe.expert_out")
 
 
 def saved_components(ledger: dict[str, float], ac: str, stack: StackProfile | None = None) -> dict[str, float]:

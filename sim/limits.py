@@ -135,12 +135,16 @@ PLAN_BOUNDS: dict[str, Bound] = {
     "routing_seed": (0, (1 << 63) - 1),
     "mtp_layers": (0, 64),  # as MODEL_BOUNDS n_mtp_layers
     "ddp_bucket_params": (0.0, 1e13),
+    "expert_capacity_factor": (0.0, 1024.0),
+    "ep_rank_capacity_factor": (0.0, 1024.0),
 }
 
 ZERO_OR_AT_LEAST: dict[str, float] = {
     "nvlink_bw_bytes_per_s": 1e6,  # a cluster's 0 takes the GPU's NVLink rate
     "fp4_flops": 1e9,  # 0: no FP4 units
     "ddp_bucket_params": 1e6,  # 0: the stack's bucket; a smaller one would cut a model into billions of buckets
+    "expert_capacity_factor": 0.01,  # 0: dropless; below a hundredth of a share an expert keeps nothing
+    "ep_rank_capacity_factor": 0.01,  # 0: no receive budget
 }
 """Float fields where 0 means "none" or "the default": any other value must reach the field's real
 minimum (a denormal rate would make every transfer or kernel take forever)."""
@@ -276,7 +280,8 @@ def json_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
     return deepest
 
 
-_ROUTING_FORMS = "'balanced', 'round-robin', 'zipf:<s>', 'dirichlet:<alpha>' or a tokens-per-expert file"
+_ROUTING_FORMS = ("'balanced', 'round-robin', 'zipf:<s>', 'dirichlet:<alpha>', 'collapse:<k>' or a tokens-per-expert "
+                  "file")
 
 
 def check_routing(routing: str, owner: str = "plan") -> None:
@@ -295,6 +300,12 @@ def check_routing(routing: str, owner: str = "plan") -> None:
     if not isinstance(routing, str) or not routing:
         raise ConfigError(f"{owner}: routing must be {_ROUTING_FORMS}, got {routing!r}")
     if routing in ("balanced", "round-robin"):
+        return
+    if routing.startswith("collapse:"):
+        text = routing[len("collapse:"):]
+        if not text.isdigit() or not 1 <= int(text) <= PLAN_BOUNDS["ep"][1]:
+            raise ConfigError(f"{owner}: routing {routing!r}: expected a whole number of experts (1 to "
+                              f"{PLAN_BOUNDS['ep'][1]}) after 'collapse:', got {text!r}")
         return
     for prefix, low, inclusive in (("zipf:", 0.0, True), ("dirichlet:", 0.0, False)):
         if routing.startswith(prefix):

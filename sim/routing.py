@@ -6,7 +6,9 @@ token drawing its top-k at random (group-limited per the model). ``round-robin``
 every expert gets the same share but a token's K experts are consecutive (often on one EP rank), which
 changes what node-deduplicating all-to-alls (DeepEP) send.
 ``zipf:<s>`` ranks experts by a seeded random permutation and weights rank ``i`` by ``1 / (i+1)^s``;
-``dirichlet:<alpha>`` draws expert shares from a seeded symmetric Dirichlet; any other string is a path to
+``dirichlet:<alpha>`` draws expert shares from a seeded symmetric Dirichlet; ``collapse:<k>`` is a router
+collapsed onto experts ``0 .. k-1``, each taking an equal share (with contiguous placement, the first EP rank's
+experts when ``k`` is their count: the most skewed routing, which a token capacity bounds); any other string is a path to
 a tokens-per-expert file (JSON list, or text with one number per line). The step waits for the busiest
 EP rank, so skew shows up as longer expert GEMMs there and unequal all-to-all traffic.
 
@@ -32,6 +34,9 @@ from sim.errors import ConfigError
 __all__ = [
     "expert_load",
     "rank_load_factors",
+    "capacity_load",
+    "rank_budget_load",
+    "routed_load",
     "is_balanced",
     "BALANCED_ROUTINGS",
     "expected_distinct_parts",
@@ -56,6 +61,12 @@ def expert_load(routing: str, n_experts: int, seed: int = 0) -> np.ndarray:
         s = _param(routing)
         weights = 1.0 / np.arange(1, n_experts + 1) ** s
         load = weights[rng.permutation(n_experts)]
+    elif routing.startswith("collapse:"):
+        k = int(_param(routing))
+        if k > n_experts:
+            raise ConfigError(f"routing {routing!r}: the model has {n_experts} routed experts, fewer than {k}")
+        load = np.zeros(n_experts)
+        load[:k] = 1.0 / k
     elif routing.startswith("dirichlet:"):
         alpha = _param(routing)
         if alpha <= 0:
@@ -77,6 +88,59 @@ def rank_load_factors(load: np.ndarray, ep: int) -> np.ndarray:
     """
     per_rank = load.reshape(ep, -1).sum(axis=1)
     return np.asarray(per_rank * ep, dtype=float)
+
+
+def capacity_load(load: np.ndarray, capacity_factor: float, pad: bool = False) -> np.ndarray:
+    """Each expert's share of the routed copies it computes under a per-expert capacity (Megatron-Core's
+    ``moe_expert_capacity_factor``): an expert keeps at most ``capacity_factor`` times the balanced share
+    (``1 / E``) and the router drops the rest before the dispatch (``moe_token_drop_policy``; each sender
+    drops at its own share, the same fraction here); with ``pad`` (``moe_pad_expert_input_to_capacity``)
+    every expert is also padded up to that capacity, so each computes exactly it, whatever the routing.
+    The result sums to the kept fraction (below 1 when copies drop, ``capacity_factor`` when padded).
+
+    >>> capacity_load(np.array([0.5, 0.25, 0.125, 0.125]), 1.5).tolist()
+    [0.375, 0.25, 0.125, 0.125]
+    >>> capacity_load(np.full(4, 0.25), 1.25, pad=True).tolist()
+    [0.3125, 0.3125, 0.3125, 0.3125]
+    """
+    cap = capacity_factor / load.size
+    if pad:
+        return np.full(load.size, cap, dtype=float)
+    return np.asarray(np.minimum(np.asarray(load, dtype=float), cap), dtype=float)
+
+
+def rank_budget_load(load: np.ndarray, ep: int, budget_factor: float) -> np.ndarray:
+    """``load`` with each EP rank's received copies capped at ``budget_factor`` times the balanced share of a
+    rank (Megatron-Core's ``moe_expert_rank_capacity_factor`` on HybridEP: a static receive budget of local
+    tokens x top-k x the factor; the dispatch drops the copies over it), each capped rank's experts scaled
+    down alike.
+
+    >>> rank_budget_load(np.array([0.5, 0.3, 0.1, 0.1]), 2, 1.2).round(3).tolist()
+    [0.375, 0.225, 0.1, 0.1]
+    """
+    per_rank = np.asarray(load, dtype=float).reshape(ep, -1)
+    factors = per_rank.sum(axis=1) * ep
+    scale = np.minimum(1.0, budget_factor / np.maximum(factors, 1e-300))
+    return np.asarray((per_rank * scale[:, None]).ravel(), dtype=float)
+
+
+def routed_load(routing: str, n_experts: int, ep: int, seed: int = 0, capacity_factor: float = 0.0,
+                pad: bool = False, rank_budget_factor: float = 0.0) -> np.ndarray:
+    """Each expert's share of the routed copies it computes: :func:`expert_load`, then the per-expert
+    capacity (:func:`capacity_load`; 0: dropless) and the per-rank receive budget (:func:`rank_budget_load`;
+    0: none). Sums to 1 when nothing drops or pads: the dispatch's volume relative to dropless routing.
+
+    >>> routed_load("balanced", 8, ep=4).sum(), routed_load("balanced", 8, 4, capacity_factor=1.5, pad=True).sum()
+    (np.float64(1.0), np.float64(1.5))
+    >>> float(routed_load("zipf:1.2", 8, 4, seed=3, rank_budget_factor=1.1).reshape(4, -1).sum(1).max() * 4)
+    1.1
+    """
+    load = expert_load(routing, n_experts, seed)
+    if capacity_factor:
+        load = capacity_load(load, capacity_factor, pad)
+    if rank_budget_factor:
+        load = rank_budget_load(load, ep, rank_budget_factor)
+    return load
 
 
 def _param(routing: str) -> float:

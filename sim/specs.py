@@ -420,7 +420,8 @@ class ParallelPlan:
     World size = ``dp_replicate * dp_shard * cp * tp * pp``. Experts are split ``ep`` ways (EP borrows
     from ``dp_shard * cp``, and from ``tp`` when ``etp == 1``) and ``etp`` ways inside each expert.
     ``global_batch`` and ``micro_batch`` count sequences of ``seq_len`` tokens. ``routing`` is
-    ``"balanced"``, ``"zipf:<s>"``, ``"dirichlet:<alpha>"`` or a path to a tokens-per-expert file;
+    ``"balanced"``, ``"zipf:<s>"``, ``"dirichlet:<alpha>"``, ``"collapse:<k>"`` or a path to a tokens-per-expert file
+    (:mod:`sim.routing`);
     ``routing_seed`` seeds the skewed ones.
     """
 
@@ -445,6 +446,16 @@ class ParallelPlan:
     deepep_sms: int = 20
     routing: str = "balanced"
     routing_seed: int = 0
+    #: per-expert capacity, in multiples of an expert's balanced share (Megatron-Core ``moe_expert_capacity_factor``):
+    #: the router drops the copies an expert receives beyond it before the dispatch; 0 = dropless. Changes nothing
+    #: under balanced routing unless ``pad_to_capacity``.
+    expert_capacity_factor: float = 0.0
+    #: pad every expert's input up to its capacity (Megatron-Core ``moe_pad_expert_input_to_capacity``: static
+    #: shapes): each expert computes, and the dispatch carries, ``expert_capacity_factor`` times the balanced rows.
+    pad_to_capacity: bool = False
+    #: HybridEP's static receive budget per EP rank, in multiples of a rank's balanced share (Megatron-Core
+    #: ``moe_expert_rank_capacity_factor``, set for CUDA-graphed dispatch): the copies over it are dropped; 0 = none.
+    ep_rank_capacity_factor: float = 0.0
     #: Megatron's combined 1F1B (``overlap_moe_expert_parallel_comm`` + ``delay_wgrad_compute``): after
     #: warm-up the forward of one microbatch and the backward of another run as one interleaved pair, each
     #: one's dispatch/combine hidden behind the other's compute. Needs ``ep > 1`` and a stack that has it.
@@ -565,6 +576,14 @@ class ParallelPlan:
             raise ConfigError("plan: ep_overlap needs expert parallelism (ep > 1): with ep (1) there is no "
                               "all-to-all to overlap")
         check_routing(self.routing, owner)
+        if not isinstance(self.pad_to_capacity, bool):
+            raise ConfigError(f"plan: pad_to_capacity must be true or false, got {self.pad_to_capacity!r}")
+        if self.pad_to_capacity and not self.expert_capacity_factor:
+            raise ConfigError("plan: pad_to_capacity needs an expert_capacity_factor (Megatron-Core pads each expert "
+                              "to its capacity), got expert_capacity_factor 0 (dropless)")
+        if self.ep_rank_capacity_factor and self.ep_backend != "hybridep":
+            raise ConfigError(f"plan: ep_rank_capacity_factor ({self.ep_rank_capacity_factor:g}) is HybridEP's receive "
+                              f"budget: it needs ep_backend 'hybridep', got ep_backend {self.ep_backend!r}")
         if self.grad_reduce_dtype:
             _require_choice(owner, "grad_reduce_dtype", self.grad_reduce_dtype, GRAD_REDUCE_DTYPES)
         if not isinstance(self.pp_layout, str):

@@ -198,7 +198,7 @@ class StackProfile:
     #: the distributed optimizer's parameter all-gather issued one bucket ahead of the first forward (Megatron-Core
     #: ``overlap_param_gather``: each forward pre-hook waits for its bucket and dispatches the next;
     #: :func:`sim.predict.dp_scale.param_gather_exposed_s`). False: every bucket but the first hidden, whatever
-    #: the gathers take (the former model; an ablation switch).
+    #: the gathers take, the first forward bucket's whole gather exposed (an ablation switch).
     param_gather_one_ahead: bool = True
     #: blocking host syncs per DeepEP normal-mode forward dispatch, each a ``host_sync_s`` stall: DeepEP's own
     #: wait for the receive counts, plus the framework's glue around it (boolean-mask indexing,

@@ -294,7 +294,7 @@ ABLATIONS: dict[str, dict[str, float]] = {
 #: (:func:`sim.stacks.builtin_overrides`; ``profiles``: only those releases); the runs are resolved again under them.
 STACK_ABLATIONS: dict[str, dict[str, Any]] = {
     "Megatron-Core's parameter all-gather one bucket ahead of the first forward (off: every bucket but the first "
-    "hidden, the former model)": {"param_gather_one_ahead": False},
+    "hidden; the first forward bucket's whole gather stays exposed)": {"param_gather_one_ahead": False},
     "TE grouped GEMM's per-expert launches and casts (one GEMM and one cast launch per call)":
         {"grouped_gemm_per_expert": False},
     "Megatron's fused gate/up GEMM (two GEMMs, two input casts)": {"fused_gate_up": False},

@@ -17,10 +17,11 @@ import numpy as np
 from sim import comm, ops
 from sim.accounting import count_params
 from sim.costs import CostModel
+from sim.errors import ConfigError
 from sim.layout import Coords, Layout
 from sim.placement import distinct_ep_groups
 from sim.predict.memo import SimMemo, layer_sim_key
-from sim.routing import expert_load, is_balanced, rank_load_factors
+from sim.routing import is_balanced, rank_load_factors, routed_load
 from sim.specs import ClusterSpec, ModelSpec, ParallelPlan
 from sim.stacks import StackProfile
 from sim.workload import OpSpec, Workload
@@ -80,12 +81,22 @@ class Context:
             self.a2a_routing = "round-robin"
         else:
             self.a2a_routing = "random"
-        if is_balanced(plan.routing):
+        #: routed copies dispatched relative to dropless routing (below 1 when a capacity drops, above when padded)
+        self.copies_scale = 1.0
+        if is_balanced(plan.routing) and not (plan.expert_capacity_factor or plan.ep_rank_capacity_factor):
             self.load = None
             self.factors = np.ones(1)
         else:
-            self.load = expert_load(plan.routing, model.n_routed_experts, plan.routing_seed)
-            self.factors = rank_load_factors(self.load, plan.ep)
+            if plan.routing.startswith("collapse:") and int(plan.routing.split(":")[1]) < model.top_k:
+                raise ConfigError(f"plan: routing {plan.routing!r}: each token takes {model.top_k} distinct experts "
+                                  f"({model.name} top_k), more than the {plan.routing.split(':')[1]} it collapses onto")
+            load = routed_load(plan.routing, model.n_routed_experts, plan.ep, plan.routing_seed,
+                               plan.expert_capacity_factor, plan.pad_to_capacity, plan.ep_rank_capacity_factor)
+            self.copies_scale = float(load.sum())
+            factors = rank_load_factors(load, plan.ep)
+            uniform = bool(np.allclose(load, load[0]))
+            self.load = None if uniform else load / self.copies_scale
+            self.factors = factors[:1] if uniform else factors
         self.nic_bw = cluster.nic_bw_bytes_per_s * cluster.nics_per_gpu * self.ccosts.ib_fraction
         self._coll: dict[tuple[str, str, float], float] = {}
         self._groups: dict[str, list[int]] = {}
@@ -127,7 +138,7 @@ class Context:
                 and self.stack.fp8_dispatch) else BF16
             results = [
                 comm.moe_alltoall(
-                    self.cluster, group, int(round(self.wl.tokens_dispatched)), self.model, p.ep_backend, phase,
+                    self.cluster, group, int(round(self.wl.tokens_dispatched * self.copies_scale)), self.model, p.ep_backend, phase,
                     self.ccosts, bytes_per_elem=bpe, num_sms=p.deepep_sms, expert_load=self.load,
                     seed=p.routing_seed, routing=self.a2a_routing if self.load is None else "random",
                 )

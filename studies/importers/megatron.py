@@ -12,6 +12,7 @@ from typing import Any
 from sim.catalog import load_model, model_names
 from sim.errors import ConfigError
 from sim.fileio import read_input
+from sim.limits import PLAN_BOUNDS
 from sim.specs import CP_COMM_TYPES, FP8_ATTENTION_PRECISIONS, TE_GRAPH_SCOPES
 from studies.importers.common import (
     ImportedConfig,
@@ -353,6 +354,7 @@ def from_megatron(path: str) -> ImportedConfig:
     if distributed is None:
         notes.append("note: use_distributed_optimizer is not set; simulated with the optimizer sharded (ZeRO-1) "
                      "as the Megatron stack profile does")
+    _megatron_capacity(m, f, notes)
     balanced = m.flag("moe_router_force_load_balancing")
     f["routing"] = "balanced"
     if not balanced:
@@ -375,6 +377,41 @@ def from_megatron(path: str) -> ImportedConfig:
                           notes=tuple(notes), split=split if any(split.values()) else {},
                           ignored=keys.ignored() + ((f"the words before the first option ({command})",) if command else ()),
                           layers_per_virtual_stage=layers_per_virtual_stage)
+
+
+def _capacity_factor(m: _Leaves, leaf: str) -> float:
+    """A capacity factor option as a float; 0 when unset (null: dropless)."""
+    value = m.get(leaf)
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= PLAN_BOUNDS[_CAPACITY_FIELDS[leaf]][1]:
+        raise m.fail(leaf, value, f"must be a number in (0, {PLAN_BOUNDS[_CAPACITY_FIELDS[leaf]][1]:g}] or null (dropless)")
+    return float(value)
+
+
+#: Megatron-Core's token-capacity options and the plan fields they set.
+_CAPACITY_FIELDS = {"moe_expert_capacity_factor": "expert_capacity_factor",
+                    "moe_expert_rank_capacity_factor": "ep_rank_capacity_factor"}
+
+
+def _megatron_capacity(m: _Leaves, f: dict[str, Any], notes: list[str]) -> None:
+    """The token capacities of Megatron-Core's MoE: per expert (``moe_expert_capacity_factor``, with
+    ``moe_pad_expert_input_to_capacity``) and HybridEP's per-rank receive budget
+    (``moe_expert_rank_capacity_factor``)."""
+    expert = _capacity_factor(m, "moe_expert_capacity_factor")
+    if expert:
+        f["expert_capacity_factor"] = expert
+    if m.flag("moe_pad_expert_input_to_capacity"):
+        if not expert:
+            raise m.fail("moe_pad_expert_input_to_capacity", True, "needs moe_expert_capacity_factor (Megatron-Core "
+                         "pads each expert to its capacity)")
+        f["pad_to_capacity"] = True
+    rank = _capacity_factor(m, "moe_expert_rank_capacity_factor")
+    if rank and f.get("ep_backend") == "hybridep":
+        f["ep_rank_capacity_factor"] = rank
+    elif rank:
+        notes.append(f"note: moe_expert_rank_capacity_factor ({rank:g}) sizes the {f.get('ep_backend')} dispatcher's "
+                     "static buffers; its token budget is simulated for HybridEP only")
 
 
 def _megatron_model(shape: Mapping[str, tuple[str, Any]]) -> str | None:

@@ -175,6 +175,23 @@ def test_the_fused_grouped_mlp_example_is_the_26_06_gb200_run_and_fused_is_faste
     assert 1.005 < ratio < 1.06
 
 
+def test_the_router_bounds_example_is_the_h100_mlperf_cell_and_its_capacity_bounds_the_skew(
+        points: list[MeasuredPoint]) -> None:
+    """examples/gpt-oss-h100-router-bounds.toml: its balanced variant is the held-out MLPerf GPT-OSS-20B 64-H100 cell's
+    plan; under the recipe's per-expert capacity (1.25) even a router collapsed onto one rank costs little, while the
+    same collapse without a capacity (dropless) nearly halves the throughput."""
+    from studies.dataset import load_runs
+
+    run = {r.id: r for r in load_runs(ROOT / "studies" / "data" / "mlperf_gpt_oss.toml")}["mlperf-v6.0-gpt-oss-20b-64xh100"]
+    spec = load_compare(str(ROOT / "examples" / "gpt-oss-h100-router-bounds.toml"))
+    balanced = spec.variants[0]
+    assert {k: v for k, v in balanced.plan.items() if k in run.plan} == run.plan
+    assert balanced.measured_tokens_per_s_per_gpu == run.measured_tokens_per_s_per_gpu
+    ratios = [r["ratio"] for r in compare(spec, points)["ratios"]]
+    assert 0.85 < ratios[2] < 1.0  # collapsed within the capacity
+    assert ratios[3] < 0.7  # collapsed, dropless
+
+
 def test_every_scenario_file_is_a_compare_file() -> None:
     spec = load_compare("dsv3-671b-b200")
     assert len(spec.variants) == 4 and {v.gpus for v in spec.variants} == {256}

@@ -315,3 +315,31 @@ def test_megatron_bucket_size_becomes_the_plans_and_megatron_fsdp_is_noted(tmp_p
     path.write_text("ddp:\n  bucket_size: 1000\n")
     with pytest.raises(ConfigError, match="ddp_bucket_params"):
         plan_from_mapping(import_config(path, "megatron").fields)
+
+
+def test_megatron_token_capacities_become_the_plans(tmp_path: Path) -> None:
+    """``moe_expert_capacity_factor`` and ``moe_pad_expert_input_to_capacity`` are the plan's per-expert capacity
+    and padding; ``moe_expert_rank_capacity_factor`` is HybridEP's receive budget (noted, not simulated, on
+    another dispatcher); padding without a capacity and a malformed factor are refused, naming the key."""
+    path = tmp_path / "r.yaml"
+    path.write_text("model:\n  moe_expert_capacity_factor: 1.5\n  moe_pad_expert_input_to_capacity: true\n")
+    cfg = import_config(path, "megatron")
+    assert cfg.fields["expert_capacity_factor"] == 1.5 and cfg.fields["pad_to_capacity"] is True
+    plan = plan_from_mapping(cfg.fields)
+    assert plan.expert_capacity_factor == 1.5 and plan.pad_to_capacity
+    assert not any("capacity" in key for key in cfg.ignored)
+    path.write_text("model:\n  moe_token_dispatcher_type: flex\n  moe_flex_dispatcher_backend: hybridep\n"
+                    "  moe_expert_rank_capacity_factor: 5\n")
+    assert import_config(path, "megatron").fields["ep_rank_capacity_factor"] == 5.0
+    path.write_text("model:\n  moe_expert_rank_capacity_factor: 5\n")
+    cfg = import_config(path, "megatron")
+    assert "ep_rank_capacity_factor" not in cfg.fields
+    assert any("moe_expert_rank_capacity_factor" in n for n in cfg.notes)
+    path.write_text("model:\n  moe_pad_expert_input_to_capacity: true\n")
+    with pytest.raises(ConfigError, match="moe_pad_expert_input_to_capacity"):
+        import_config(path, "megatron")
+    path.write_text("model:\n  moe_expert_capacity_factor: fast\n")
+    with pytest.raises(ConfigError, match="moe_expert_capacity_factor = 'fast'"):
+        import_config(path, "megatron")
+    path.write_text("model:\n  moe_expert_capacity_factor: null\n")
+    assert "expert_capacity_factor" not in import_config(path, "megatron").fields
