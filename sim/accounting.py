@@ -338,6 +338,10 @@ _SAC_DROPS = ("attn.norm_out", "attn.latent_norm", "moe.norm_out", "moe.act_out"
 FP8 = 1 + 1 / 32  # an FP8 element with its MX / 1x128 block scale
 
 
+#: The MoE activations saved per routed token copy: what padding each expert to its capacity multiplies.
+_PER_COPY_COMPONENTS = ("moe.expert_in", "moe.fc1_out", "moe.act_out", "moe.expert_out")
+
+
 def activation_ledger(model: ModelSpec, moe: bool, plan: ParallelPlan | None = None,
                       stack: StackProfile | None = None) -> dict[str, float]:
     """Bytes per token one layer (MoE or dense) saves for backward, by component, before TP/CP sharding.
@@ -394,9 +398,6 @@ def activation_ledger(model: ModelSpec, moe: bool, plan: ParallelPlan | None = N
             out[component] *= plan.expert_capacity_factor
     return {k: float(v) for k, v in out.items()}
 
-
-#: The MoE activations saved per routed token copy: what padding each expert to its capacity multiplies.
-_PER_COPY_COMPONENTS = ("moe.expert_in", "moe.fc1_out", "moe.act_out", "moe.expert_out")
 
 
 def saved_components(ledger: dict[str, float], ac: str, stack: StackProfile | None = None) -> dict[str, float]:
