@@ -451,6 +451,44 @@ TRIAL_SWITCHES: tuple[str, ...] = tuple(sorted(
     {k for change in ABLATIONS.values() for k in change if k not in PARAM_NAMES} | {"release.spares_benchmarked"}))
 
 
+def _name_value(option: str, item: str, switches: Sequence[str] = ()) -> tuple[str, float]:
+    """One ``NAME=VALUE`` trial option: a joint parameter (or one of ``switches``) and a finite value inside its
+    bounds; raises :class:`~sim.errors.ConfigError` naming the option and the value."""
+    name, sep, text = item.partition("=")
+    if not sep:
+        raise ConfigError(f"{option} {item!r}: expected NAME=VALUE")
+    if name not in PARAM_NAMES and name not in switches:
+        known = f"the parameters are {', '.join(PARAM_NAMES)}"
+        raise ConfigError(f"{option} {item}: {name!r} is no joint parameter{' or switch' if switches else ''}; {known}"
+                          + (f"; the switches {', '.join(switches)}" if switches else ""))
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{option} {item}: value {text!r} is not a number") from None
+    check_finite(option, name, value)
+    if name in PARAM_NAMES and not spec(name).lower <= value <= spec(name).upper:
+        raise ConfigError(f"{option} {item}: outside the parameter's bounds [{spec(name).lower:g}, "
+                          f"{spec(name).upper:g}]")
+    return name, value
+
+
+def start_values(items: Sequence[str]) -> dict[str, float]:
+    """The ``--start NAME=VALUE`` options over the priors: where each fitted parameter's least squares begins. A
+    parameter no run moves by 2% at its prior is held there (:func:`fit_joint`'s constraint test); started where
+    the runs do feel it, the fit says whether they want it elsewhere.
+
+    >>> start_values(["host.sync_s=5e-4"])["host.sync_s"]
+    0.0005
+    """
+    values = prior_values()
+    for item in items:
+        name, value = _name_value("--start", item)
+        if not spec(name).fitted:
+            raise ConfigError(f"--start {item}: {name} is sourced, not fitted (--free it to fit it)")
+        values[name] = value
+    return values
+
+
 def trial_structure(fix: Sequence[str], free: Sequence[str]) -> tuple[dict[str, float], list[str]]:
     """The ``--fix NAME=VALUE`` and ``--free NAME`` options as (held values, parameters to fit); raises
     :class:`~sim.errors.ConfigError` naming the option and the value it cannot take.
@@ -462,23 +500,7 @@ def trial_structure(fix: Sequence[str], free: Sequence[str]) -> tuple[dict[str, 
     ...
     sim.errors.ConfigError: --fix step.fixed_s=9: outside the parameter's bounds [0, 5]
     """
-    held: dict[str, float] = {}
-    for item in fix:
-        name, sep, text = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--fix {item!r}: expected NAME=VALUE")
-        if name not in PARAM_NAMES and name not in TRIAL_SWITCHES:
-            raise ConfigError(f"--fix {item}: {name!r} is no joint parameter or switch; the parameters are "
-                              f"{', '.join(PARAM_NAMES)}; the switches {', '.join(TRIAL_SWITCHES)}")
-        try:
-            value = float(text)
-        except ValueError:
-            raise ConfigError(f"--fix {item}: value {text!r} is not a number") from None
-        check_finite("--fix", name, value)
-        if name in PARAM_NAMES and not spec(name).lower <= value <= spec(name).upper:
-            raise ConfigError(f"--fix {item}: outside the parameter's bounds [{spec(name).lower:g}, "
-                              f"{spec(name).upper:g}]")
-        held[name] = value
+    held = dict(_name_value("--fix", item, TRIAL_SWITCHES) for item in fix)
     also: list[str] = []
     for name in free:
         if name not in PARAM_NAMES:
@@ -597,6 +619,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="trial: hold a parameter (or an ablation switch) at VALUE in the fit and every fold")
     ap.add_argument("--free", action="append", default=[], metavar="NAME",
                     help="trial: fit a parameter the shipped calibration holds at its sourced value")
+    ap.add_argument("--start", action="append", default=[], metavar="NAME=VALUE",
+                    help="trial: start a fitted parameter's least squares at VALUE (its constraint test then reads "
+                         "the runs' sensitivity there)")
     ap.add_argument("--stack", action="append", default=[], metavar="NAME.FIELD=VALUE",
                     help="trial: a built-in stack profile's field changed in the fit, every fold and the held-out "
                          "files (e.g. torchtitan.indexed_accumulate=true)")
@@ -605,10 +630,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         held, also_free = trial_structure(args.fix, args.free)
+        start = start_values(args.start)
         changes = stack_trial(args.stack)
-        if (held or also_free or changes) and (args.write or args.ablation):
-            raise ConfigError("--fix / --free / --stack run a trial: the shipped structure alone is written or "
-                              "ablated (drop --write and --ablation)")
+        if (held or also_free or changes or args.start) and (args.write or args.ablation):
+            raise ConfigError("--fix / --free / --start / --stack run a trial: the shipped structure alone is written "
+                              "or ablated (drop --write and --ablation)")
         if args.max_nfev < 1 or args.workers < 1:
             raise ConfigError(f"--max-nfev ({args.max_nfev}) and --workers ({args.workers}) must be at least 1")
     except ConfigError as err:
@@ -617,12 +643,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     with contextlib.ExitStack() as trial:
         for name, change in changes.items():
             trial.enter_context(builtin_overrides(profiles=(name,), **change))
-        return _run(args, held, also_free)
+        return _run(args, held, also_free, start)
 
 
-def _run(args: argparse.Namespace, held: Mapping[str, float], also_free: Sequence[str]) -> int:
+def _run(args: argparse.Namespace, held: Mapping[str, float], also_free: Sequence[str],
+         start: Mapping[str, float] | None = None) -> int:
     cases = load_cases()
-    fit = fit_joint(cases, fixed=held, max_nfev=args.max_nfev, also_free=also_free)
+    fit = fit_joint(cases, start=start, fixed=held, max_nfev=args.max_nfev, also_free=also_free)
     folds = logo(cases, fit)
     print(_table(fit, folds))
     print("\n".join(speedup_lines(cases, fit)))

@@ -292,6 +292,10 @@ def test_a_trial_fits_a_sourced_parameter_in_the_fit_and_its_folds(small_cases: 
     (["--stack", "torchtitan.host_op_s=-1"], "host_op_s must be a finite number >= 0"),
     (["--stack", "torchtitan.recompute_modules=mlp"], "recompute_modules is a tuple, not a trial's field"),
     (["--stack", "torchtitan.indexed_accumulate=true", "--ablation"], "drop --write and --ablation"),
+    (["--start", "host.sync_s=5e-4", "--write"], "drop --write and --ablation"),
+    (["--start", "dp.straggler_cv=0.1"], "dp.straggler_cv is sourced, not fitted"),
+    (["--start", "host.sync_s=1"], "outside the parameter's bounds"),
+    (["--start", "nope=1"], "--start nope=1: 'nope' is no joint parameter;"),
 ])
 def test_trial_options_are_refused_with_one_line_naming_the_option(argv: list[str], says: str,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
@@ -343,7 +347,19 @@ def test_a_stack_trial_runs_the_fit_under_the_changed_profile(monkeypatch: pytes
     from sim.stacks import load_stack
 
     seen: list[tuple[bool, bool]] = []
-    monkeypatch.setattr(jf, "_run", lambda args, held, free: seen.append(
+    monkeypatch.setattr(jf, "_run", lambda args, held, free, start: seen.append(
         (load_stack("torchtitan").indexed_accumulate, load_stack("megatron-26.04").indexed_accumulate)) or 0)
     assert jf.main(["--stack", "torchtitan.indexed_accumulate=true"]) == 0
     assert seen == [(True, False)] and not load_stack("torchtitan").indexed_accumulate
+
+
+def test_a_start_trial_begins_the_fit_there_and_every_other_parameter_at_its_prior(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--start NAME=VALUE``: the least squares begins the named parameter at VALUE, the rest at their priors."""
+    import studies.joint_fit as jf
+    from sim.joint import prior_values
+
+    starts: list[dict[str, float]] = []
+    monkeypatch.setattr(jf, "_run", lambda args, held, free, start: starts.append(dict(start)) or 0)
+    assert jf.main(["--start", "host.sync_s=5e-4"]) == 0
+    assert starts == [dict(prior_values(), **{"host.sync_s": 5e-4})]
