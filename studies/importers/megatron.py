@@ -359,7 +359,8 @@ def from_megatron(path: str) -> ImportedConfig:
     f["routing"] = "balanced"
     if not balanced:
         notes.append("note: moe_router_force_load_balancing is off: routing is simulated balanced (pass --routing "
-                     "zipf:<s> or a tokens-per-expert file for a skew)")
+                     "zipf:<s> or a tokens-per-expert file for a skew, or collapse:<experts per EP rank> for the "
+                     "slowest the plan's token capacities allow)")
     layout = m.get("pipeline_model_parallel_layout")
     split: dict[str, bool | int | None] = {k: m.flag(k) or False for k in ("account_for_embedding_in_pipeline_split",
                                              "account_for_loss_in_pipeline_split")}

@@ -155,7 +155,8 @@ def from_torchtitan(path: str) -> ImportedConfig:
     f["routing"] = "balanced"
     if not balanced:
         notes.append("note: debug.moe_force_load_balance is off: routing is simulated balanced (pass --routing "
-                     "zipf:<s> or a tokens-per-expert file for a skew)")
+                     "zipf:<s> or a tokens-per-expert file for a skew, or collapse:<experts per EP rank> for the "
+                     "slowest the plan's token capacities allow)")
     world = None
     if "dp_shard" in f:
         world = math.prod(f.get(k, 1) for k in ("dp_shard", "dp_replicate", "cp", "tp", "pp"))

@@ -343,3 +343,7 @@ def test_megatron_token_capacities_become_the_plans(tmp_path: Path) -> None:
         import_config(path, "megatron")
     path.write_text("model:\n  moe_expert_capacity_factor: null\n")
     assert "expert_capacity_factor" not in import_config(path, "megatron").fields
+    path.write_text("model:\n  moe_router_force_load_balancing: false\n  moe_expert_capacity_factor: 1.25\n")
+    cfg = import_config(path, "megatron")
+    assert cfg.fields["routing"] == "balanced"
+    assert any("routing is simulated balanced" in n and "collapse:<experts per EP rank>" in n for n in cfg.notes)
