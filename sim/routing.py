@@ -125,16 +125,20 @@ def rank_budget_load(load: np.ndarray, ep: int, budget_factor: float) -> np.ndar
 
 
 def routed_load(routing: str, n_experts: int, ep: int, seed: int = 0, capacity_factor: float = 0.0,
-                pad: bool = False, rank_budget_factor: float = 0.0) -> np.ndarray:
+                pad: bool = False, rank_budget_factor: float = 0.0, top_k: int = 1) -> np.ndarray:
     """Each expert's share of the routed copies it computes: :func:`expert_load`, then the per-expert
     capacity (:func:`capacity_load`; 0: dropless) and the per-rank receive budget (:func:`rank_budget_load`;
     0: none). Sums to 1 when nothing drops or pads: the dispatch's volume relative to dropless routing.
+    ``top_k``: the experts each token takes, all distinct, so a router cannot collapse onto fewer.
 
     >>> routed_load("balanced", 8, ep=4).sum(), routed_load("balanced", 8, 4, capacity_factor=1.5, pad=True).sum()
     (np.float64(1.0), np.float64(1.5))
     >>> float(routed_load("zipf:1.2", 8, 4, seed=3, rank_budget_factor=1.1).reshape(4, -1).sum(1).max() * 4)
     1.1
     """
+    if routing.startswith("collapse:") and int(_param(routing)) < top_k:
+        raise ConfigError(f"plan: routing {routing!r}: each token takes {top_k} distinct experts (the model's "
+                          f"top_k), more than the {int(_param(routing))} it collapses onto")
     load = expert_load(routing, n_experts, seed)
     if capacity_factor:
         load = capacity_load(load, capacity_factor, pad)

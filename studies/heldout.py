@@ -385,7 +385,7 @@ def collapsed_router_error(run: MeasuredRun) -> float | None:
         return None
     per_rank = model.n_routed_experts // plan.ep
     collapsed = replace(plan, routing=f"collapse:{max(per_rank, model.top_k)}")
-    pred = predict_run(model, cluster, collapsed, run.stack)
+    pred = predict_run(model, cluster, collapsed, profile_for(run.stack, run.release))
     return pred.tokens_per_s_per_gpu / run.measured_tokens_per_s_per_gpu - 1.0
 
 

@@ -17,7 +17,6 @@ import numpy as np
 from sim import comm, ops
 from sim.accounting import count_params
 from sim.costs import CostModel
-from sim.errors import ConfigError
 from sim.layout import Coords, Layout
 from sim.placement import distinct_ep_groups
 from sim.predict.memo import SimMemo, layer_sim_key
@@ -87,11 +86,9 @@ class Context:
             self.load = None
             self.factors = np.ones(1)
         else:
-            if plan.routing.startswith("collapse:") and int(plan.routing.split(":")[1]) < model.top_k:
-                raise ConfigError(f"plan: routing {plan.routing!r}: each token takes {model.top_k} distinct experts "
-                                  f"({model.name} top_k), more than the {plan.routing.split(':')[1]} it collapses onto")
             load = routed_load(plan.routing, model.n_routed_experts, plan.ep, plan.routing_seed,
-                               plan.expert_capacity_factor, plan.pad_to_capacity, plan.ep_rank_capacity_factor)
+                               plan.expert_capacity_factor, plan.pad_to_capacity, plan.ep_rank_capacity_factor,
+                               model.top_k)
             self.copies_scale = float(load.sum())
             factors = rank_load_factors(load, plan.ep)
             uniform = bool(np.allclose(load, load[0]))
