@@ -13,6 +13,7 @@ their targets.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from collections.abc import Callable
@@ -496,6 +497,13 @@ def _efa_summary() -> dict[str, dict[str, float]]:
     return {**summary(rows, lambda r: "all"), **summary(rows, lambda r: mbs[r.run_id])}
 
 
+@cache
+def _proxy_fit() -> Any:
+    from calibrate.proxy_fit import fit_proxy_normal
+
+    return fit_proxy_normal()
+
+
 def _efa_error(run_id: str) -> str:
     from studies.heldout import EFA_RUNS
 
@@ -685,7 +693,13 @@ FIGURES: list[Figure] = [
            lambda: _efa_error("aws-26.04.01-dsv3-256xb300-mbs4-nooverlap-uccl-ep")),
     Figure("EFA UCCL-EP DSV3 MBS4 overlap", "README.md", r"and \*\*([+-][\d.]+%)\*\* \(with the all-to-all overlap\)",
            lambda: _efa_error("aws-26.04.01-dsv3-256xb300-mbs4-overlap-uccl-ep")),
-    Figure("EFA runs mean", "README.md", r"\*\*([\d.]+%)\*\*\nover all 35\.",
+    Figure("UCCL-EP proxy hop fit", "README.md", r"kernel \((\d+ \+- \d+ us)\) and its RDMA share",
+           lambda: f"{_proxy_fit().fixed_s * 1e6:.0f} +- {_proxy_fit().fixed_sigma_s * 1e6:.0f} us"),
+    Figure("UCCL-EP proxy share fit", "README.md", r"RDMA share of the line \(([\d.]+ \+- [\d.]+)\)",
+           lambda: f"{_proxy_fit().rdma_fraction:.2f} +- {_proxy_fit().rdma_fraction_sigma:.2f}"),
+    Figure("UCCL-EP proxy fit residual", "README.md", r"within (\d+%) of each",
+           lambda: f"{math.ceil(_proxy_fit().max_abs_residual * 100):.0f}%"),
+    Figure("EFA runs mean", "README.md", r"\*\*([\d.]+%)\*\*\nover all 35 ",
            lambda: f"{_efa_summary()['all']['mean_abs'] * 100:.1f}%"),
     Figure("EFA MBS1 mean", "README.md", r"far too fast \(mean \|error\| \*\*([\d.]+%)\*\*\)",
            lambda: f"{_efa_summary()['1']['mean_abs'] * 100:.1f}%"),

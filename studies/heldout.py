@@ -482,7 +482,15 @@ def efa_markdown(path: Path = EFA_RUNS) -> list[str]:
              "(p5, 400 Gb/s EFA per GPU) with TP8, the three backends at EP16 and EP32, microbatch 4 and 1, overlap "
              "off and on (sources in the file). No "
              "fit reads them: EFA's costs are sourced only (`sim/comm/transport.py`: NCCL's all-to-all rate and "
-             "per-call cost from nccl-tests on p5, the CPU proxy's hop and RDMA share from UCCL-EP's benchmarks).",
+             "per-call cost from nccl-tests on p5, the CPU proxy's hop and RDMA share of a normal kernel fitted to "
+             "UCCL-EP's own p6-b200 benchmark by `calibrate.proxy_fit`, within 8% of its six kernel times). What the "
+             "DeepEP-API rows lack is not their kernels as benchmarked. Qwen3-30B at EP32 and microbatch 4 on p5 makes "
+             "1,536 dispatches and combines a step; NVSHMEM's step takes 8.0 s more than NCCL's and UCCL-EP's 17.3 s "
+             "more: were it all in the kernels, 6.7 and 12.8 ms a kernel, where the benchmark-fitted kernel takes "
+             "1.0 ms (NCCL's 1.5 ms). Where the layer passes are host-bound in the model "
+             "(eager Megatron on these hosts: the microbatch-1 rows) a longer kernel hides under the host's issue "
+             "(`host_issue`), unless the blocking syncs before each dispatch put host and GPU in series; that "
+             "serialization is not modelled.",
              "",
              f"{every['runs']:.0f} runs: mean |error| **{every['mean_abs'] * 100:.1f}%**, max "
              f"**{every['max_abs'] * 100:.1f}%**, mean signed {every['mean'] * 100:+.1f}%.", "",

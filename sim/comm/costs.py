@@ -125,17 +125,21 @@ class CommCosts:
     efa_a2a_call_s: float = 0.186e-3
     efa_a2a_per_peer_s: float = 4.15e-6
     # GPU-initiated EP kernels without IBGDA: a CPU proxy thread turns the kernel's requests into RDMA writes
-    # (UCCL-EP everywhere; DeepEP's NVSHMEM over libfabric on EFA). UCCL-EP's comparison
-    # (uccl-project/uccl ep/docs/deepep-efa-comparison-zh.md @e7cd649): B200 + 400G EFA low-latency dispatch
-    # 228 us / combine 318 us against DeepEP's IBGDA 118 / 195 us on H800 (same 128-token EP16 case): the proxy
-    # hop adds 110 / 123 us, mean 116 us per kernel. The kernels' NVLink rates and SM limits stay DeepEP's.
-    proxy_overhead_s: float = 116e-6
-    # Their RDMA rate through the proxy, as a share of the NIC line rate: UCCL-EP's normal-mode EP16 (2 nodes, 4096
-    # tokens, hidden 7168, top-8) on B200 + 400 Gb/s EFA moves 49.7 (dispatch) / 57.7 (combine) GB/s (same
-    # document) in DeepEP's logical RDMA bytes (every node a token reaches, its own included: 1.99 of 2 under
-    # uniform routing, as DeepEP's test counts them), i.e. 24.7 / 28.7 GB/s physical of the 50 GB/s line
-    # (DERIVED): mean 0.53, in place of DeepEP's IBGDA share (deepep_rdma_fraction, 0.88).
-    proxy_rdma_fraction: float = 0.53
+    # (UCCL-EP everywhere; DeepEP's NVSHMEM over libfabric on EFA). The kernels' NVLink rates and SM limits stay
+    # DeepEP's; the proxy adds a fixed hop per kernel and caps the RDMA rate. Low-latency kernels: UCCL-EP's
+    # comparison (uccl-project/uccl ep/docs/deepep-efa-comparison-zh.md @e7cd649): B200 + 400G EFA low-latency
+    # dispatch 228 us / combine 318 us against DeepEP's IBGDA 118 / 195 us on H800 (same 128-token EP16 case):
+    # the proxy hop adds 110 / 123 us, mean 116 us per kernel (DERIVED).
+    proxy_ll_s: float = 116e-6
+    # Normal (throughput) kernels: the fixed hop and the RDMA share of the NIC line rate, fitted jointly
+    # (calibrate.proxy_fit.fit_proxy_normal: log least squares, the simulator's own kernel model) to UCCL-EP's
+    # normal-kernel times on p6-b200 (uccl-project/uccl ep/README.md @021c2c0: 8 B200 + 8 x 400 Gb/s EFA per
+    # node, 4096 tokens, hidden 7168, top-8 of 288 experts, FP8 dispatch / BF16 combine, EP16 / 24 / 32:
+    # dispatch 1141 / 1637 / 2072 us, combine 1965 / 2887 / 3724 us): 402 +- 93 us per kernel and 0.80 +- 0.05
+    # of the line (DERIVED; largest residual 7.3%), in place of DeepEP's IBGDA share (deepep_rdma_fraction, 0.88).
+    # The former values (116 us and 0.53, read off the EP16 point alone) came out 27-34% slow at EP32.
+    proxy_normal_s: float = 402e-6
+    proxy_rdma_fraction: float = 0.80
     # DeepEP normal-mode kernels IN TRAINING, as mechanisms (:func:`sim.comm.deepep.in_training_s`); the
     # microbenchmark model above reproduces DeepEP's tables, these two numbers add what training adds.
     # (1) Barrier waits: notify_dispatch / cached_notify end in a barrier over the EP group, so a rank waits

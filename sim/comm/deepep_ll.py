@@ -32,7 +32,7 @@ def deepep_ll_alltoall(c: Case) -> AllToAllResult:
     n_exp, k = c.model.n_routed_experts, c.model.top_k
     flat, nvl, rdma = c.flat_matrix()
     spans = c.internode
-    proxy = proxy_s(cluster, costs, c.backend, internode=spans)
+    proxy = proxy_s(cluster, costs, c.backend, internode=spans, low_latency=True)
     cap = scaled_capacity(c.topo, costs, "deepep", proxied=proxy > 0)
     done, edge_bytes, _ = flows_from_matrix(c.topo, c.ranks, flat, cap, pxn=False)
     table = costs.deepep_ll_dispatch_s if phase == "dispatch" else costs.deepep_ll_combine_s

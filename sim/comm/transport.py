@@ -5,7 +5,8 @@ or AWS EFA (SRD over libfabric, no IBGDA; :attr:`sim.specs.FabricSpec.transport`
   fixed cost per call (:func:`nccl_a2a_latency_s`). On EFA both come from nccl-tests on p5
   (:class:`~sim.comm.costs.CommCosts` ``efa_a2a_*``).
 - GPU-initiated EP kernels (DeepEP's API) without IBGDA go through a CPU proxy thread: UCCL-EP always does,
-  DeepEP does on EFA (NVSHMEM's libfabric transport). :func:`proxy_s` is that hop's time per kernel.
+  DeepEP does on EFA (NVSHMEM's libfabric transport). :func:`proxy_s` is that hop's time per kernel (normal
+  kernels: fitted to UCCL-EP's benchmark by :mod:`calibrate.proxy_fit`; low-latency kernels apart).
 - Kernels that need IBGDA to leave a domain and have no proxy path (Hybrid-EP) cannot run across EFA:
   :func:`unsupported_reason`.
 
@@ -57,12 +58,14 @@ def nccl_a2a_latency_s(cluster: ClusterSpec, costs: CommCosts, ranks: int, *, in
     return costs.nccl_launch_s + costs.nccl_a2a_per_peer_s * peers
 
 
-def proxy_s(cluster: ClusterSpec, costs: CommCosts, backend: str, *, internode: bool) -> float:
-    """Seconds a CPU proxy hop adds to one EP kernel whose bytes leave the NVLink domain (0 inside one)."""
+def proxy_s(cluster: ClusterSpec, costs: CommCosts, backend: str, *, internode: bool,
+            low_latency: bool = False) -> float:
+    """Seconds a CPU proxy hop adds to one EP kernel whose bytes leave the NVLink domain (0 inside one): a
+    normal kernel's (``proxy_normal_s``) or, with ``low_latency``, a low-latency kernel's (``proxy_ll_s``)."""
     if not internode:
         return 0.0
     if backend in _ALWAYS_PROXIED or (backend in _PROXIED_WITHOUT_IBGDA and is_efa(cluster)):
-        return costs.proxy_overhead_s
+        return costs.proxy_ll_s if low_latency else costs.proxy_normal_s
     return 0.0
 
 

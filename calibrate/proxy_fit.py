@@ -1,0 +1,96 @@
+"""The CPU proxy hop of DeepEP-API normal kernels without IBGDA, fitted to UCCL-EP's own benchmark.
+
+UCCL-EP (and DeepEP over NVSHMEM's libfabric transport on EFA) reach the network through a CPU proxy thread
+(:mod:`sim.comm.transport`). Its normal (throughput) kernels cost a fixed time per kernel and move their RDMA
+bytes at a share of the NIC's line rate: ``CommCosts.proxy_normal_s`` and ``CommCosts.proxy_rdma_fraction``.
+Both are fitted here, jointly, by least squares on the log of the kernel times that UCCL-EP's README publishes
+for its normal kernels on p6-b200 (8 B200 and 8 x 400 Gb/s EFA per node; DeepSeek-V3 pretraining setting:
+4,096 tokens per rank, hidden 7,168, top-8 of 288 experts, FP8 dispatch, BF16 combine) at EP16, EP24 and EP32,
+each point predicted by the simulator's own kernel model (:func:`sim.comm.moe_alltoall`, ``uccl-ep``): the
+node-deduplicated traffic over the topology plus the fixed hop. Three EP degrees put a token on 2, 3 and 4
+nodes, which is what separates the fixed part from the rate.
+
+The README's p5en table (H200, two 200 Gb/s EFA NICs per GPU) is not fitted: its dispatch agrees with
+p6-b200's, but its combine takes 4.9-6.4 ms where p6-b200's takes 2.0-3.7 ms, falling as EP grows: a
+per-connection limit of that platform that one table does not identify (:data:`P5EN_NORMAL_US`, for tests).
+
+>>> fit = fit_proxy_normal()
+>>> round(fit.fixed_s * 1e6), round(fit.rdma_fraction, 2), fit.max_abs_residual < 0.1
+(402, 0.8, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from sim.catalog import load_cluster, load_model
+from sim.comm import FP8_WITH_SCALES_BYTES_PER_ELEM, CommCosts, moe_alltoall
+from sim.specs import ModelSpec
+
+__all__ = ["P5EN_NORMAL_US", "P6_B200_NORMAL_US", "ProxyFit", "benchmark_model", "fit_proxy_normal",
+           "normal_kernel_s"]
+
+#: uccl-project/uccl ep/README.md @021c2c0, "Normal kernels with NVLink and RDMA forwarding", On p6-b200:
+#: EP -> (dispatch, combine) microseconds per kernel.
+P6_B200_NORMAL_US: dict[int, tuple[float, float]] = {16: (1141.0, 1965.0), 24: (1637.0, 2887.0), 32: (2072.0, 3724.0)}
+#: The same README, On p5en (8 H200, 16 x 200 Gb/s EFA per node): not fitted (module docstring).
+P5EN_NORMAL_US: dict[int, tuple[float, float]] = {16: (1196.0, 6379.0), 24: (1633.0, 6365.0), 32: (2022.0, 4899.0)}
+
+_TOKENS = 4096
+_EXPERTS = 288
+_SMS = 24  # UCCL-EP's test_internode.py default (Buffer.num_sms), as DeepEP's
+_PHASES = (("dispatch", FP8_WITH_SCALES_BYTES_PER_ELEM), ("combine", 2.0))
+
+
+@dataclass(frozen=True)
+class ProxyFit:
+    """The fitted hop: seconds per kernel, RDMA share of the line rate, their 1-sigma, the residuals."""
+
+    fixed_s: float
+    rdma_fraction: float
+    fixed_sigma_s: float
+    rdma_fraction_sigma: float
+    residuals: tuple[float, ...]
+
+    @property
+    def max_abs_residual(self) -> float:
+        """The largest |predicted / measured - 1| over the fitted points."""
+        return max(abs(r) for r in self.residuals)
+
+
+def benchmark_model() -> ModelSpec:
+    """DeepSeek-V3 with the benchmark's 288 experts (its hidden size and top-8 are the model's)."""
+    return dataclasses.replace(load_model("deepseek-v3-671b"), n_routed_experts=_EXPERTS)
+
+
+def normal_kernel_s(cluster_name: str, ep: int, phase: str, costs: CommCosts) -> float:
+    """Seconds of one UCCL-EP normal ``phase`` kernel at ``ep`` ranks on ``cluster_name``, as the simulator
+    times the benchmark's case."""
+    bytes_per_elem = dict(_PHASES)[phase]
+    result = moe_alltoall(load_cluster(cluster_name, n_gpus=ep), range(ep), _TOKENS, benchmark_model(), "uccl-ep",
+                          phase, costs, bytes_per_elem=bytes_per_elem, num_sms=_SMS)
+    return float(result.time_s.max())
+
+
+def _log_residuals(x: np.ndarray, base: CommCosts) -> np.ndarray:
+    costs = dataclasses.replace(base, proxy_normal_s=float(x[0]) * 1e-6, proxy_rdma_fraction=float(x[1]))
+    out = [np.log(normal_kernel_s("p6-b200", ep, phase, costs) / (us * 1e-6))
+           for ep, times in sorted(P6_B200_NORMAL_US.items()) for (phase, _), us in zip(_PHASES, times)]
+    return np.array(out)
+
+
+def fit_proxy_normal(base: CommCosts | None = None) -> ProxyFit:
+    """Least squares of the hop's two parameters on :data:`P6_B200_NORMAL_US` (sigma from the Jacobian and the
+    residual variance, 6 points less 2 parameters)."""
+    base = base or CommCosts.default()
+    res = least_squares(_log_residuals, [300.0, 0.7], args=(base,), bounds=([0.0, 0.2], [5000.0, 1.0]),
+                        diff_step=1e-3)
+    dof = max(res.fun.size - res.x.size, 1)
+    cov = np.linalg.pinv(res.jac.T @ res.jac) * float(res.fun @ res.fun) / dof
+    sigma = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    return ProxyFit(fixed_s=float(res.x[0]) * 1e-6, rdma_fraction=float(res.x[1]), fixed_sigma_s=float(sigma[0]) * 1e-6,
+                    rdma_fraction_sigma=float(sigma[1]), residuals=tuple(float(np.expm1(r)) for r in res.fun))
