@@ -23,6 +23,11 @@ The couplings between concurrent work are simulated, not formulas:
 - **Host stalls**: a ``host_sync`` task stalls its stream for its duration once its dependencies are done,
   and nothing added to the rank after it may start before it ends (the CPU cannot enqueue past a blocking
   copy, so the GPU idles until the CPU has launched work again).
+- **Host issue**: where tasks carry ``issue_s`` (the host seconds to launch them), one host per rank issues
+  the rank's tasks in the order they were added, ``issue_s`` each, and waits at each ``host_sync`` task until
+  it ends. A task (a merged run of kernels) starts no earlier than its first kernel is issued and ends no
+  earlier than its last: it starts at least ``issue_s - duration`` after the host reached it. The GPU's wait
+  is logged on the rank's ``host`` stream as ``host.issue``.
 
 Exact timelines (all times in seconds):
 
@@ -44,7 +49,10 @@ from typing import Any, NamedTuple
 
 import simpy
 
-__all__ = ["Task", "Record", "Engine", "max_min_fair"]
+__all__ = ["HOST_ISSUE", "Task", "Record", "Engine", "max_min_fair"]
+
+#: the name of the records of a GPU stream waiting for the host to issue its next task (on the ``host`` stream)
+HOST_ISSUE = "host.issue"
 
 _EPS = 1e-15
 
@@ -70,6 +78,7 @@ class Task:
     link: Hashable | None = None
     nbytes: float = 0.0
     max_rate: float = math.inf
+    issue_s: float = 0.0
 
 
 class Record(NamedTuple):
@@ -111,6 +120,7 @@ class _Rank:
     compute_proc: Any = None
     computing: bool = False
     last_sync: int | None = None
+    order: list[int] = field(default_factory=list)
 
 
 class _Flow:
@@ -156,6 +166,9 @@ class Engine:
         self._flows: dict[tuple[Hashable, Hashable], list[_Flow]] = {}
         self.log: list[Record] = []
         self._end: dict[int, float] = {}
+        self._host_model = False
+        self._reached: list[simpy.Event] = []
+        self._ready: dict[int, simpy.Event] = {}
 
     def add(self, rank: Hashable, task: Task) -> int:
         """Queue ``task`` on ``rank``; returns its handle for later ``deps``."""
@@ -176,7 +189,13 @@ class Engine:
         self._deps.append(deps)
         self._owner.append(rank)
         self._done.append(self.env.event())
+        self._reached.append(self.env.event())
         state.streams.setdefault(task.stream, []).append(handle)
+        state.order.append(handle)
+        if task.issue_s < 0:
+            raise ValueError(f"task {task.name!r}: issue_s must be >= 0, got {task.issue_s}")
+        if task.issue_s > 0:
+            self._host_model = True
         if task.collective is not None:
             coll = self._colls.get(task.collective)
             if coll is None:
@@ -189,6 +208,8 @@ class Engine:
     def run(self) -> float:
         """Simulate every stream to completion; returns the makespan."""
         for rank, state in self._ranks.items():
+            if self._host_model:
+                self.env.process(self._host(state))
             for stream, handles in state.streams.items():
                 proc = self.env.process(self._stream(rank, state, handles))
                 if stream == "compute":
@@ -214,6 +235,33 @@ class Engine:
         return self._end[handle]
 
     # --- processes ------------------------------------------------------------------------------
+    def _host(self, state: _Rank):  # type: ignore[no-untyped-def]
+        """The rank's host: issues its tasks in the order they were added and waits at each blocking sync."""
+        env = self.env
+        for h in state.order:
+            task = self._tasks[h]
+            lead = task.issue_s - task.duration
+            if lead > 0:
+                self._ready[h] = env.timeout(lead)
+            self._reached[h].succeed()
+            if task.issue_s > 0:
+                yield env.timeout(task.issue_s)
+            if task.host_sync:
+                yield self._done[h]
+
+    def _issued(self, rank: Hashable, h: int):  # type: ignore[no-untyped-def]
+        """Wait until the host has issued enough of task ``h`` for it to start; log the GPU's wait."""
+        env = self.env
+        t0 = env.now
+        if not self._reached[h].processed:
+            yield self._reached[h]
+        ready = self._ready.get(h)
+        if ready is not None and not ready.processed:
+            yield ready
+        if env.now > t0:
+            task = self._tasks[h]
+            self.log.append(Record(rank, HOST_ISSUE, "host", task.phase, t0, env.now, h))
+
     def _stream(self, rank: Hashable, state: _Rank, handles: Sequence[int]):  # type: ignore[no-untyped-def]
         env = self.env
         for h in handles:
@@ -223,6 +271,8 @@ class Engine:
                 yield deps[0]
             elif deps:
                 yield env.all_of(deps)
+            if self._host_model:
+                yield from self._issued(rank, h)
             holds = task.sms > 0 and self.sm_sharing
             if holds:
                 self._hold(state, task.sms)

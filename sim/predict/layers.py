@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from sim import ops
-from sim.engine import Engine, Record, Task
+from sim.engine import HOST_ISSUE, Engine, Record, Task
 from sim.joint import issues_eagerly
 from sim.predict.timing import NIC, Context, is_a2a
 from sim.workload import OpSpec
@@ -49,9 +49,10 @@ EXPOSED_KIND = {
     ops.CP_ALL_TO_ALL: "comm.cp",
     ops.FSDP_ALL_GATHER: "comm.fsdp",
     ops.FSDP_REDUCE_SCATTER: "comm.fsdp",
+    HOST_ISSUE: "host_issue",
 }
 #: when several exposed things overlap, the earlier category takes the time (the sum stays the span).
-_PRIORITY = ("host_sync", "comm.a2a", "comm.a2a_count_exchange", "comm.tp", "comm.cp", "comm.fsdp", "comm.other")
+_PRIORITY = ("host_sync", "host_issue", "comm.a2a", "comm.a2a_count_exchange", "comm.tp", "comm.cp", "comm.fsdp", "comm.other")
 
 
 @dataclass
@@ -198,6 +199,7 @@ class _Builder:
         run: list[int] = []
         times = self.ctx.node_times(layer, self.cls, self.overlapped)
         eng, rank = self.eng, self.rank
+        per_op = serial_issue_s(self.ctx)
 
         def dep_handles(i: int) -> list[int]:
             out: list[int] = []
@@ -215,7 +217,8 @@ class _Builder:
                     if h not in deps:
                         deps.append(h)
             h = eng.add(rank, Task(parts[0][0], "compute", sum(x[2] for x in parts), tuple(deps),
-                                   phase=parts[0][1], args={"parts": parts}))
+                                   phase=parts[0][1], args={"parts": parts},
+                                   issue_s=per_op * sum(1 for i in run if not nodes[i].op.graphed)))
             for i in run:
                 handles[i] = h
             run.clear()
@@ -234,7 +237,8 @@ class _Builder:
                             sms=t.sms if op.kind == "comm" else 0,
                             collective=coll, host_sync=op.kind == "host_sync", phase=node.phase,
                             link=NIC if flow else None, nbytes=flow.nbytes if flow else 0.0,
-                            max_rate=flow.max_rate if flow else float("inf"))
+                            max_rate=flow.max_rate if flow else float("inf"),
+                            issue_s=per_op if op.kind == "comm" and not op.graphed else 0.0)
                 handles[i] = eng.add(rank, task)
             else:
                 # a run is a pure chain: a node that waits on anything outside the run starts a new one (so
@@ -324,6 +328,14 @@ def host_issue_s(ctx: Context, node_lists: Sequence[Sequence[Node]]) -> float:
     if per_op <= 0 or not issues_eagerly(ctx.stack, ctx.plan):
         return 0.0
     return per_op * sum(1 for nodes in node_lists for n in nodes if n.op.kind != "host_sync" and not n.op.graphed)
+
+
+def serial_issue_s(ctx: Context) -> float:
+    """Host seconds per eagerly issued op that the engine's host issues in order and holds at each blocking sync
+    (``StackProfile.host_serial_syncs``; 0: no host in the engine, the layer-level :func:`host_floor` instead)."""
+    if not ctx.stack.host_serial_syncs or not issues_eagerly(ctx.stack, ctx.plan):
+        return 0.0
+    return max(ctx.stack.host_op_s, 0.0)
 
 
 def host_floor(ctx: Context, result: SimResult, node_lists: Sequence[Sequence[Node]]) -> SimResult:
@@ -510,6 +522,8 @@ def summarize(eng: Engine) -> SimResult:
             for name, _ph, d in parts or [(r.name, r.phase, r.end - r.start)]:
                 share = (r.end - r.start) * (d / total if total else 1.0)
                 compute["compute." + ops.op_class(name)] += share
+        elif r.name == HOST_ISSUE:
+            other_iv.append((r.start, r.end, EXPOSED_KIND[HOST_ISSUE]))
         else:
             kind = EXPOSED_KIND.get(r.name, "comm.other")
             other_iv.append((r.start, r.end, kind))
@@ -518,6 +532,7 @@ def summarize(eng: Engine) -> SimResult:
             if r.stream == "comm":
                 comm_total += r.end - r.start
     exposed, hidden = _sweep(makespan, comp_iv, other_iv)
+    hidden.pop(EXPOSED_KIND[HOST_ISSUE], None)  # a stream waiting for the host under compute hides no communication
     return SimResult(makespan, dict(compute), exposed, hidden, records, comm_total, comm_ops=comm_ops)
 
 

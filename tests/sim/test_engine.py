@@ -200,3 +200,38 @@ def test_fb_pair_sm_sharing_slows_the_overlapped_compute():
     off = _fb_pair(1.0, sms=20)
     off.sm_sharing = False
     assert off.run() == 8.0
+
+
+def test_host_issue_bounds_a_run_by_the_time_to_issue_it():
+    """A run of kernels taking 2 s on the GPU whose launches take the host 10 s ends when its last kernel is
+    issued: it starts 10 - 2 = 8 s after the host reaches it (the GPU's wait logged as host.issue)."""
+    eng = Engine(num_sms=10)
+    eng.add(0, Task("run", "compute", 2.0, issue_s=10.0))
+    assert eng.run() == 10.0
+    assert eng.timeline(0) == [("host.issue", 0.0, 8.0), ("run", 8.0, 10.0)]
+
+
+def test_a_blocking_sync_puts_host_and_gpu_in_series():
+    """A GPU-heavy run (GPU 5, host 1), a blocking sync, a host-heavy run (GPU 1, host 5): the host cannot issue the
+    second run before the sync ends at 5, so the step takes 5 + 5 = 10, not max(6, 6) = 6 (closed form)."""
+    eng = Engine(num_sms=10)
+    a = eng.add(0, Task("A", "compute", 5.0, issue_s=1.0))
+    s = eng.add(0, Task("sync", "compute", 0.0, deps=(a,), host_sync=True))
+    eng.add(0, Task("B", "compute", 1.0, deps=(s,), issue_s=5.0))
+    assert eng.run() == 10.0
+    assert eng.timeline(0) == [("A", 0.0, 5.0), ("sync", 5.0, 5.0), ("host.issue", 5.0, 9.0), ("B", 9.0, 10.0)]
+    # without the sync the host runs ahead: the GPU waits only for B's issue to catch up (host 6, GPU 6)
+    free = Engine(num_sms=10)
+    a = free.add(0, Task("A", "compute", 5.0, issue_s=1.0))
+    free.add(0, Task("B", "compute", 1.0, deps=(a,), issue_s=5.0))
+    assert free.run() == 6.0
+
+
+def test_tasks_without_issue_time_keep_the_engine_as_before():
+    eng = Engine(num_sms=100)
+    a = eng.add(0, Task("gemm", "compute", 1.0))
+    eng.add(0, Task("a2a", "comm", 2.0, deps=(a,)))
+    assert eng.run() == 3.0
+    assert all(name != "host.issue" for name, *_ in eng.timeline(0))
+    with pytest.raises(ValueError, match="issue_s"):
+        eng.add(0, Task("bad", "compute", 1.0, issue_s=-1.0))
