@@ -12,7 +12,8 @@ nodes, which is what separates the fixed part from the rate.
 
 The README's p5en table (H200, two 200 Gb/s EFA NICs per GPU) is not fitted: its dispatch agrees with
 p6-b200's, but its combine takes 4.9-6.4 ms where p6-b200's takes 2.0-3.7 ms, falling as EP grows: a
-per-connection limit of that platform that one table does not identify (:data:`P5EN_NORMAL_US`, for tests).
+per-connection limit of that platform that one table does not identify (:data:`P5EN_NORMAL_US`: its dispatch checks
+the fit on a platform it never saw, within 8%; its combine is a strict xfail in ``tests/sim/test_efa_transport.py``).
 
 >>> fit = fit_proxy_normal()
 >>> round(fit.fixed_s * 1e6), round(fit.rdma_fraction, 2), fit.max_abs_residual < 0.1
