@@ -15,6 +15,8 @@ p6-b200's, but its combine takes 4.9-6.4 ms where p6-b200's takes 2.0-3.7 ms, fa
 per-connection limit of that platform that one table does not identify (:data:`P5EN_NORMAL_US`: its dispatch checks
 the fit on a platform it never saw, within 8%; its combine is a strict xfail in ``tests/sim/test_efa_transport.py``).
 
+``python -m calibrate.proxy_fit`` prints the fit and every point against the model (:func:`report`).
+
 >>> fit = fit_proxy_normal()
 >>> round(fit.fixed_s * 1e6), round(fit.rdma_fraction, 2), fit.max_abs_residual < 0.1
 (402, 0.8, True)
@@ -33,7 +35,7 @@ from sim.comm import FP8_WITH_SCALES_BYTES_PER_ELEM, CommCosts, moe_alltoall
 from sim.specs import ModelSpec
 
 __all__ = ["P5EN_NORMAL_US", "P6_B200_NORMAL_US", "ProxyFit", "benchmark_model", "fit_proxy_normal",
-           "normal_kernel_s"]
+           "normal_kernel_s", "report"]
 
 #: uccl-project/uccl ep/README.md @021c2c0, "Normal kernels with NVLink and RDMA forwarding", On p6-b200:
 #: EP -> (dispatch, combine) microseconds per kernel.
@@ -95,3 +97,23 @@ def fit_proxy_normal(base: CommCosts | None = None) -> ProxyFit:
     sigma = np.sqrt(np.clip(np.diag(cov), 0.0, None))
     return ProxyFit(fixed_s=float(res.x[0]) * 1e-6, rdma_fraction=float(res.x[1]), fixed_sigma_s=float(sigma[0]) * 1e-6,
                     rdma_fraction_sigma=float(sigma[1]), residuals=tuple(float(np.expm1(r)) for r in res.fun))
+
+
+def report(fit: ProxyFit | None = None) -> str:
+    """The fit as text: the two parameters with their sigma, then each benchmark point against the model."""
+    fit = fit or fit_proxy_normal()
+    costs = dataclasses.replace(CommCosts.default(), proxy_normal_s=fit.fixed_s, proxy_rdma_fraction=fit.rdma_fraction)
+    lines = [f"proxy hop per normal kernel: {fit.fixed_s * 1e6:.0f} +- {fit.fixed_sigma_s * 1e6:.0f} us",
+             f"RDMA share of the NIC line through the proxy: {fit.rdma_fraction:.3f} +- {fit.rdma_fraction_sigma:.3f}",
+             "", f"{'platform':10s} {'EP':>3s} {'phase':9s} {'measured us':>12s} {'model us':>9s} {'error':>7s}"]
+    for name, table, fitted in (("p6-b200", P6_B200_NORMAL_US, True), ("p5en-h200", P5EN_NORMAL_US, False)):
+        for ep, times in sorted(table.items()):
+            for (phase, _), us in zip(_PHASES, times):
+                model_us = normal_kernel_s(name, ep, phase, costs) * 1e6
+                tag = "" if fitted else "  (not fitted)"
+                lines.append(f"{name:10s} {ep:3d} {phase:9s} {us:12.0f} {model_us:9.0f} {model_us / us - 1:+7.1%}{tag}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(report())
