@@ -25,6 +25,7 @@ the fit on a platform it never saw, within 8%; its combine is a strict xfail in 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,14 +35,23 @@ from sim.catalog import load_cluster, load_model
 from sim.comm import FP8_WITH_SCALES_BYTES_PER_ELEM, CommCosts, moe_alltoall
 from sim.specs import ModelSpec
 
-__all__ = ["P5EN_NORMAL_US", "P6_B200_NORMAL_US", "ProxyFit", "benchmark_model", "fit_proxy_normal",
-           "normal_kernel_s", "report"]
+__all__ = ["P5EN_NORMAL_US", "P5_NORMAL_LOGICAL_GBPS", "P6_B200_NORMAL_US", "ProxyFit", "benchmark_model",
+           "fit_proxy_normal", "logical_rdma_bytes", "normal_kernel_s", "p5_rows", "report"]
 
 #: uccl-project/uccl ep/README.md @021c2c0, "Normal kernels with NVLink and RDMA forwarding", On p6-b200:
 #: EP -> (dispatch, combine) microseconds per kernel.
 P6_B200_NORMAL_US: dict[int, tuple[float, float]] = {16: (1141.0, 1965.0), 24: (1637.0, 2887.0), 32: (2072.0, 3724.0)}
 #: The same README, On p5en (8 H200, 16 x 200 Gb/s EFA per node): not fitted (module docstring).
 P5EN_NORMAL_US: dict[int, tuple[float, float]] = {16: (1196.0, 6379.0), 24: (1633.0, 6365.0), 32: (2022.0, 4899.0)}
+
+#: awslabs/awsome-distributed-ai micro-benchmarks/expert-parallelism/ep-backend-comparison/RESULTS-p5.md @46793a8
+#: (p5.48xlarge: 8 H100 and 32 x 100 Gb/s EFA per node; 4,096 tokens, hidden 7,168, top-8 of 256 experts, BF16):
+#: (ranks, backend) -> (dispatch, combine) "RDMA" GB/s as DeepEP's test prints them (logical bytes: every node a token
+#: reaches, its own included). Not fitted: a check of the proxy model on another platform and, for ``deepep``, on
+#: NVSHMEM's proxy rather than UCCL-EP's (:func:`p5_rows`).
+P5_NORMAL_LOGICAL_GBPS: dict[tuple[int, str], tuple[float, float]] = {
+    (32, "deepep"): (43.7, 46.1), (32, "uccl-ep"): (38.2, 30.2),
+    (64, "deepep"): (39.6, 39.2), (64, "uccl-ep"): (29.9, 26.7)}
 
 _TOKENS = 4096
 _EXPERTS = 288
@@ -79,6 +89,31 @@ def normal_kernel_s(cluster_name: str, ep: int, phase: str, costs: CommCosts) ->
     return float(result.time_s.max())
 
 
+def logical_rdma_bytes(ranks: int, experts: int, tokens: int = _TOKENS, hidden: int = 7168, top_k: int = 8,
+                       ranks_per_node: int = 8, bytes_per_elem: float = 2.0) -> float:
+    """DeepEP's test's logical RDMA bytes of one rank's kernel: each token counted once per node it reaches (its own
+    included) under uniform top-k routing over ``experts`` spread evenly over the nodes."""
+    nodes = ranks // ranks_per_node
+    per_node = experts // nodes
+    miss = math.comb(experts - per_node, top_k) / math.comb(experts, top_k)
+    return tokens * nodes * (1.0 - miss) * hidden * bytes_per_elem
+
+
+def p5_rows(costs: CommCosts | None = None) -> list[tuple[int, str, str, float, float]]:
+    """(ranks, backend, phase, measured GB/s, model GB/s) for :data:`P5_NORMAL_LOGICAL_GBPS`, the model's kernel timed
+    on ``p5-h100`` at the benchmark's case and put in the same logical GB/s."""
+    costs = costs or CommCosts.default()
+    model = load_model("deepseek-v3-671b")
+    out = []
+    for (ranks, backend), measured in sorted(P5_NORMAL_LOGICAL_GBPS.items()):
+        logical = logical_rdma_bytes(ranks, model.n_routed_experts)
+        for phase, gbps in zip(("dispatch", "combine"), measured):
+            result = moe_alltoall(load_cluster("p5-h100", n_gpus=ranks), range(ranks), _TOKENS, model, backend, phase,
+                                  costs, bytes_per_elem=2.0, num_sms=_SMS)
+            out.append((ranks, backend, phase, gbps, logical / float(result.time_s.max()) / 1e9))
+    return out
+
+
 def _log_residuals(x: np.ndarray, base: CommCosts) -> np.ndarray:
     costs = dataclasses.replace(base, proxy_normal_s=float(x[0]) * 1e-6, proxy_rdma_fraction=float(x[1]))
     out = [np.log(normal_kernel_s("p6-b200", ep, phase, costs) / (us * 1e-6))
@@ -112,6 +147,10 @@ def report(fit: ProxyFit | None = None) -> str:
                 model_us = normal_kernel_s(name, ep, phase, costs) * 1e6
                 tag = "" if fitted else "  (not fitted)"
                 lines.append(f"{name:10s} {ep:3d} {phase:9s} {us:12.0f} {model_us:9.0f} {model_us / us - 1:+7.1%}{tag}")
+    lines += ["", "p5-h100 (AWS ep-backend-comparison, not fitted): logical RDMA GB/s as DeepEP's test prints them",
+              f"{'ranks':>5s} {'backend':8s} {'phase':9s} {'measured':>9s} {'model':>7s} {'error':>7s}"]
+    for ranks, backend, phase, measured, model_gbps in p5_rows(costs):
+        lines.append(f"{ranks:5d} {backend:8s} {phase:9s} {measured:9.1f} {model_gbps:7.1f} {model_gbps / measured - 1:+7.1%}")
     return "\n".join(lines)
 
 
