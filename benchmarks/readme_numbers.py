@@ -504,6 +504,27 @@ def _proxy_fit() -> Any:
     return fit_proxy_normal()
 
 
+@cache
+def _gin_fit() -> Any:
+    from calibrate.proxy_fit import fit_gin_efa_share
+
+    return fit_gin_efa_share()
+
+
+def _campaign_check() -> float:
+    from calibrate.proxy_fit import (
+        B200_CAMPAIGN_BACKENDS,
+        B200_CAMPAIGN_US,
+        campaign_kernel_s,
+    )
+    from sim.comm import CommCosts
+
+    errors = [abs(campaign_kernel_s(*key, backend, CommCosts.default()) / (times[i] * 1e-6) - 1)
+              for key, times in B200_CAMPAIGN_US.items() for i, backend in enumerate(B200_CAMPAIGN_BACKENDS)
+              if backend != "deepep-v2"]
+    return max(errors)
+
+
 def _efa_error(run_id: str) -> str:
     from studies.heldout import EFA_RUNS
 
@@ -699,6 +720,10 @@ FIGURES: list[Figure] = [
            lambda: f"{_proxy_fit().rdma_fraction:.2f} +- {_proxy_fit().rdma_fraction_sigma:.2f}"),
     Figure("UCCL-EP proxy fit residual", "README.md", r"within (\d+%) of each",
            lambda: f"{math.ceil(_proxy_fit().max_abs_residual * 100):.0f}%"),
+    Figure("DeepEP v2 GIN share on EFA", "README.md", r"where it reaches\n([\d.]+ \+- [\d.]+) of the line",
+           lambda: f"{_gin_fit().fraction:.2f} +- {_gin_fit().sigma:.2f}"),
+    Figure("AWS campaign proxy check", "README.md", r"come out within (\d+%) of the proxy model",
+           lambda: f"{math.ceil(_campaign_check() * 100):.0f}%"),
     Figure("EFA runs mean", "README.md", r"\*\*([\d.]+%)\*\*\nover all 35 ",
            lambda: f"{_efa_summary()['all']['mean_abs'] * 100:.1f}%"),
     Figure("EFA MBS1 mean", "README.md", r"far too fast \(mean \|error\| \*\*([\d.]+%)\*\*\)",

@@ -15,6 +15,10 @@ p6-b200's, but its combine takes 4.9-6.4 ms where p6-b200's takes 2.0-3.7 ms, fa
 per-connection limit of that platform that one table does not identify (:data:`P5EN_NORMAL_US`: its dispatch checks
 the fit on a platform it never saw, within 8%; its combine is a strict xfail in ``tests/sim/test_efa_transport.py``).
 
+DeepEP v2 over NCCL GIN needs no proxy on EFA (NCCL 2.31's GPU-initiated GDAKI path) but reaches a smaller share of
+the line than IBGDA on InfiniBand: ``CommCosts.gin_efa_rdma_fraction``, fitted the same way to AWS's direct EP
+campaign on p6-b200 (:func:`fit_gin_efa_share`), whose UCCL-EP and DeepEP v1 columns check the proxy fit.
+
 ``python -m calibrate.proxy_fit`` prints the fit and every point against the model (:func:`report`).
 
 >>> fit = fit_proxy_normal()
@@ -35,8 +39,9 @@ from sim.catalog import load_cluster, load_model
 from sim.comm import FP8_WITH_SCALES_BYTES_PER_ELEM, CommCosts, moe_alltoall
 from sim.specs import ModelSpec
 
-__all__ = ["P5EN_NORMAL_US", "P5_NORMAL_LOGICAL_GBPS", "P6_B200_NORMAL_US", "ProxyFit", "benchmark_model",
-           "fit_proxy_normal", "logical_rdma_bytes", "normal_kernel_s", "p5_rows", "report"]
+__all__ = ["B200_CAMPAIGN_BACKENDS", "B200_CAMPAIGN_US", "P5EN_NORMAL_US", "P5_NORMAL_LOGICAL_GBPS", "P6_B200_NORMAL_US",
+           "ProxyFit", "ShareFit", "benchmark_model", "campaign_kernel_s", "fit_gin_efa_share", "fit_proxy_normal",
+           "logical_rdma_bytes", "normal_kernel_s", "p5_rows", "report"]
 
 #: uccl-project/uccl ep/README.md @021c2c0, "Normal kernels with NVLink and RDMA forwarding", On p6-b200:
 #: EP -> (dispatch, combine) microseconds per kernel.
@@ -52,6 +57,17 @@ P5EN_NORMAL_US: dict[int, tuple[float, float]] = {16: (1196.0, 6379.0), 24: (163
 P5_NORMAL_LOGICAL_GBPS: dict[tuple[int, str], tuple[float, float]] = {
     (32, "deepep"): (43.7, 46.1), (32, "uccl-ep"): (38.2, 30.2),
     (64, "deepep"): (39.6, 39.2), (64, "uccl-ep"): (29.9, 26.7)}
+
+#: awslabs/awsome-distributed-ai micro-benchmarks/expert-parallelism/ep-backend-comparison/RESULTS-b200.md @46793a8
+#: (p6-b200, August 2026; 4,096 tokens, hidden 7,168, top-8 of 256 experts): (ranks, dtype, phase) -> microseconds of
+#: one prefill (normal) kernel for (UCCL-EP, DeepEP v1 over NVSHMEM, DeepEP v2 over NCCL GIN). The v2 column fits
+#: ``CommCosts.gin_efa_rdma_fraction`` (:func:`fit_gin_efa_share`); the other two check the proxy fit on a second
+#: campaign (UCCL-EP) and on NVSHMEM's proxy (DeepEP v1), which no fit reads.
+B200_CAMPAIGN_US: dict[tuple[int, str, str], tuple[float, float, float]] = {
+    (16, "fp8", "dispatch"): (1161.12, 1014.0, 864.688), (16, "bf16", "dispatch"): (1637.97, 1639.0, 1501.0),
+    (16, "bf16", "combine"): (2096.58, 1633.22, 1615.0), (32, "fp8", "dispatch"): (2229.95, 2369.0, 2041.0),
+    (32, "bf16", "dispatch"): (3852.97, 4125.0, 3753.0), (32, "bf16", "combine"): (3950.79, 4106.52, 3745.0)}
+B200_CAMPAIGN_BACKENDS = ("uccl-ep", "deepep", "deepep-v2")
 
 _TOKENS = 4096
 _EXPERTS = 288
@@ -114,6 +130,40 @@ def p5_rows(costs: CommCosts | None = None) -> list[tuple[int, str, str, float, 
     return out
 
 
+def campaign_kernel_s(ranks: int, dtype: str, phase: str, backend: str, costs: CommCosts) -> float:
+    """Seconds of one ``backend`` kernel in :data:`B200_CAMPAIGN_US`'s case on p6-b200, as the simulator times it."""
+    bytes_per_elem = FP8_WITH_SCALES_BYTES_PER_ELEM if dtype == "fp8" else 2.0
+    result = moe_alltoall(load_cluster("p6-b200", n_gpus=ranks), range(ranks), _TOKENS, load_model("deepseek-v3-671b"),
+                          backend, phase, costs, bytes_per_elem=bytes_per_elem, num_sms=_SMS)
+    return float(result.time_s.max())
+
+
+@dataclass(frozen=True)
+class ShareFit:
+    """One fitted RDMA share of the line, its 1-sigma, the residuals."""
+
+    fraction: float
+    sigma: float
+    residuals: tuple[float, ...]
+
+
+def fit_gin_efa_share(base: CommCosts | None = None) -> ShareFit:
+    """Least squares of ``gin_efa_rdma_fraction`` on the DeepEP v2 column of :data:`B200_CAMPAIGN_US`."""
+    base = base or CommCosts.default()
+    keys = sorted(B200_CAMPAIGN_US)
+    measured = np.array([B200_CAMPAIGN_US[k][2] * 1e-6 for k in keys])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        costs = dataclasses.replace(base, gin_efa_rdma_fraction=float(x[0]))
+        times = np.array([campaign_kernel_s(*k, "deepep-v2", costs) for k in keys])
+        return np.asarray(np.log(times / measured), dtype=float)
+
+    res = least_squares(residuals, [0.7], bounds=([0.1], [1.0]), diff_step=1e-3)
+    dof = max(res.fun.size - 1, 1)
+    sigma = float(np.sqrt(np.linalg.pinv(res.jac.T @ res.jac)[0, 0] * float(res.fun @ res.fun) / dof))
+    return ShareFit(float(res.x[0]), sigma, tuple(float(np.expm1(r)) for r in res.fun))
+
+
 def _log_residuals(x: np.ndarray, base: CommCosts) -> np.ndarray:
     costs = dataclasses.replace(base, proxy_normal_s=float(x[0]) * 1e-6, proxy_rdma_fraction=float(x[1]))
     out = [np.log(normal_kernel_s("p6-b200", ep, phase, costs) / (us * 1e-6))
@@ -147,6 +197,16 @@ def report(fit: ProxyFit | None = None) -> str:
                 model_us = normal_kernel_s(name, ep, phase, costs) * 1e6
                 tag = "" if fitted else "  (not fitted)"
                 lines.append(f"{name:10s} {ep:3d} {phase:9s} {us:12.0f} {model_us:9.0f} {model_us / us - 1:+7.1%}{tag}")
+    gin = fit_gin_efa_share()
+    lines += ["", f"DeepEP v2 (NCCL GIN) RDMA share of the line on EFA: {gin.fraction:.3f} +- {gin.sigma:.3f}",
+              "AWS's direct EP campaign on p6-b200 (August 2026): microseconds per kernel, measured / model (error);"
+              " only deepep-v2 is fitted"]
+    for key in sorted(B200_CAMPAIGN_US):
+        cells = []
+        for backend, us in zip(B200_CAMPAIGN_BACKENDS, B200_CAMPAIGN_US[key]):
+            model_us = campaign_kernel_s(*key, backend, CommCosts.default()) * 1e6
+            cells.append(f"{backend} {us:6.0f} / {model_us:6.0f} ({model_us / us - 1:+.1%})")
+        lines.append(f"{key[0]:3d} {key[1]:4s} {key[2]:8s}  " + "   ".join(cells))
     lines += ["", "p5-h100 (AWS ep-backend-comparison, not fitted): logical RDMA GB/s as DeepEP's test prints them",
               f"{'ranks':>5s} {'backend':8s} {'phase':9s} {'measured':>9s} {'model':>7s} {'error':>7s}"]
     for ranks, backend, phase, measured, model_gbps in p5_rows(costs):

@@ -140,6 +140,13 @@ class CommCosts:
     # The former values (116 us and 0.53, read off the EP16 point alone) came out 27-34% slow at EP32.
     proxy_normal_s: float = 402e-6
     proxy_rdma_fraction: float = 0.80
+    # DeepEP v2's GIN over EFA (NCCL 2.31's Libfabric_GDAKI GIN type: GPU-initiated, no proxy) reaches a smaller share of
+    # the NIC line than IBGDA on InfiniBand: fitted (calibrate.proxy_fit.fit_gin_efa_share: log least squares, the
+    # simulator's own deepep-v2 kernel) to AWS's direct EP campaign on p6-b200 (awslabs/awsome-distributed-ai
+    # micro-benchmarks/expert-parallelism/ep-backend-comparison/RESULTS-b200.md @46793a8: 4096 tokens, hidden 7168,
+    # top-8 of 256 experts; EP16 / EP32 FP8 dispatch 865 / 2041 us, BF16 dispatch 1501 / 3753 us, BF16 combine 1615 /
+    # 3745 us): 0.70 +- 0.01 of the line (DERIVED; residuals within 9%).
+    gin_efa_rdma_fraction: float = 0.70
     # DeepEP normal-mode kernels IN TRAINING, as mechanisms (:func:`sim.comm.deepep.in_training_s`); the
     # microbenchmark model above reproduces DeepEP's tables, these two numbers add what training adds.
     # (1) Barrier waits: notify_dispatch / cached_notify end in a barrier over the EP group, so a rank waits

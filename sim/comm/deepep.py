@@ -23,7 +23,7 @@ from sim.comm.fabric import (
     nic_bytes_of,
     scaled_capacity,
 )
-from sim.comm.transport import proxy_s
+from sim.comm.transport import proxy_s, rdma_share
 from sim.routing import part_hit_probabilities
 
 __all__ = ["DedupTraffic", "dedup_result", "dedup_traffic", "deepep_alltoall", "deepep_nvlink_bw", "deepep_v2_alltoall",
@@ -237,7 +237,8 @@ def _dedup_kernel(c: Case, nvlink_sm_bw: float, rdma_sm_bw: float) -> AllToAllRe
     costs = c.costs
     traffic = dedup_traffic(c)
     proxy = proxy_s(c.cluster, costs, c.backend, internode=traffic.n_domains > 1)
-    cap = scaled_capacity(c.topo, costs, "deepep", internode=traffic.n_domains > 1, proxied=proxy > 0)
+    cap = scaled_capacity(c.topo, costs, "deepep", internode=traffic.n_domains > 1,
+                          rdma_fraction=rdma_share(c.cluster, costs, c.backend, proxied=proxy > 0))
     done, edge_bytes, _ = flows_from_matrix(c.topo, c.ranks, traffic.nvl + traffic.rdma, cap, pxn=True)
     sm_time = np.maximum(traffic.nvl_work / nvlink_sm_bw, traffic.rdma_work / rdma_sm_bw)
     slowest = float(np.maximum(done, sm_time).max()) if c.tokens else 0.0

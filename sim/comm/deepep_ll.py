@@ -18,7 +18,7 @@ from sim.comm.fabric import (
     nvlink_fraction,
     scaled_capacity,
 )
-from sim.comm.transport import proxy_s
+from sim.comm.transport import proxy_s, rdma_share
 
 __all__ = ["deepep_ll_alltoall"]
 
@@ -33,7 +33,7 @@ def deepep_ll_alltoall(c: Case) -> AllToAllResult:
     flat, nvl, rdma = c.flat_matrix()
     spans = c.internode
     proxy = proxy_s(cluster, costs, c.backend, internode=spans, low_latency=True)
-    cap = scaled_capacity(c.topo, costs, "deepep", proxied=proxy > 0)
+    cap = scaled_capacity(c.topo, costs, "deepep", rdma_fraction=rdma_share(cluster, costs, c.backend, proxied=proxy > 0))
     done, edge_bytes, _ = flows_from_matrix(c.topo, c.ranks, flat, cap, pxn=False)
     table = costs.deepep_ll_dispatch_s if phase == "dispatch" else costs.deepep_ll_combine_s
     ref_bytes = costs.deepep_ll_ref_copy_bytes * (1.0 if phase == "dispatch" else 2.0)

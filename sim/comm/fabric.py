@@ -77,17 +77,18 @@ def nvlink_fraction(cluster: ClusterSpec, costs: CommCosts) -> float:
 
 
 def scaled_capacity(topo: nx.DiGraph, costs: CommCosts, kind: str, *, internode: bool = False,
-                    proxied: bool = False) -> np.ndarray:
+                    rdma_fraction: float | None = None) -> np.ndarray:
     """Each edge's achievable rate for ``kind``: ``nccl`` (NCCL's point-to-point rates), ``nccl_a2a`` (NCCL's
     all-to-all: its network edges at :func:`sim.comm.transport.nccl_a2a_net_share`) or DeepEP's (any other kind;
-    ``proxied``: its RDMA through a CPU proxy thread, ``CommCosts.proxy_rdma_fraction``)."""
+    ``rdma_fraction``: its network edges' share of the line, :func:`sim.comm.transport.rdma_share`; default
+    ``CommCosts.deepep_rdma_fraction``)."""
     cluster: ClusterSpec = topo.graph["cluster"]
     nvl = nvlink_fraction(cluster, costs)
     if kind in ("nccl", "nccl_a2a"):
         net = nccl_a2a_net_share(cluster, costs) if kind == "nccl_a2a" else costs.ib_fraction
         frac = {"nvlink": nvl, "pcie": costs.ib_fraction, "nic": net, "fabric": net}
     else:
-        rd = costs.proxy_rdma_fraction if proxied else costs.deepep_rdma_fraction
+        rd = costs.deepep_rdma_fraction if rdma_fraction is None else rdma_fraction
         nvl *= costs.deepep_internode_nvlink_fraction if internode else costs.deepep_nvlink_fraction
         frac = {"nvlink": nvl, "pcie": rd, "nic": rd, "fabric": rd}
     scale = np.array([frac[k] for k in EDGE_KINDS])

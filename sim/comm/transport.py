@@ -25,7 +25,7 @@ from __future__ import annotations
 from sim.comm.costs import CommCosts
 from sim.specs import ClusterSpec
 
-__all__ = ["is_efa", "nccl_a2a_latency_s", "nccl_a2a_net_share", "proxy_s", "unsupported_reason"]
+__all__ = ["is_efa", "nccl_a2a_latency_s", "nccl_a2a_net_share", "proxy_s", "rdma_share", "unsupported_reason"]
 
 #: backends whose kernels reach the network through a CPU proxy thread on every fabric
 _ALWAYS_PROXIED = ("uccl-ep",)
@@ -67,6 +67,17 @@ def proxy_s(cluster: ClusterSpec, costs: CommCosts, backend: str, *, internode: 
     if backend in _ALWAYS_PROXIED or (backend in _PROXIED_WITHOUT_IBGDA and is_efa(cluster)):
         return costs.proxy_ll_s if low_latency else costs.proxy_normal_s
     return 0.0
+
+
+def rdma_share(cluster: ClusterSpec, costs: CommCosts, backend: str, *, proxied: bool) -> float:
+    """The share of a NIC's line rate a DeepEP-API kernel's RDMA reaches: through a CPU proxy
+    (``proxy_rdma_fraction``), DeepEP v2's GIN over EFA (``gin_efa_rdma_fraction``), else GPU-initiated RDMA over
+    InfiniBand (``deepep_rdma_fraction``)."""
+    if proxied:
+        return costs.proxy_rdma_fraction
+    if backend == "deepep-v2" and is_efa(cluster):
+        return costs.gin_efa_rdma_fraction
+    return costs.deepep_rdma_fraction
 
 
 def unsupported_reason(cluster: ClusterSpec, backend: str, *, internode: bool) -> str | None:
