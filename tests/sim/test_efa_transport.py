@@ -158,11 +158,11 @@ def test_the_efa_runs_are_predicted_and_never_fitted() -> None:
     from studies.heldout import EFA_RUNS, efa_markdown
 
     runs = load_runs(EFA_RUNS)
-    assert len(runs) == 35 and {r.cluster for r in runs} == {"p6-b300", "p5-h100"}
+    assert len(runs) == 44 and {r.cluster for r in runs} == {"p6-b300", "p5-h100"}
     assert {r.plan["ep_backend"] for r in runs} == {"nccl", "deepep", "uccl-ep"}
     assert not [r for r in load_runs() if load_cluster(r.cluster).fabric.transport == "efa"]  # the fit reads none
     rows = [line for line in efa_markdown() if line.startswith("| aws-")]
-    assert len(rows) == 35
+    assert len(rows) == 44
 
 
 def test_the_efa_compare_example_runs_uccl_ep_against_nccl_with_the_measured_ratio() -> None:
