@@ -7,6 +7,8 @@ or AWS EFA (SRD over libfabric, no IBGDA; :attr:`sim.specs.FabricSpec.transport`
 - GPU-initiated EP kernels (DeepEP's API) without IBGDA go through a CPU proxy thread: UCCL-EP always does,
   DeepEP does on EFA (NVSHMEM's libfabric transport). :func:`proxy_s` is that hop's time per kernel (normal
   kernels: fitted to UCCL-EP's benchmark by :mod:`calibrate.proxy_fit`; low-latency kernels apart).
+- DeepEP v2's GIN kernels need no proxy on either fabric; over EFA their RDMA reaches a share of the line of its
+  own (fitted to AWS's EP campaign by :mod:`calibrate.proxy_fit`). :func:`rdma_share` gives each path's share.
 - Kernels that need IBGDA to leave a domain and have no proxy path (Hybrid-EP) cannot run across EFA:
   :func:`unsupported_reason`.
 
@@ -33,6 +35,9 @@ _ALWAYS_PROXIED = ("uccl-ep",)
 _PROXIED_WITHOUT_IBGDA = ("deepep", "deepep-ll")
 #: backends that need IBGDA across domains and have no proxy path
 _NEED_IBGDA = ("hybridep",)
+#: backends whose kernels reach the network through NCCL's GPU-initiated GIN (GDAKI on InfiniBand and, from NCCL
+#: 2.31, on EFA): no proxy, but on EFA a share of the line of their own
+_GIN = ("deepep-v2",)
 
 
 def is_efa(cluster: ClusterSpec) -> bool:
@@ -75,7 +80,7 @@ def rdma_share(cluster: ClusterSpec, costs: CommCosts, backend: str, *, proxied:
     InfiniBand (``deepep_rdma_fraction``)."""
     if proxied:
         return costs.proxy_rdma_fraction
-    if backend == "deepep-v2" and is_efa(cluster):
+    if backend in _GIN and is_efa(cluster):
         return costs.gin_efa_rdma_fraction
     return costs.deepep_rdma_fraction
 
