@@ -488,7 +488,8 @@ def efa_markdown(path: Path = EFA_RUNS) -> list[str]:
              "DeepEP-API rows lack is not their kernels as benchmarked. Qwen3-30B at EP32 and microbatch 4 on p5 makes "
              "1,536 dispatches and combines a step; NVSHMEM's step takes 8.0 s more than NCCL's and UCCL-EP's 17.3 s "
              "more: were it all in the kernels, 6.7 and 12.8 ms a kernel, where the benchmark-fitted kernel takes "
-             "1.0 ms (NCCL's 1.5 ms). Where the layer passes are host-bound in the model "
+             "1.0 ms (NCCL's 1.5 ms), and AWS's own EP benchmark on p5 runs such kernels at most 2.3x slower than the "
+             "model does (`python -m calibrate.proxy_fit`). Where the layer passes are host-bound in the model "
              "(eager Megatron on these hosts: the microbatch-1 rows) a longer kernel hides under the host's issue "
              "(`host_issue`), unless the blocking syncs before each dispatch put host and GPU in series; that "
              "serialization is not modelled.",
