@@ -189,7 +189,6 @@ class Engine:
         self._deps.append(deps)
         self._owner.append(rank)
         self._done.append(self.env.event())
-        self._reached.append(self.env.event())
         state.streams.setdefault(task.stream, []).append(handle)
         state.order.append(handle)
         if task.issue_s < 0:
@@ -207,6 +206,8 @@ class Engine:
 
     def run(self) -> float:
         """Simulate every stream to completion; returns the makespan."""
+        if self._host_model:
+            self._reached = [self.env.event() for _ in self._tasks]
         for rank, state in self._ranks.items():
             if self._host_model:
                 self.env.process(self._host(state))
