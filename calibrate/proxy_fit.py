@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,7 +42,7 @@ from sim.specs import ModelSpec
 
 __all__ = ["B200_CAMPAIGN_BACKENDS", "B200_CAMPAIGN_US", "P5EN_NORMAL_US", "P5_NORMAL_LOGICAL_GBPS", "P6_B200_NORMAL_US",
            "ProxyFit", "ShareFit", "benchmark_model", "campaign_kernel_s", "fit_gin_efa_share", "fit_proxy_normal",
-           "logical_rdma_bytes", "normal_kernel_s", "p5_rows", "report"]
+           "kernel_s", "logical_rdma_bytes", "normal_kernel_s", "p5_rows", "report"]
 
 #: uccl-project/uccl ep/README.md @021c2c0, "Normal kernels with NVLink and RDMA forwarding", On p6-b200:
 #: EP -> (dispatch, combine) microseconds per kernel.
@@ -96,13 +97,20 @@ def benchmark_model() -> ModelSpec:
     return dataclasses.replace(load_model("deepseek-v3-671b"), n_routed_experts=_EXPERTS)
 
 
-def normal_kernel_s(cluster_name: str, ep: int, phase: str, costs: CommCosts) -> float:
-    """Seconds of one UCCL-EP normal ``phase`` kernel at ``ep`` ranks on ``cluster_name``, as the simulator
-    times the benchmark's case."""
-    bytes_per_elem = dict(_PHASES)[phase]
-    result = moe_alltoall(load_cluster(cluster_name, n_gpus=ep), range(ep), _TOKENS, benchmark_model(), "uccl-ep",
-                          phase, costs, bytes_per_elem=bytes_per_elem, num_sms=_SMS)
+def kernel_s(cluster_name: str, ranks: int, phase: str, backend: str, costs: CommCosts, *,
+             model: ModelSpec | None = None, bytes_per_elem: float = 2.0) -> float:
+    """Seconds of one ``backend`` normal ``phase`` kernel of a benchmark's case (4,096 tokens per rank, ``model``'s
+    hidden size and top-k; default DeepSeek-V3) at ``ranks`` ranks on ``cluster_name``, as the simulator times it."""
+    result = moe_alltoall(load_cluster(cluster_name, n_gpus=ranks), range(ranks), _TOKENS,
+                          model or load_model("deepseek-v3-671b"), backend, phase, costs,
+                          bytes_per_elem=bytes_per_elem, num_sms=_SMS)
     return float(result.time_s.max())
+
+
+def normal_kernel_s(cluster_name: str, ep: int, phase: str, costs: CommCosts) -> float:
+    """Seconds of one UCCL-EP normal ``phase`` kernel of UCCL-EP's README case at ``ep`` ranks on ``cluster_name``."""
+    return kernel_s(cluster_name, ep, phase, "uccl-ep", costs, model=benchmark_model(),
+                    bytes_per_elem=dict(_PHASES)[phase])
 
 
 def logical_rdma_bytes(ranks: int, experts: int, tokens: int = _TOKENS, hidden: int = 7168, top_k: int = 8,
@@ -119,23 +127,18 @@ def p5_rows(costs: CommCosts | None = None) -> list[tuple[int, str, str, float, 
     """(ranks, backend, phase, measured GB/s, model GB/s) for :data:`P5_NORMAL_LOGICAL_GBPS`, the model's kernel timed
     on ``p5-h100`` at the benchmark's case and put in the same logical GB/s."""
     costs = costs or CommCosts.default()
-    model = load_model("deepseek-v3-671b")
     out = []
     for (ranks, backend), measured in sorted(P5_NORMAL_LOGICAL_GBPS.items()):
-        logical = logical_rdma_bytes(ranks, model.n_routed_experts)
+        logical = logical_rdma_bytes(ranks, load_model("deepseek-v3-671b").n_routed_experts)
         for phase, gbps in zip(("dispatch", "combine"), measured):
-            result = moe_alltoall(load_cluster("p5-h100", n_gpus=ranks), range(ranks), _TOKENS, model, backend, phase,
-                                  costs, bytes_per_elem=2.0, num_sms=_SMS)
-            out.append((ranks, backend, phase, gbps, logical / float(result.time_s.max()) / 1e9))
+            out.append((ranks, backend, phase, gbps, logical / kernel_s("p5-h100", ranks, phase, backend, costs) / 1e9))
     return out
 
 
 def campaign_kernel_s(ranks: int, dtype: str, phase: str, backend: str, costs: CommCosts) -> float:
     """Seconds of one ``backend`` kernel in :data:`B200_CAMPAIGN_US`'s case on p6-b200, as the simulator times it."""
-    bytes_per_elem = FP8_WITH_SCALES_BYTES_PER_ELEM if dtype == "fp8" else 2.0
-    result = moe_alltoall(load_cluster("p6-b200", n_gpus=ranks), range(ranks), _TOKENS, load_model("deepseek-v3-671b"),
-                          backend, phase, costs, bytes_per_elem=bytes_per_elem, num_sms=_SMS)
-    return float(result.time_s.max())
+    return kernel_s("p6-b200", ranks, phase, backend, costs,
+                    bytes_per_elem=FP8_WITH_SCALES_BYTES_PER_ELEM if dtype == "fp8" else 2.0)
 
 
 @dataclass(frozen=True)
@@ -158,30 +161,34 @@ def fit_gin_efa_share(base: CommCosts | None = None) -> ShareFit:
         times = np.array([campaign_kernel_s(*k, "deepep-v2", costs) for k in keys])
         return np.asarray(np.log(times / measured), dtype=float)
 
-    res = least_squares(residuals, [0.7], bounds=([0.1], [1.0]), diff_step=1e-3)
-    dof = max(res.fun.size - 1, 1)
-    sigma = float(np.sqrt(np.linalg.pinv(res.jac.T @ res.jac)[0, 0] * float(res.fun @ res.fun) / dof))
-    return ShareFit(float(res.x[0]), sigma, tuple(float(np.expm1(r)) for r in res.fun))
+    x, sigma, ratios = _fit_log(residuals, [0.7], [0.1], [1.0])
+    return ShareFit(float(x[0]), float(sigma[0]), ratios)
 
 
-def _log_residuals(x: np.ndarray, base: CommCosts) -> np.ndarray:
-    costs = dataclasses.replace(base, proxy_normal_s=float(x[0]) * 1e-6, proxy_rdma_fraction=float(x[1]))
-    out = [np.log(normal_kernel_s("p6-b200", ep, phase, costs) / (us * 1e-6))
-           for ep, times in sorted(P6_B200_NORMAL_US.items()) for (phase, _), us in zip(_PHASES, times)]
-    return np.array(out)
+def _fit_log(residuals: Callable[[np.ndarray], np.ndarray], x0: list[float], lo: list[float], hi: list[float]
+             ) -> tuple[np.ndarray, np.ndarray, tuple[float, ...]]:
+    """Least squares of log(model / measured) residuals: the parameters, their 1-sigma (the Jacobian and the residual
+    variance over points less parameters) and each point's model / measured - 1."""
+    res = least_squares(residuals, x0, bounds=(lo, hi), diff_step=1e-3)
+    dof = max(res.fun.size - res.x.size, 1)
+    cov = np.linalg.pinv(res.jac.T @ res.jac) * float(res.fun @ res.fun) / dof
+    return res.x, np.sqrt(np.clip(np.diag(cov), 0.0, None)), tuple(float(np.expm1(r)) for r in res.fun)
 
 
 def fit_proxy_normal(base: CommCosts | None = None) -> ProxyFit:
     """Least squares of the hop's two parameters on :data:`P6_B200_NORMAL_US` (sigma from the Jacobian and the
     residual variance, 6 points less 2 parameters)."""
     base = base or CommCosts.default()
-    res = least_squares(_log_residuals, [300.0, 0.7], args=(base,), bounds=([0.0, 0.2], [5000.0, 1.0]),
-                        diff_step=1e-3)
-    dof = max(res.fun.size - res.x.size, 1)
-    cov = np.linalg.pinv(res.jac.T @ res.jac) * float(res.fun @ res.fun) / dof
-    sigma = np.sqrt(np.clip(np.diag(cov), 0.0, None))
-    return ProxyFit(fixed_s=float(res.x[0]) * 1e-6, rdma_fraction=float(res.x[1]), fixed_sigma_s=float(sigma[0]) * 1e-6,
-                    rdma_fraction_sigma=float(sigma[1]), residuals=tuple(float(np.expm1(r)) for r in res.fun))
+    points = [(ep, phase, us * 1e-6) for ep, times in sorted(P6_B200_NORMAL_US.items())
+              for (phase, _), us in zip(_PHASES, times)]
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        costs = dataclasses.replace(base, proxy_normal_s=float(x[0]) * 1e-6, proxy_rdma_fraction=float(x[1]))
+        return np.array([np.log(normal_kernel_s("p6-b200", ep, phase, costs) / t) for ep, phase, t in points])
+
+    x, sigma, ratios = _fit_log(residuals, [300.0, 0.7], [0.0, 0.2], [5000.0, 1.0])
+    return ProxyFit(fixed_s=float(x[0]) * 1e-6, rdma_fraction=float(x[1]), fixed_sigma_s=float(sigma[0]) * 1e-6,
+                    rdma_fraction_sigma=float(sigma[1]), residuals=ratios)
 
 
 def report(fit: ProxyFit | None = None) -> str:

@@ -193,8 +193,6 @@ class Engine:
         state.order.append(handle)
         if task.issue_s < 0:
             raise ValueError(f"task {task.name!r}: issue_s must be >= 0, got {task.issue_s}")
-        if task.issue_s > 0:
-            self._host_model = True
         if task.collective is not None:
             coll = self._colls.get(task.collective)
             if coll is None:
@@ -206,6 +204,7 @@ class Engine:
 
     def run(self) -> float:
         """Simulate every stream to completion; returns the makespan."""
+        self._host_model = any(t.issue_s > 0 for t in self._tasks)
         if self._host_model:
             self._reached = [self.env.event() for _ in self._tasks]
         for rank, state in self._ranks.items():

@@ -218,7 +218,7 @@ class _Builder:
                         deps.append(h)
             h = eng.add(rank, Task(parts[0][0], "compute", sum(x[2] for x in parts), tuple(deps),
                                    phase=parts[0][1], args={"parts": parts},
-                                   issue_s=per_op * sum(1 for i in run if not nodes[i].op.graphed)))
+                                   issue_s=per_op * sum(1 for i in run if issued_by_host(nodes[i].op))))
             for i in run:
                 handles[i] = h
             run.clear()
@@ -238,7 +238,7 @@ class _Builder:
                             collective=coll, host_sync=op.kind == "host_sync", phase=node.phase,
                             link=NIC if flow else None, nbytes=flow.nbytes if flow else 0.0,
                             max_rate=flow.max_rate if flow else float("inf"),
-                            issue_s=per_op if op.kind == "comm" and not op.graphed else 0.0)
+                            issue_s=per_op if issued_by_host(op) else 0.0)
                 handles[i] = eng.add(rank, task)
             else:
                 # a run is a pure chain: a node that waits on anything outside the run starts a new one (so
@@ -319,23 +319,33 @@ def _simulate_layer(ctx: Context, kind: str, phase: str) -> SimResult:
     return host_floor(ctx, summarize(eng), [nodes])
 
 
+def eager_op_s(ctx: Context) -> float:
+    """Host seconds to issue one modelled op launched eagerly (``StackProfile.host_op_s``): 0 under compiled regions
+    or full-iteration CUDA graphs (:func:`sim.joint.issues_eagerly`)."""
+    if ctx.stack.host_op_s <= 0 or not issues_eagerly(ctx.stack, ctx.plan):
+        return 0.0
+    return ctx.stack.host_op_s
+
+
+def issued_by_host(op: OpSpec) -> bool:
+    """Whether the host launches ``op`` itself: not an op replayed from a partial plan's graphs (``OpSpec.graphed``)
+    and not a host stall (timed as ``host_sync``)."""
+    return op.kind != "host_sync" and not op.graphed
+
+
 def host_issue_s(ctx: Context, node_lists: Sequence[Sequence[Node]]) -> float:
     """Seconds the host takes to issue the ops of ``node_lists`` (one layer phase, or the layers of an overlapped
-    pair): ``StackProfile.host_op_s`` per op launched eagerly; nothing under compiled regions or full-iteration
-    CUDA graphs (:func:`sim.joint.issues_eagerly`), and nothing for ops replayed from a partial plan's graphs
-    (``OpSpec.graphed``) or for host stalls (timed as ``host_sync``)."""
-    per_op = ctx.stack.host_op_s
-    if per_op <= 0 or not issues_eagerly(ctx.stack, ctx.plan):
+    pair): :func:`eager_op_s` per op the host launches (:func:`issued_by_host`)."""
+    per_op = eager_op_s(ctx)
+    if per_op <= 0:
         return 0.0
-    return per_op * sum(1 for nodes in node_lists for n in nodes if n.op.kind != "host_sync" and not n.op.graphed)
+    return per_op * sum(1 for nodes in node_lists for n in nodes if issued_by_host(n.op))
 
 
 def serial_issue_s(ctx: Context) -> float:
     """Host seconds per eagerly issued op that the engine's host issues in order and holds at each blocking sync
     (``StackProfile.host_serial_syncs``; 0: no host in the engine, the layer-level :func:`host_floor` instead)."""
-    if not ctx.stack.host_serial_syncs or not issues_eagerly(ctx.stack, ctx.plan):
-        return 0.0
-    return max(ctx.stack.host_op_s, 0.0)
+    return eager_op_s(ctx) if ctx.stack.host_serial_syncs else 0.0
 
 
 def host_floor(ctx: Context, result: SimResult, node_lists: Sequence[Sequence[Node]]) -> SimResult:
