@@ -250,6 +250,19 @@ def _deepseek_pair_ms() -> str:
     return f"{simulate_pair(ctx, ['moe'] * 4, ['moe'] * 4).time_s * 1e3:.0f}"
 
 
+@cache
+def _change_budgets() -> dict[tuple[str, str], Any]:
+    from studies.change_budget import change_budgets
+
+    return {(b.before, b.after): b for b in change_budgets()}
+
+
+def _kernel_rate_move(before: str, after: str) -> str:
+    """The move of one seed change at the calibration's kernel rates and the measured move over it."""
+    b = _change_budgets()[(before, after)]
+    return f"{abs(b.kernel_rate_delta_s):.2f} s / {b.kernel_rate_ratio:.2f}x"
+
+
 def _release_scalar(name: str) -> str:
     from sim.joint import shipped_values
 
@@ -618,6 +631,10 @@ FIGURES: list[Figure] = [
            lambda: _release_scalar("torchtitan")),
     Figure("seed speedup gaps", "README.md", r"the speedups come out ([\d.]+ and [\d.]+) points from",
            _speedup_gaps),
+    Figure("seed MXFP8 move at kernel rates", "README.md", r"the seed's MXFP8 step then saves \*\*(.*?)\*\*",
+           lambda: _kernel_rate_move("titan-dsv3-b200-bf16-deepep", "titan-dsv3-b200-mxfp8-deepep")),
+    Figure("seed DeepEP move at kernel rates", "README.md", r"and DeepEP's \*\*(.*?)\*\* where the shipped",
+           lambda: _kernel_rate_move("titan-dsv3-b200-bf16", "titan-dsv3-b200-bf16-deepep")),
     Figure("validate summary", "README.md", r"Today: \*\*(.*?)\*\* \(`moesim validate --json`", _validate_summary),
     *(Figure(f"ratio check {i}", "README.md", pattern, lambda i=i: _ratio(i)) for i, pattern in enumerate((
         r"GB200 over B200\n(\S+x vs \S+x) and", r"GB200 over B200\n\S+x vs \S+x and (\S+x vs \S+x),",

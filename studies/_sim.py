@@ -11,6 +11,7 @@ times and the layer simulation that the plan search's lower bounds use.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -75,9 +76,10 @@ def _context(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_n
 
 
 def predict_run(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, stack_name: str = "torchtitan",
-                costs: CostModel | None = None, *, name: str = "", memo: SimMemo | None = None) -> Prediction:
-    """Predict one plan under the named framework stack (``memo``: see :func:`sim.predict.predict`)."""
-    return predict(model, cluster, plan, costs, name=name, stack=stack_profile(stack_name), memo=memo)
+                costs: CostModel | None = None, *, name: str = "", memo: SimMemo | None = None,
+                params: Mapping[str, float] | None = None) -> Prediction:
+    """Predict one plan under the named framework stack (``memo``, ``params``: see :func:`sim.predict.predict`)."""
+    return predict(model, cluster, plan, costs, name=name, stack=stack_profile(stack_name), memo=memo, params=params)
 
 
 def interval_for(pred: Prediction, stack_name: str | None = None,

@@ -5,7 +5,9 @@ predicted, and the predicted move split by breakdown component (:func:`sim.predi
 A speedup's error says only that the model is off; the budget says which seconds it moves and how many the
 measurement leaves for them. Each move is also given per MoE layer pass (one micro-batch through one MoE layer
 of the busiest pipeline rank: forward, recompute and backward), the unit in which two systems with the same
-per-pass traffic compare:
+per-pass traffic compare; and the move predicted at the calibration's kernel rates (the run's release scalar
+at 1, every other joint parameter as shipped), which tells a mechanism that moves the wrong seconds from a release
+scalar that scales the right ones:
 
     python -m studies.change_budget                           # the shipped dataset
     python -m studies.change_budget studies/data/efa_runs.toml
@@ -21,12 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sim.errors import MoesimError
+from sim.joint import shipped_values
 from sim.stacks import profile_for
 from studies._sim import predict_run
 from studies.dataset import MeasuredRun, load_runs, resolve_run
 
-__all__ = ["ChangeBudget", "budget_markdown", "budget_summary_markdown", "change_budgets", "one_change_pairs",
-           "plan_changes"]
+__all__ = ["ChangeBudget", "budget_markdown", "budget_summary_markdown", "change_budgets", "kernel_rate_params",
+           "one_change_pairs", "plan_changes"]
 
 #: A component is named in a budget when it moves at least this share of the predicted move (the rest is "other").
 NAMED_SHARE = 0.01
@@ -49,6 +52,9 @@ class ChangeBudget:
     #: MoE layer passes a step of the busiest pipeline rank runs before the change (micro-batches x MoE layers per
     #: rank; 0 for a dense model)
     moe_passes: int
+    #: predicted steps (before, after) at the calibration's kernel rates: the stack release's joint scalar at 1
+    #: (:func:`kernel_rate_params`); None for a release the joint calibration does not cover
+    kernel_rate_step_s: tuple[float, float] | None = None
 
     @property
     def measured_delta_s(self) -> float:
@@ -67,6 +73,23 @@ class ChangeBudget:
         0.5
         """
         return self.measured_delta_s / self.predicted_delta_s if abs(self.predicted_delta_s) > 1e-9 else None
+
+    @property
+    def kernel_rate_delta_s(self) -> float | None:
+        """The move predicted at the calibration's kernel rates (None where no release scalar applies)."""
+        k = self.kernel_rate_step_s
+        return None if k is None else k[1] - k[0]
+
+    @property
+    def kernel_rate_ratio(self) -> float | None:
+        """Measured over the move at kernel rates: near 1 where the mechanisms move the right seconds and the
+        release scalar, applied to them, is what puts :attr:`move_ratio` off.
+
+        >>> ChangeBudget("a", "b", "precision", "bf16 -> mxfp8", (10.0, 9.0), (12.0, 10.0), (), 0, (8.0, 7.0)).kernel_rate_ratio
+        1.0
+        """
+        d = self.kernel_rate_delta_s
+        return None if d is None or abs(d) <= 1e-9 else self.measured_delta_s / d
 
 
 def one_change_pairs(runs: Sequence[MeasuredRun]) -> list[tuple[MeasuredRun, MeasuredRun, str]]:
@@ -87,13 +110,29 @@ def one_change_pairs(runs: Sequence[MeasuredRun]) -> list[tuple[MeasuredRun, Mea
     return out
 
 
-def _step(run: MeasuredRun) -> tuple[float, float, dict[str, float], int]:
-    """(measured step seconds, predicted step seconds, predicted breakdown, MoE passes) of ``run``."""
+def kernel_rate_params(stack_name: str) -> dict[str, float] | None:
+    """Joint parameters that put release ``stack_name``'s scalar at 1 (the calibration's kernel rates), or None
+    for a release the joint calibration has no scalar for.
+
+    >>> kernel_rate_params("torchtitan")
+    {'release.torchtitan': 1.0}
+    """
+    name = f"release.{stack_name}"
+    return {name: 1.0} if name in shipped_values() else None
+
+
+def _step(run: MeasuredRun) -> tuple[float, float, dict[str, float], int, float | None]:
+    """(measured step seconds, predicted step seconds, predicted breakdown, MoE passes, predicted step seconds at
+    kernel rates or None) of ``run``."""
     model, cluster, plan = resolve_run(run)
-    pred = predict_run(model, cluster, plan, profile_for(run.stack, run.release), name=run.id)
+    stack_name = profile_for(run.stack, run.release)
+    pred = predict_run(model, cluster, plan, stack_name, name=run.id)
+    params = kernel_rate_params(stack_name)
+    at_rates = None if params is None else predict_run(model, cluster, plan, stack_name, name=run.id,
+                                                       params=params).step_time_s
     tokens_per_gpu = plan.tokens_per_step / cluster.n_gpus
     passes = plan.n_microbatches * model.n_moe_layers // max(1, plan.pp)
-    return tokens_per_gpu / run.measured_tokens_per_s_per_gpu, pred.step_time_s, dict(pred.breakdown), passes
+    return tokens_per_gpu / run.measured_tokens_per_s_per_gpu, pred.step_time_s, dict(pred.breakdown), passes, at_rates
 
 
 def plan_changes(before: MeasuredRun, after: MeasuredRun) -> list[tuple[str, str, str]]:
@@ -107,7 +146,7 @@ def change_budgets(path: str | Path | None = None) -> list[ChangeBudget]:
     """The budget of every one-change pair of the dataset at ``path`` (default: the shipped one); a pair a
     prediction cannot be made for is left out."""
     runs = load_runs(path)
-    steps: dict[str, tuple[float, float, dict[str, float], int] | None] = {}
+    steps: dict[str, tuple[float, float, dict[str, float], int, float | None] | None] = {}
     for run in runs:
         try:
             steps[run.id] = _step(run)
@@ -121,7 +160,8 @@ def change_budgets(path: str | Path | None = None) -> list[ChangeBudget]:
         moved = {k: sb[2].get(k, 0.0) - sa[2].get(k, 0.0) for k in set(sa[2]) | set(sb[2])}
         parts = tuple(sorted(((k, v) for k, v in moved.items() if abs(v) > 1e-9), key=lambda kv: (-abs(kv[1]), kv[0])))
         change = next((f"{old} -> {new}" for k, old, new in plan_changes(a, b) if k == field), "")
-        out.append(ChangeBudget(a.id, b.id, field, change, (sa[0], sb[0]), (sa[1], sb[1]), parts, sa[3]))
+        rates = None if sa[4] is None or sb[4] is None else (sa[4], sb[4])
+        out.append(ChangeBudget(a.id, b.id, field, change, (sa[0], sb[0]), (sa[1], sb[1]), parts, sa[3], rates))
     return out
 
 
@@ -141,6 +181,11 @@ def _ratio(ratio: float | None) -> str:
     return "-" if ratio is None else f"{ratio:.2f}x"
 
 
+def _seconds(seconds: float | None) -> str:
+    """A signed move in seconds (``-`` where there is none to give)."""
+    return "-" if seconds is None else f"{seconds:+.2f}"
+
+
 def _per_pass(seconds: float, passes: int) -> str:
     """Milliseconds per MoE layer pass (``-`` for a model without MoE layers)."""
     return f"{1e3 * seconds / passes:+.1f}" if passes else "-"
@@ -157,15 +202,20 @@ def budget_markdown(path: str | Path | None = None, budgets: Sequence[ChangeBudg
              "studies.change_budget`). Per pass: the same moves per MoE layer and micro-batch of the busiest "
              "pipeline rank (forward, recompute and backward), in ms. Measured / predicted: the factor the "
              "components that carry the predicted move would need for the measured one (1: the move is right; "
-             "far from 1: those components are off by it, or a cost that moves with the change is missing)."), "",
+             "far from 1: those components are off by it, or a cost that moves with the change is missing). At "
+             "kernel rates: the predicted move with the release's joint scalar at 1 (every other parameter as "
+             "shipped), and measured over it: where that is near 1 and the shipped ratio is not, the mechanisms "
+             "move the right seconds and the scalar, which scales them with everything else, is what is off."), "",
              ("| before | after | change | measured step s | predicted step s | measured move s | predicted move s "
-             "| measured / predicted | measured / pass ms | predicted / pass ms | predicted move by component (s) |"),
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| measured / predicted | move at kernel rates s | measured / that | measured / pass ms | predicted / "
+             "pass ms | predicted move by component (s) |"),
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for b in budgets:
         ms, ps = b.measured_step_s, b.predicted_step_s
         lines.append(f"| {b.before} | {b.after} | {b.field}: {b.change} | {ms[0]:.2f} -> {ms[1]:.2f} | "
                      f"{ps[0]:.2f} -> {ps[1]:.2f} | {b.measured_delta_s:+.2f} | {b.predicted_delta_s:+.2f} | "
-                     f"{_ratio(b.move_ratio)} | {_per_pass(b.measured_delta_s, b.moe_passes)} | {_per_pass(b.predicted_delta_s, b.moe_passes)} | "
+                     f"{_ratio(b.move_ratio)} | {_seconds(b.kernel_rate_delta_s)} | {_ratio(b.kernel_rate_ratio)} | "
+                     f"{_per_pass(b.measured_delta_s, b.moe_passes)} | {_per_pass(b.predicted_delta_s, b.moe_passes)} | "
                      f"{_named(b)} |")
     lines.append("")
     return lines

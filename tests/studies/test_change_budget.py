@@ -86,3 +86,23 @@ def test_the_move_ratio_is_measured_over_predicted(budgets: dict[tuple[str, str]
     assert f"| {mxfp8.move_ratio:.2f}x |" in "\n".join(budget_markdown())
     still = ChangeBudget("a", "b", "micro_batch", "1 -> 2", (10.0, 9.0), (10.0, 10.0), (), 0)
     assert still.move_ratio is None
+
+
+def test_the_move_at_kernel_rates_sets_the_release_scalar_alone_to_one(
+        budgets: dict[tuple[str, str], ChangeBudget]) -> None:
+    """The kernel-rate column predicts both runs with the release's joint scalar at 1: a run the scalar slows is
+    faster there, and a release the joint calibration does not cover gets no column."""
+    from studies.change_budget import kernel_rate_params
+
+    b = budgets[("titan-dsv3-b200-bf16-deepep", "titan-dsv3-b200-mxfp8-deepep")]
+    assert b.kernel_rate_step_s is not None
+    # TorchTitan's fitted scalar is below 1, so both steps are shorter at kernel rates
+    assert all(k < p for k, p in zip(b.kernel_rate_step_s, b.predicted_step_s))
+    assert b.kernel_rate_delta_s == pytest.approx(b.kernel_rate_step_s[1] - b.kernel_rate_step_s[0])
+    assert b.kernel_rate_ratio == pytest.approx(b.measured_delta_s / b.kernel_rate_delta_s)
+    # MXFP8's move shrinks with the scalar's slowdown of the GEMMs it speeds up
+    assert abs(b.kernel_rate_delta_s) < abs(b.predicted_delta_s)
+    assert kernel_rate_params("torchtitan") == {"release.torchtitan": 1.0}
+    assert kernel_rate_params("no-such-release") is None
+    row = next(line for line in budget_markdown() if "| titan-dsv3-b200-bf16-deepep | titan-dsv3-b200-mxfp8" in line)
+    assert f"| {b.kernel_rate_delta_s:+.2f} | {b.kernel_rate_ratio:.2f}x |" in row
