@@ -263,6 +263,12 @@ def _kernel_rate_move(before: str, after: str) -> str:
     return f"{abs(b.kernel_rate_delta_s):.2f} s / {b.kernel_rate_ratio:.2f}x"
 
 
+def _shipped_move(before: str, after: str) -> str:
+    """The move of one seed change under the shipped fit and the measured move over it."""
+    b = _change_budgets()[(before, after)]
+    return f"{abs(b.predicted_delta_s):.2f} s / {b.move_ratio:.2f}x"
+
+
 def _release_scalar(name: str) -> str:
     from sim.joint import shipped_values
 
@@ -635,6 +641,10 @@ FIGURES: list[Figure] = [
            lambda: _kernel_rate_move("titan-dsv3-b200-bf16-deepep", "titan-dsv3-b200-mxfp8-deepep")),
     Figure("seed DeepEP move at kernel rates", "README.md", r"and DeepEP's \*\*(.*?)\*\* where the shipped",
            lambda: _kernel_rate_move("titan-dsv3-b200-bf16", "titan-dsv3-b200-bf16-deepep")),
+    Figure("seed MXFP8 move shipped", "README.md", r"the shipped fit saves\s+\*([^*]*)\*, and DeepEP's",
+           lambda: _shipped_move("titan-dsv3-b200-bf16-deepep", "titan-dsv3-b200-mxfp8-deepep")),
+    Figure("seed DeepEP move shipped", "README.md", r"where the shipped fit saves \*([^*]*)\*\. MXFP8's",
+           lambda: _shipped_move("titan-dsv3-b200-bf16", "titan-dsv3-b200-bf16-deepep")),
     Figure("validate summary", "README.md", r"Today: \*\*(.*?)\*\* \(`moesim validate --json`", _validate_summary),
     *(Figure(f"ratio check {i}", "README.md", pattern, lambda i=i: _ratio(i)) for i, pattern in enumerate((
         r"GB200 over B200\n(\S+x vs \S+x) and", r"GB200 over B200\n\S+x vs \S+x and (\S+x vs \S+x),",
