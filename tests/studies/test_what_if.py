@@ -1,0 +1,75 @@
+"""What if (studies.what_if): measured runs predicted with joint parameters, stack fields and plan fields changed."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.errors import ConfigError
+from sim.predict import predict
+from sim.stacks import profile_for
+from studies.dataset import load_runs, resolve_run
+from studies.what_if import main, plan_changes_from, what_if, what_if_markdown
+
+SEED = "titan-dsv3-b200"
+
+
+def test_no_change_is_the_shipped_prediction() -> None:
+    rows = {r.id: r for r in what_if(select=[SEED])}
+    run = next(r for r in load_runs() if r.id == "titan-dsv3-b200-bf16")
+    model, cluster, plan = resolve_run(run)
+    shipped = predict(model, cluster, plan, None, stack=profile_for(run.stack, run.release))
+    assert rows[run.id].predicted == pytest.approx(shipped.tokens_per_s_per_gpu, rel=1e-12)
+    assert rows[run.id].error == pytest.approx(shipped.tokens_per_s_per_gpu / 651 - 1)
+    assert set(rows) == {"titan-dsv3-b200-bf16", "titan-dsv3-b200-bf16-deepep", "titan-dsv3-b200-mxfp8-deepep"}
+
+
+def test_a_joint_parameter_moves_only_the_runs_it_applies_to() -> None:
+    shipped = {r.id: r.predicted for r in what_if(select=["titan-dsv3-b200-bf16", "mcore-26.04-dsv3-256xb200"])}
+    at_rates = {r.id: r.predicted for r in what_if(params={"release.torchtitan": 1.0},
+                                                   select=["titan-dsv3-b200-bf16", "mcore-26.04-dsv3-256xb200"])}
+    assert at_rates["titan-dsv3-b200-bf16"] > 1.1 * shipped["titan-dsv3-b200-bf16"]  # 0.507 -> 1: faster kernels
+    assert at_rates["mcore-26.04-dsv3-256xb200"] == pytest.approx(shipped["mcore-26.04-dsv3-256xb200"], rel=1e-12)
+
+
+def test_stack_and_plan_changes_apply_to_the_selected_runs_alone() -> None:
+    base = {r.id: r.predicted for r in what_if(select=[SEED])}
+    glue = {r.id: r.predicted for r in what_if(stacks={"torchtitan": {"indexed_accumulate": True}}, select=[SEED])}
+    # TorchTitan's index kernels priced apart slow its DeepEP steps (their scatter-adds), the joint fit still applies
+    assert glue["titan-dsv3-b200-bf16-deepep"] < base["titan-dsv3-b200-bf16-deepep"]
+    bigger = {r.id: r for r in what_if(plan={"micro_batch": 2}, select=["titan-dsv3-b200-bf16"])}
+    assert bigger["titan-dsv3-b200-bf16"].predicted != pytest.approx(base["titan-dsv3-b200-bf16"], rel=1e-6)
+
+
+def test_the_report_gives_errors_and_the_speedups_over_selected_baselines() -> None:
+    lines = what_if_markdown(what_if(select=[SEED]), breakdown=True)
+    text = "\n".join(lines)
+    assert "| titan-dsv3-b200-bf16 | 651 |" in text
+    assert "speedup titan-dsv3-b200-mxfp8-deepep over titan-dsv3-b200-bf16: predicted" in text
+    assert "measured +41.0%" in text
+    assert any("compute.moe.expert_gemm" in line for line in lines)  # the breakdown rows
+    # a baseline not selected gives no speedup line
+    assert not any(line.startswith("speedup") for line in what_if_markdown(what_if(select=["mxfp8"])))
+
+
+def test_plan_values_are_typed_and_bad_fields_are_named() -> None:
+    assert plan_changes_from(["ac=full", "vpp=2", "compile_model=true"]) == {"ac": "full", "vpp": 2,
+                                                                             "compile_model": True}
+    with pytest.raises(ConfigError, match="'tp2' is no plan field"):
+        plan_changes_from(["tp2=1"])
+    with pytest.raises(ConfigError, match="expected FIELD=VALUE"):
+        plan_changes_from(["micro_batch"])
+
+
+def test_bad_input_exits_2_with_one_line_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, needle in ((["--fix", "no.such=1"], "'no.such' is no joint parameter"),
+                         (["--fix", "step.fixed_s=9"], "outside the parameter's bounds"),
+                         (["--stack", "torchtitan.no_field=1"], "'no_field' is no field"),
+                         (["--plan", "micro_batch=0", "--run", "titan-dsv3-b200-bf16"],
+                          "run 'titan-dsv3-b200-bf16'"),
+                         (["--run", "no-such-run"], "no run id contains it"),
+                         (["no/such/file.toml"], "no/such/file.toml")):
+        assert main(argv) == 2
+        out = capsys.readouterr().out
+        assert out.startswith("error: ") and needle in out and "Traceback" not in out
+    assert main(["--fix", "release.torchtitan=1", "--run", "titan-dsv3-h100"]) == 0
+    assert "speedup titan-dsv3-h100-bf16-deepep over titan-dsv3-h100-bf16" in capsys.readouterr().out
