@@ -11,13 +11,14 @@ own ``--fix`` takes it (:mod:`sim.joint`); ``--stack
 NAME.FIELD=VALUE``: a built-in profile's field, read as shipped otherwise (so the joint parameters still apply to
 it, as in the fit's trials); ``--plan FIELD=VALUE``: a :class:`sim.specs.ParallelPlan` field of every selected run;
 ``--run TEXT``: only the runs whose id contains it (repeatable). Each run's measured speedup over its ``baseline``
-run, where both are selected, is printed beside the predicted one.
+run, where both are selected, is printed beside the predicted one; ``--json`` prints the rows for scripts.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -31,7 +32,7 @@ from sim.stacks import builtin_overrides, profile_for
 from studies.dataset import MeasuredRun, load_runs, resolve_run
 from studies.joint_fit import stack_trial, trial_structure
 
-__all__ = ["WhatIf", "plan_changes_from", "what_if", "what_if_markdown", "main"]
+__all__ = ["WhatIf", "plan_changes_from", "what_if", "what_if_json", "what_if_markdown", "main"]
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,14 @@ def what_if_markdown(rows: Sequence[WhatIf], breakdown: bool = False) -> list[st
     return lines
 
 
+def what_if_json(rows: Sequence[WhatIf]) -> dict[str, Any]:
+    """The rows as ``{"runs": [...], "mean_abs_error": ...}``: each run's id, measured and predicted tokens/s per GPU,
+    error, step seconds and breakdown."""
+    return {"runs": [{"id": r.id, "measured": r.measured, "predicted": r.predicted, "error": r.error,
+                      "step_s": r.step_s, "breakdown": dict(r.breakdown)} for r in rows],
+            "mean_abs_error": statistics.fmean(abs(r.error) for r in rows)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m studies.what_if", description=__doc__.split("\n\n")[0])
     parser.add_argument("dataset", nargs="?", help="a measured-runs file (default: the shipped dataset)")
@@ -154,6 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="a plan field of every selected run")
     parser.add_argument("--run", action="append", default=[], metavar="TEXT", help="only runs whose id contains it")
     parser.add_argument("--breakdown", action="store_true", help="each run's step breakdown (seconds)")
+    parser.add_argument("--json", action="store_true", help="print {\"runs\": [...], \"mean_abs_error\": ...}")
     args = parser.parse_args(argv)
     try:
         params, _ = trial_structure(args.fix, [])
@@ -162,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MoesimError as err:
         print(f"error: {err}")
         return 2
-    print("\n".join(what_if_markdown(rows, args.breakdown)))
+    print(json.dumps(what_if_json(rows), indent=1) if args.json else "\n".join(what_if_markdown(rows, args.breakdown)))
     return 0
 
 

@@ -73,3 +73,14 @@ def test_bad_input_exits_2_with_one_line_naming_it(capsys: pytest.CaptureFixture
         assert out.startswith("error: ") and needle in out and "Traceback" not in out
     assert main(["--fix", "release.torchtitan=1", "--run", "titan-dsv3-h100"]) == 0
     assert "speedup titan-dsv3-h100-bf16-deepep over titan-dsv3-h100-bf16" in capsys.readouterr().out
+
+
+def test_json_output_carries_every_selected_run(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    assert main(["--run", "titan-dsv3-b200", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in data["runs"]] == ["titan-dsv3-b200-bf16", "titan-dsv3-b200-bf16-deepep",
+                                               "titan-dsv3-b200-mxfp8-deepep"]
+    assert data["mean_abs_error"] == pytest.approx(sum(abs(r["error"]) for r in data["runs"]) / 3)
+    assert all(r["step_s"] == pytest.approx(sum(r["breakdown"].values()), rel=1e-9) for r in data["runs"])
