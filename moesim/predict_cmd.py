@@ -592,24 +592,28 @@ def run_predict(args: argparse.Namespace) -> int:
 
 
 def _comm_cell(entry: dict[str, Any] | None) -> str:
-    """``GB per step@achieved GB/s bound_by/link`` of one communication kind, e.g. ``2621@62.3 nic/rdma``."""
+    """``GB per step@GB/s bound_by/link`` of one communication kind, the bytes that cross its link and their rate
+    while it runs, e.g. ``1966@46.8 nic/rdma`` (an entry without them: every byte it sends)."""
     if not entry:
         return "-"
-    return f"{entry['bytes_per_step'] / 1e9:.0f}@{entry['achieved_gbps']:.1f} {entry['bound_by']}/{entry['link']}"
+    nbytes, rate = entry.get("link_bytes_per_step", entry["bytes_per_step"]), entry.get("link_gbps", entry["achieved_gbps"])
+    return f"{nbytes / 1e9:.0f}@{rate:.1f} {entry['bound_by']}/{entry['link']}"
 
 
 def format_bound(p: Any, top: int = 3) -> str:
     """One line: what bounds the step (``Prediction.bottleneck``) and, for the ``top`` communication kinds by
-    busy seconds, bytes per step, link, achieved rate and limiter (``Prediction.comm``).
+    busy seconds, the bytes per step that cross their link, the link, the rate while they run and the limiter
+    (``Prediction.comm``; an entry without link bytes: every byte it sends).
 
     >>> from types import SimpleNamespace as NS
     >>> format_bound(NS(bottleneck="compute", bottleneck_share=0.55, comm={"moe.dispatch": {
-    ...     "bytes_per_step": 2.6e12, "link": "rdma", "achieved_gbps": 62.3, "bound_by": "nic", "busy_s": 42.1}}))
-    'bound by: compute (55% of the step); moe.dispatch nic-bound (2600 GB/step over rdma at 62.3 GB/s)'
+    ...     "bytes_per_step": 2.6e12, "link": "rdma", "achieved_gbps": 62.3, "bound_by": "nic", "busy_s": 42.1,
+    ...     "link_bytes_per_step": 1.95e12, "link_gbps": 46.7}}))
+    'bound by: compute (55% of the step); moe.dispatch nic-bound (1950 GB/step over rdma at 46.7 GB/s)'
     """
     kinds = sorted(p.comm.items(), key=lambda kv: -kv[1].get("busy_s", 0.0))[:top]
-    comm = "".join(f"; {k} {v['bound_by']}-bound ({v['bytes_per_step'] / 1e9:.0f} GB/step over {v['link']} at "
-                   f"{v['achieved_gbps']:.1f} GB/s)" for k, v in kinds)
+    comm = "".join(f"; {k} {v['bound_by']}-bound ({v.get('link_bytes_per_step', v['bytes_per_step']) / 1e9:.0f} "
+                   f"GB/step over {v['link']} at {v.get('link_gbps', v['achieved_gbps']):.1f} GB/s)" for k, v in kinds)
     return f"bound by: {p.bottleneck} ({p.bottleneck_share:.0%} of the step){comm}"
 
 

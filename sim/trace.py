@@ -4,7 +4,8 @@ One process per pipeline rank (the symmetry class that stands for all its peers)
 (``compute``, ``comm``, FSDP streams; overlapped F&B pairs show both microbatches' ops on them, so what
 hides behind what is visible) plus a ``pipeline`` thread with one slice per chunk action. Op slices
 carry the shared vocabulary (:mod:`sim.ops`) as names and ``phase`` (fwd/bwd/recompute), microbatch and
-layer as arguments (communication slices also ``bytes``, ``link``, ``achieved_gbps`` and ``bound_by``:
+layer as arguments (communication slices also ``bytes``, ``link``, ``achieved_gbps``, ``link_bytes``, ``link_gbps``
+and ``bound_by``:
 :func:`comm_args`), so a measured trace and a simulated one line up by name. A window of microbatches is
 expanded to ops (:func:`default_window`: the first microbatch and a steady-state one, so that DualPipe's
 and combined 1F1B's overlapped pairs are shown); the rest show as chunk slices (a full 671B step has
@@ -91,14 +92,16 @@ def _represents(pred: Prediction, rank: int, pp: int) -> str:
 
 def comm_args(pred: Prediction, name: str, dur_s: float) -> dict[str, Any]:
     """Trace arguments of one communication slice ``name`` lasting ``dur_s``: the bytes one op of its kind
-    sends (the step's mean, ``Prediction.comm``), the link class, the rate over this slice and what bounds
-    the kind; empty for ops that are not communication."""
+    sends and of those the bytes that cross its link (the step's means, ``Prediction.comm``), the link class,
+    the rates over this slice and what bounds the kind; empty for ops that are not communication."""
     entry = pred.comm.get(name)
     if not entry or not entry.get("ops_per_step"):
         return {}
     nbytes = entry["bytes_per_step"] / entry["ops_per_step"]
+    crossing = entry.get("link_bytes_per_step", entry["bytes_per_step"]) / entry["ops_per_step"]
     return {"bytes": nbytes, "link": entry["link"], "bound_by": entry["bound_by"],
-            "achieved_gbps": nbytes / dur_s / 1e9 if dur_s > 0 else 0.0}
+            "achieved_gbps": nbytes / dur_s / 1e9 if dur_s > 0 else 0.0,
+            "link_bytes": crossing, "link_gbps": crossing / dur_s / 1e9 if dur_s > 0 else 0.0}
 
 
 def chrome_trace_events(pred: Prediction, *, detail_microbatches: int | None = None,

@@ -248,11 +248,13 @@ LINKS = ("nvlink", "rdma")
 class CommCost:
     """Why one communication op takes its ``seconds``: the terms of the backend's own cost model (seconds each,
     keyed by :data:`BOUND_BY`), the one that dominates (``bound_by``), the link class the bytes cross
-    (:data:`LINKS`) and the bytes one rank sends (the busiest rank's). Built beside the time from the same
-    numbers; ``seconds`` is the backend's time.
+    (:data:`LINKS`), the bytes one rank sends (the busiest rank's) and, of those, the bytes that cross ``link``
+    (``link_bytes``: an all-to-all's sends to its own NVLink domain, or DeepEP's NVLink forwards, stay off the
+    network; None: all of them). Built beside the time from the same numbers; ``seconds`` is the backend's time.
 
-    >>> CommCost.of(2e-3, "rdma", 1e8, {"nic": 1.9e-3, "latency": 1e-4}).bound_by
-    'nic'
+    >>> c = CommCost.of(2e-3, "rdma", 1e8, {"nic": 1.9e-3, "latency": 1e-4}, link_bytes=7.5e7)
+    >>> c.bound_by, c.crossing_bytes, CommCost.of(1e-3, "nvlink", 1e8, {"nvlink": 1e-3}).crossing_bytes
+    ('nic', 75000000.0, 100000000.0)
     """
 
     seconds: float
@@ -260,18 +262,26 @@ class CommCost:
     bound_by: str
     bytes: float
     terms: tuple[tuple[str, float], ...] = ()
+    link_bytes: float | None = None
 
     @classmethod
-    def of(cls, seconds: float, link: str, nbytes: float, terms: dict[str, float]) -> CommCost:
+    def of(cls, seconds: float, link: str, nbytes: float, terms: dict[str, float],
+           link_bytes: float | None = None) -> CommCost:
         """The cost whose ``bound_by`` is the largest of ``terms`` (ties: the first in :data:`BOUND_BY`)."""
         assert link in LINKS and terms and set(terms) <= set(BOUND_BY), (link, terms)
         ordered = tuple((k, float(terms[k])) for k in BOUND_BY if k in terms)
         bound = max(ordered, key=lambda kv: kv[1])[0]
-        return cls(float(seconds), link, bound, float(nbytes), ordered)
+        return cls(float(seconds), link, bound, float(nbytes), ordered,
+                   None if link_bytes is None else float(link_bytes))
+
+    @property
+    def crossing_bytes(self) -> float:
+        """The bytes one rank sends across ``link`` (all it sends where the backend does not split them)."""
+        return self.bytes if self.link_bytes is None else self.link_bytes
 
     def as_dict(self) -> dict[str, object]:
         return {"seconds": self.seconds, "link": self.link, "bound_by": self.bound_by, "bytes": self.bytes,
-                "terms": dict(self.terms)}
+                "link_bytes": self.crossing_bytes, "terms": dict(self.terms)}
 
 
 @dataclass(frozen=True, eq=False)  # numpy fields: compare field by field

@@ -84,11 +84,11 @@ def in_training_cost(result: AllToAllResult, costs: CommCosts, *, peers: int, wo
         return base
     seconds = in_training_s(result, costs, peers=peers, work_s=work_s, overlapped=overlapped)
     if float(result.time_s.max()) <= 0:
-        return CommCost.of(seconds, base.link, base.bytes, {"latency": seconds})
+        return CommCost.of(seconds, base.link, base.bytes, {"latency": seconds}, link_bytes=base.link_bytes)
     slow = 1.0 + (costs.overlap_kernel_slowdown if overlapped else 0.0)
     terms = {k: v * slow for k, v in base.terms if k != "latency"}
     terms["latency"] = _fixed_s(result, costs) + barrier_wait_s(peers, costs.arrival_cv * max(work_s, 0.0))
-    return CommCost.of(seconds, base.link, base.bytes, terms)
+    return CommCost.of(seconds, base.link, base.bytes, terms, link_bytes=base.link_bytes)
 
 
 def deepep_nvlink_bw(num_sms: int, phase: str, bytes_per_elem: float, costs: CommCosts) -> float:
@@ -183,7 +183,9 @@ def dedup_result(c: Case, traffic: DedupTraffic, time: np.ndarray, edge_bytes: n
     backend's cost terms (seconds by :data:`~sim.comm.costs.BOUND_BY`) and ``link`` the class crossed."""
     moved = traffic.nvl + traffic.rdma
     sent = moved.sum(1)
-    cost = CommCost.of(float(time.max()), link, float(sent.max()), terms) if terms else None
+    crossing = (traffic.rdma if link == "rdma" else traffic.nvl).sum(1)
+    cost = CommCost.of(float(time.max()), link, float(sent.max()), terms,
+                       link_bytes=float(crossing.max())) if terms else None
     return alltoall_result(time, sent, moved.sum(0), traffic.nvl.sum(1), traffic.rdma.sum(1),
                            nic_bytes_of(c.topo, c.ranks, edge_bytes), sms_used=c.num_sms, host_sync_s=0.0,
                            backend=c.backend, phase=c.phase, cost=cost)

@@ -53,6 +53,7 @@ def deepep_ll_alltoall(c: Case) -> AllToAllResult:
     else:
         terms = {"nic" if spans else "nvlink": scaled, **({"latency": proxy} if proxy else {})}
     sent = flat.sum(1)
-    cost = CommCost.of(float(time.max()), link, float(sent.max()), terms)
+    crossing = (rdma if link == "rdma" else nvl).sum(1)
+    cost = CommCost.of(float(time.max()), link, float(sent.max()), terms, link_bytes=float(crossing.max()))
     return alltoall_result(time, sent, flat.sum(0), nvl.sum(1), rdma.sum(1), nic_bytes_of(c.topo, c.ranks, edge_bytes),
                    sms_used=sms, host_sync_s=0.0, backend=c.backend, phase=phase, cost=cost)

@@ -36,7 +36,9 @@ def nccl_alltoall(c: Case) -> AllToAllResult:
     time = np.full(n, done.max() + latency)
     bound, link = flow_bound(c.topo, edge_bytes, cap)
     sent = flat.sum(1)
-    cost = CommCost.of(float(time.max()), link, float(sent.max()), {bound: float(done.max()), "latency": latency})
+    crossing = (rdma if link == "rdma" else nvl).sum(1)
+    cost = CommCost.of(float(time.max()), link, float(sent.max()), {bound: float(done.max()), "latency": latency},
+                       link_bytes=float(crossing.max()))
     counts_s = 0.0
     counts_cost = None
     if c.phase == "dispatch":

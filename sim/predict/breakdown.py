@@ -217,7 +217,9 @@ def comm_report(ctx: Context, step: Step) -> dict[str, dict[str, Any]]:
     """For every communication kind (an op name of :mod:`sim.ops`) of the busiest pipeline rank, per
     optimizer step: ``bytes_per_step`` (bytes the rank sends), ``link`` (``nvlink`` or ``rdma``),
     ``busy_s`` (seconds its ops ran, from the engine's records), ``achieved_gbps`` (bytes / busy seconds,
-    GB/s), ``ops_per_step``, ``bound_by`` and ``terms_s`` (the backend's cost terms of one op, seconds, from
+    GB/s), ``link_bytes_per_step`` and ``link_gbps`` (the same for the bytes that cross ``link``: an all-to-all's
+    sends inside its NVLink domain, DeepEP's NVLink forwards, stay off the network; :attr:`sim.comm.CommCost.crossing_bytes`),
+    ``ops_per_step``, ``bound_by`` and ``terms_s`` (the backend's cost terms of one op, seconds, from
     :class:`sim.comm.CommCost`: what dominates the op's time; the largest op's where they differ).
 
     Layer and pair ops are counted from the simulated records (:attr:`SimResult.comm_ops`), the chunk-level
@@ -307,8 +309,12 @@ def comm_report(ctx: Context, step: Step) -> dict[str, dict[str, Any]]:
         tot = kinds[name]
         if tot.cost is None or tot.count <= 0:
             continue
+        # the kind's ops move the same share across the link (one plan's dispatches are alike): the largest op's
+        crossing = tot.nbytes * (tot.cost.crossing_bytes / tot.cost.bytes if tot.cost.bytes > 0 else 1.0)
         out[name] = {"bytes_per_step": tot.nbytes, "link": tot.cost.link,
                      "achieved_gbps": tot.nbytes / tot.busy_s / 1e9 if tot.busy_s > 0 else 0.0,
+                     "link_bytes_per_step": crossing,
+                     "link_gbps": crossing / tot.busy_s / 1e9 if tot.busy_s > 0 else 0.0,
                      "bound_by": tot.cost.bound_by, "busy_s": tot.busy_s, "ops_per_step": tot.count,
                      "terms_s": dict(tot.cost.terms)}
     return out

@@ -128,6 +128,26 @@ def test_bytes_per_step_follow_the_workload() -> None:
         assert 0.1 * entry["bytes_per_step"] < dedup < entry["bytes_per_step"]
 
 
+def test_the_link_bytes_are_what_crosses_the_network_and_stay_under_the_nic() -> None:
+    """Over RDMA the report counts the bytes that cross the network: NCCL's sends to the other nodes (3 of the 4
+    nodes an EP32 group spans), DeepEP's one copy per remote node without its NVLink forwards, each at a rate
+    the rank's NIC can carry (a 400 Gb/s ConnectX-7: 50 GB/s), which the bytes a rank sends need not be."""
+    model, cluster = load_model("deepseek-v3-671b"), load_cluster("hgx-b200", n_gpus=256)
+    nic_gbps = cluster.nic_bw_bytes_per_s * cluster.nics_per_gpu / 1e9
+    for backend, share in (("nccl", 3 / 4), ("deepep", None)):
+        plan = ParallelPlan(tp=2, pp=2, pp_schedule="interleaved-1f1b", vpp=2, ep=32, seq_len=8192, global_batch=4096,
+                            dp_shard=64, ac="full", ep_backend=backend, routing="balanced")
+        entry = predict(model, cluster, plan, stack="torchtitan").comm["moe.dispatch"]
+        assert entry["link"] == "rdma"
+        assert entry["link_bytes_per_step"] < entry["bytes_per_step"]
+        if share is not None:  # the busiest rank's remote share of a balanced flat all-to-all
+            assert entry["link_bytes_per_step"] == pytest.approx(share * entry["bytes_per_step"], rel=0.05)
+        assert entry["link_gbps"] == pytest.approx(entry["link_bytes_per_step"] / entry["busy_s"] / 1e9)
+        assert entry["link_gbps"] <= nic_gbps
+    cost = comm.CommCost.of(1e-3, "rdma", 2e8, {"nic": 1e-3}, link_bytes=5e7)
+    assert cost.crossing_bytes == 5e7 and cost.as_dict()["link_bytes"] == 5e7
+
+
 @pytest.mark.parametrize("backend", comm.MOE_BACKENDS)
 def test_each_backend_reports_the_terms_of_its_own_time(backend: str) -> None:
     cluster, model = load_cluster("hgx-b200", n_gpus=256), load_model("deepseek-v3-671b")
@@ -204,6 +224,11 @@ def test_trace_comm_slices_carry_what_bounds_them() -> None:
         assert args["bytes"] == pytest.approx(p.comm["moe.dispatch"]["bytes_per_step"]
                                               / p.comm["moe.dispatch"]["ops_per_step"])
         assert args["achieved_gbps"] == pytest.approx(args["bytes"] / (e["dur"] / 1e6) / 1e9, rel=1e-6)
+        # 16 GPUs over two nodes: half of a flat dispatch stays in the node, off the network
+        assert args["link_bytes"] == pytest.approx(p.comm["moe.dispatch"]["link_bytes_per_step"]
+                                                   / p.comm["moe.dispatch"]["ops_per_step"])
+        assert 0.4 * args["bytes"] < args["link_bytes"] < 0.6 * args["bytes"]
+        assert args["link_gbps"] == pytest.approx(args["link_bytes"] / (e["dur"] / 1e6) / 1e9, rel=1e-6)
     compute = [e for e in chrome_trace_events(p) if e.get("ph") == "X" and e.get("cat") == "compute"]
     assert compute and not any("bound_by" in e["args"] for e in compute)
 
