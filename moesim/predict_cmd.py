@@ -593,17 +593,16 @@ def run_predict(args: argparse.Namespace) -> int:
 
 def _comm_cell(entry: dict[str, Any] | None) -> str:
     """``GB per step@GB/s bound_by/link`` of one communication kind, the bytes that cross its link and their rate
-    while it runs, e.g. ``1966@46.8 nic/rdma`` (an entry without them: every byte it sends)."""
+    while it runs, e.g. ``1966@46.8 nic/rdma``."""
     if not entry:
         return "-"
-    nbytes, rate = entry.get("link_bytes_per_step", entry["bytes_per_step"]), entry.get("link_gbps", entry["achieved_gbps"])
-    return f"{nbytes / 1e9:.0f}@{rate:.1f} {entry['bound_by']}/{entry['link']}"
+    return f"{entry['link_bytes_per_step'] / 1e9:.0f}@{entry['link_gbps']:.1f} {entry['bound_by']}/{entry['link']}"
 
 
 def format_bound(p: Any, top: int = 3) -> str:
     """One line: what bounds the step (``Prediction.bottleneck``) and, for the ``top`` communication kinds by
     busy seconds, the bytes per step that cross their link, the link, the rate while they run and the limiter
-    (``Prediction.comm``; an entry without link bytes: every byte it sends).
+    (``Prediction.comm``).
 
     >>> from types import SimpleNamespace as NS
     >>> format_bound(NS(bottleneck="compute", bottleneck_share=0.55, comm={"moe.dispatch": {
@@ -612,8 +611,8 @@ def format_bound(p: Any, top: int = 3) -> str:
     'bound by: compute (55% of the step); moe.dispatch nic-bound (1950 GB/step over rdma at 46.7 GB/s)'
     """
     kinds = sorted(p.comm.items(), key=lambda kv: -kv[1].get("busy_s", 0.0))[:top]
-    comm = "".join(f"; {k} {v['bound_by']}-bound ({v.get('link_bytes_per_step', v['bytes_per_step']) / 1e9:.0f} "
-                   f"GB/step over {v['link']} at {v.get('link_gbps', v['achieved_gbps']):.1f} GB/s)" for k, v in kinds)
+    comm = "".join(f"; {k} {v['bound_by']}-bound ({v['link_bytes_per_step'] / 1e9:.0f} GB/step over {v['link']} at "
+                   f"{v['link_gbps']:.1f} GB/s)" for k, v in kinds)
     return f"bound by: {p.bottleneck} ({p.bottleneck_share:.0%} of the step){comm}"
 
 

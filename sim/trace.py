@@ -98,7 +98,7 @@ def comm_args(pred: Prediction, name: str, dur_s: float) -> dict[str, Any]:
     if not entry or not entry.get("ops_per_step"):
         return {}
     nbytes = entry["bytes_per_step"] / entry["ops_per_step"]
-    crossing = entry.get("link_bytes_per_step", entry["bytes_per_step"]) / entry["ops_per_step"]
+    crossing = entry["link_bytes_per_step"] / entry["ops_per_step"]
     return {"bytes": nbytes, "link": entry["link"], "bound_by": entry["bound_by"],
             "achieved_gbps": nbytes / dur_s / 1e9 if dur_s > 0 else 0.0,
             "link_bytes": crossing, "link_gbps": crossing / dur_s / 1e9 if dur_s > 0 else 0.0}

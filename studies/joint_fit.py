@@ -59,7 +59,7 @@ from studies.dataset import MEASURED_RUNS, load_runs
 from studies.layer_cells import LayerCell, load_cells
 
 __all__ = ["RunCase", "JointFit", "load_cases", "group_of", "fit_joint", "logo", "predict_cases", "main",
-           "TRIAL_SWITCHES", "trial_structure", "stack_trial", "speedup_lines", "heldout_errors",
+           "TRIAL_SWITCHES", "trial_structure", "stack_trial", "typed_value", "speedup_lines", "heldout_errors",
            "ABLATIONS", "STACK_ABLATIONS", "PLAN_ABLATIONS", "plan_variant", "dataset_digest", "write_release_scalars"]
 
 #: A Jacobian column whose largest entry (log error per unit relative change) is below this constrains nothing.
@@ -529,6 +529,31 @@ def heldout_errors(values: Mapping[str, float]) -> dict[str, tuple[int, float, f
     return out
 
 
+def typed_value(option: str, item: str, field_name: str, current: Any, text: str) -> Any:
+    """``text`` as a value of the type of a field's ``current`` value (``true`` / ``false``, a finite number, a whole
+    number, a word); raises :class:`~sim.errors.ConfigError` naming ``option``, the ``item`` and what it takes.
+
+    >>> typed_value("--plan", "vpp=2", "vpp", 1, "2"), typed_value("--stack", "x=true", "x", False, "true")
+    (2, True)
+    """
+    if isinstance(current, bool):
+        if text.lower() not in ("true", "false"):
+            raise ConfigError(f"{option} {item}: {field_name} takes true or false, got {text!r}")
+        return text.lower() == "true"
+    if isinstance(current, (int, float)):
+        try:
+            number = float(text)
+        except ValueError:
+            raise ConfigError(f"{option} {item}: {field_name} takes a number, got {text!r}") from None
+        check_finite(option, field_name, number)
+        if isinstance(current, int) and not number.is_integer():
+            raise ConfigError(f"{option} {item}: {field_name} takes a whole number, got {text!r}")
+        return int(number) if isinstance(current, int) else number
+    if isinstance(current, str):
+        return text
+    raise ConfigError(f"{option} {item}: {field_name} is a {type(current).__name__}, not a trial's field")
+
+
 def stack_trial(items: Sequence[str]) -> dict[str, dict[str, Any]]:
     """The ``--stack NAME.FIELD=VALUE`` options as field changes by built-in profile (``true`` / ``false``, a
     number or a word); raises :class:`~sim.errors.ConfigError` naming the option and what it cannot take.
@@ -551,25 +576,7 @@ def stack_trial(items: Sequence[str]) -> dict[str, dict[str, Any]]:
         profile = load_stack(name)
         if field_name not in {f.name for f in fields(StackProfile)} or field_name in ("efficiency", "sources"):
             raise ConfigError(f"--stack {item}: {field_name!r} is no field of {name}'s profile")
-        current = getattr(profile, field_name)
-        value: Any
-        if isinstance(current, bool):
-            if text.lower() not in ("true", "false"):
-                raise ConfigError(f"--stack {item}: {field_name} takes true or false, got {text!r}")
-            value = text.lower() == "true"
-        elif isinstance(current, (int, float)):
-            try:
-                number = float(text)
-            except ValueError:
-                raise ConfigError(f"--stack {item}: {field_name} takes a number, got {text!r}") from None
-            check_finite("--stack", field_name, number)
-            if isinstance(current, int) and not number.is_integer():
-                raise ConfigError(f"--stack {item}: {field_name} takes a whole number, got {text!r}")
-            value = int(number) if isinstance(current, int) else number
-        elif isinstance(current, str):
-            value = text
-        else:
-            raise ConfigError(f"--stack {item}: {field_name} is a {type(current).__name__}, not a trial's field")
+        value = typed_value("--stack", item, field_name, getattr(profile, field_name), text)
         out.setdefault(profile.name, {})[field_name] = value
     for name, change in out.items():  # the changed profile must still be one the stack loader accepts
         try:

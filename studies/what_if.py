@@ -30,7 +30,7 @@ from sim.predict import predict
 from sim.specs import ParallelPlan
 from sim.stacks import builtin_overrides, profile_for
 from studies.dataset import MeasuredRun, load_runs, resolve_run
-from studies.joint_fit import stack_trial, trial_structure
+from studies.joint_fit import stack_trial, trial_structure, typed_value
 
 __all__ = ["WhatIf", "plan_changes_from", "what_if", "what_if_json", "what_if_markdown", "main"]
 
@@ -53,8 +53,9 @@ class WhatIf:
 
 
 def plan_changes_from(items: Sequence[str]) -> dict[str, Any]:
-    """The ``--plan FIELD=VALUE`` options as plan field changes (``true`` / ``false``, a whole number, a number or a
-    word); raises :class:`~sim.errors.ConfigError` naming the option and the field.
+    """The ``--plan FIELD=VALUE`` options as plan field changes, each of its field's type (that of the default plan's
+    value, :func:`studies.joint_fit.typed_value`; a field without a default value of its own, e.g. ``mtp_layers``,
+    a whole number, a number or a word); raises :class:`~sim.errors.ConfigError` naming the option and the field.
 
     >>> plan_changes_from(["compile_model=false", "micro_batch=2", "ep_backend=deepep"])
     {'compile_model': False, 'micro_batch': 2, 'ep_backend': 'deepep'}
@@ -63,26 +64,27 @@ def plan_changes_from(items: Sequence[str]) -> dict[str, Any]:
     ...
     sim.errors.ConfigError: --plan no_such=1: 'no_such' is no plan field
     """
-    names = {f.name for f in fields(ParallelPlan)}
+    defaults = {f.name: f.default for f in fields(ParallelPlan)}
     out: dict[str, Any] = {}
     for item in items:
         name, sep, text = item.partition("=")
         if not sep or not name:
             raise ConfigError(f"--plan {item!r}: expected FIELD=VALUE (e.g. compile_model=false)")
-        if name not in names:
+        if name not in defaults:
             raise ConfigError(f"--plan {item}: {name!r} is no plan field")
-        value: Any = text
-        if text.lower() in ("true", "false"):
-            value = text.lower() == "true"
-        else:
-            for kind in (int, float):
-                try:
-                    value = kind(text)
-                    break
-                except ValueError:
-                    continue
-        out[name] = value
+        current = defaults[name]
+        if current is None:  # no typed default: the text's own type
+            current = next((kind() for kind in (int, float) if _parses(kind, text)), "")
+        out[name] = typed_value("--plan", item, name, current, text)
     return out
+
+
+def _parses(kind: type, text: str) -> bool:
+    try:
+        kind(text)
+    except ValueError:
+        return False
+    return True
 
 
 @contextlib.contextmanager
