@@ -1,7 +1,7 @@
 """Runs no fit reads, predicted with the shipped calibration: how far its answers carry.
 
 Files in the dataset's schema: ``studies/data/heldout_models.toml``, models no fit has seen (GPT-OSS-120B's and
-Kimi-K2's Megatron-Bridge runs), ``studies/data/heldout_runs.toml``, the other rows of the Megatron-Bridge
+Kimi-K2's Megatron-Bridge runs, with Megatron-Bridge PR #3561's backend and precision A/B on GB200), ``studies/data/heldout_runs.toml``, the other rows of the Megatron-Bridge
 performance tables for the fitted models (containers, GPUs and plans the fit did not read), and
 ``studies/data/efa_runs.toml``, a fabric and a backend no fitted run uses (Qwen3-235B over AWS EFA with NCCL,
 DeepEP and UCCL-EP; measured-runs.md s7), predicted with the transport's sourced costs alone
@@ -20,7 +20,7 @@ prediction for a new model can be trusted. ``docs/transfer.md`` carries both sec
 
 >>> rows = heldout_rows()
 >>> len(rows), sorted({r.model for r in rows})
-(18, ['gpt-oss-120b', 'kimi-k2'])
+(22, ['gpt-oss-120b', 'kimi-k2'])
 """
 
 from __future__ import annotations

@@ -54,8 +54,10 @@ def test_the_components_account_for_the_whole_predicted_move(budgets: dict[tuple
 def test_the_section_names_every_pair_and_the_cli_reads_other_files(capsys: pytest.CaptureFixture[str]) -> None:
     text = "\n".join(budget_markdown())
     assert "| titan-dsv3-h100-bf16 | titan-dsv3-h100-bf16-deepep | ep_backend: nccl -> deepep |" in text
-    assert main(["studies/data/heldout_models.toml"]) == 0
+    assert main(["studies/data/heldout_runs.toml"]) == 0
     assert "no two runs of one system differ" in capsys.readouterr().out
+    assert main(["studies/data/heldout_models.toml"]) == 0  # Megatron-Bridge PR #3561's A/B: two precision pairs
+    assert "| precision: bf16 -> mxfp8 | 2 |" in capsys.readouterr().out
     assert main(["studies/data/heldout_torchtitan.toml"]) == 0  # TorchTitan PR #1993's one-machine ladder
     assert "| titan-dsv3-16b-8xb200-pr1993-compiled | titan-dsv3-16b-8xb200-pr1993-ep1 | ep: 8 -> 1 |" in \
         capsys.readouterr().out
