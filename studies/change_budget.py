@@ -11,6 +11,7 @@ scalar that scales the right ones:
 
     python -m studies.change_budget                           # the shipped dataset
     python -m studies.change_budget studies/data/efa_runs.toml
+    python -m studies.change_budget --held-out                # the held-out files (EFA aside), summarised
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import itertools
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from sim.errors import MoesimError
@@ -27,9 +29,10 @@ from sim.joint import shipped_values
 from sim.stacks import profile_for
 from studies._sim import predict_run
 from studies.dataset import MeasuredRun, load_runs, resolve_run
+from studies.ratio_check import RATIO_FILES
 
-__all__ = ["ChangeBudget", "budget_markdown", "budget_summary_markdown", "change_budgets", "kernel_rate_params",
-           "one_change_pairs", "plan_changes"]
+__all__ = ["ChangeBudget", "budget_markdown", "budget_summary_markdown", "change_budgets", "held_out_budgets",
+           "kernel_rate_params", "one_change_pairs", "plan_changes"]
 
 #: A component is named in a budget when it moves at least this share of the predicted move (the rest is "other").
 NAMED_SHARE = 0.01
@@ -165,6 +168,14 @@ def change_budgets(path: str | Path | None = None) -> list[ChangeBudget]:
     return out
 
 
+def held_out_budgets() -> list[ChangeBudget]:
+    """The one-change pairs of every held-out file but the AWS EFA matrix (:data:`studies.ratio_check.RATIO_FILES`;
+    the EFA matrix, a transport no fit saw, is summarised on its own): which changes the model moves by the seconds
+    the runs it never read move."""
+    base = Path(str(resources.files("studies").joinpath("data")))
+    return [b for name in RATIO_FILES for b in change_budgets(base / name)]
+
+
 def _named(budget: ChangeBudget) -> str:
     """The components that carry the predicted move, then the rest as ``other``."""
     scale = max(abs(v) for _, v in budget.parts) if budget.parts else 0.0
@@ -223,6 +234,9 @@ def budget_markdown(path: str | Path | None = None, budgets: Sequence[ChangeBudg
 
 #: A move smaller than this share of the step counts as none when directions are compared.
 STILL = 0.005
+#: The title of :func:`held_out_budgets`' summary (``--held-out``; docs/transfer.md).
+HELD_OUT_TITLE = ("The held-out files' one-field changes (EFA aside): which way, and by how much of the model's move, "
+                  "each moves the step (`python -m studies.change_budget --held-out`)")
 
 
 def _direction(share: float) -> int:
@@ -235,22 +249,28 @@ def budget_summary_markdown(path: str | Path | None = None, title: str = "",
     """The budgets of the dataset at ``path`` grouped by change (``field: before -> after``): how many pairs, the
     median move as a share of the step before it, measured and predicted, and in how many pairs the prediction
     moves the step the way the measurement does (the answer a user asking "which backend?" acts on; a move under
-    :data:`STILL` of the step is no move). ``budgets``: already computed (``path`` is then not read)."""
+    :data:`STILL` of the step is no move), and the median of the seconds moved, measured over predicted
+    (:attr:`ChangeBudget.move_ratio`: 1 when the model moves the step by as much as it moved; ``-`` when no pair's
+    predicted move is a move). ``budgets``: already computed (``path`` is then not read)."""
     groups: dict[str, list[ChangeBudget]] = {}
     for b in change_budgets(path) if budgets is None else budgets:
         groups.setdefault(f"{b.field}: {b.change}", []).append(b)
     if not groups:
         return []
     lines = [f"### {title or 'Changes, summarised'}", "",
-             "| change | pairs | median measured move | median predicted move | same direction |",
-             "|---|---:|---:|---:|---:|"]
+             "| change | pairs | median measured move | median predicted move | same direction | median measured / predicted |",
+             "|---|---:|---:|---:|---:|---:|"]
     for change in sorted(groups):
         bs = groups[change]
         measured = statistics.median(b.measured_delta_s / b.measured_step_s[0] for b in bs)
         predicted = statistics.median(b.predicted_delta_s / b.predicted_step_s[0] for b in bs)
         same = sum(_direction(b.measured_delta_s / b.measured_step_s[0])
                    == _direction(b.predicted_delta_s / b.predicted_step_s[0]) for b in bs)
-        lines.append(f"| {change} | {len(bs)} | {measured * 100:+.1f}% | {predicted * 100:+.1f}% | {same} of {len(bs)} |")
+        ratios = [b.move_ratio for b in bs
+                  if b.move_ratio is not None and _direction(b.predicted_delta_s / b.predicted_step_s[0])]
+        ratio = _ratio(statistics.median(ratios)) if ratios else "-"
+        lines.append(f"| {change} | {len(bs)} | {measured * 100:+.1f}% | {predicted * 100:+.1f}% | {same} of {len(bs)} "
+                     f"| {ratio} |")
     lines.append("")
     return lines
 
@@ -258,10 +278,18 @@ def budget_summary_markdown(path: str | Path | None = None, title: str = "",
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m studies.change_budget", description=__doc__.split("\n\n")[0])
     parser.add_argument("dataset", nargs="?", help="a measured-runs file (default: the shipped dataset)")
+    parser.add_argument("--held-out", action="store_true",
+                        help="summarise the one-change pairs of every held-out file but the EFA matrix")
     args = parser.parse_args(argv)
+    if args.held_out and args.dataset:
+        print("error: --held-out reads the held-out files; give no dataset with it")
+        return 2
     try:
-        budgets = change_budgets(args.dataset)
-        lines = budget_markdown(budgets=budgets) + budget_summary_markdown(budgets=budgets)
+        if args.held_out:
+            lines = budget_summary_markdown(budgets=held_out_budgets(), title=HELD_OUT_TITLE)
+        else:
+            budgets = change_budgets(args.dataset)
+            lines = budget_markdown(budgets=budgets) + budget_summary_markdown(budgets=budgets)
     except MoesimError as err:
         print(f"error: {err}")
         return 2

@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from sim.stacks import profile_for
-from studies.change_budget import budget_markdown, budget_summary_markdown
+from studies.change_budget import (
+    HELD_OUT_TITLE,
+    budget_markdown,
+    budget_summary_markdown,
+    held_out_budgets,
+)
 from studies.dataset import MeasuredRun, load_runs
 from studies.heldout import (
     EFA_RUNS,
@@ -253,6 +258,7 @@ def transfer_markdown() -> str:
     lines += efa_markdown()
     lines += budget_summary_markdown(EFA_RUNS, "The EFA matrix's one-field changes: which way each moves the step "
                                      "(`python -m studies.change_budget studies/data/efa_runs.toml`)")
+    lines += budget_summary_markdown(budgets=held_out_budgets(), title=HELD_OUT_TITLE)
     lines += interval_markdown()
     lines += ratio_markdown()
     lines += layer_markdown()

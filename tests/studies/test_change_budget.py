@@ -3,6 +3,8 @@ step seconds the change moves, measured against predicted, and the predicted mov
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from studies.change_budget import (
@@ -74,10 +76,13 @@ def test_the_summary_counts_directions_with_a_dead_band() -> None:
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in budget_summary_markdown(EFA_RUNS)
             if line.startswith("| ep_backend") or line.startswith("| micro_batch")}
     # UCCL-EP and DeepEP cost the same in the model over EFA (0.0%), while the measured steps differ: no agreement
-    assert rows["ep_backend: uccl-ep -> deepep"][-1].startswith("0 of")
+    # and no move ratio, since the model moves nothing to compare the measured seconds with
+    assert rows["ep_backend: uccl-ep -> deepep"][-2].startswith("0 of")
+    assert rows["ep_backend: uccl-ep -> deepep"][-1] == "- |"
     # a smaller micro-batch is slower in every measured pair and every prediction
     pairs = rows["micro_batch: 4 -> 1"]
-    assert pairs[-1] == f"{pairs[1]} of {pairs[1]} |"
+    assert pairs[-2] == f"{pairs[1]} of {pairs[1]}"
+    assert float(pairs[-1].rstrip(" |x")) > 0  # both move the step the same way
 
 
 def test_the_move_ratio_is_measured_over_predicted(budgets: dict[tuple[str, str], ChangeBudget]) -> None:
@@ -108,3 +113,23 @@ def test_the_move_at_kernel_rates_sets_the_release_scalar_alone_to_one(
     assert kernel_rate_params("no-such-release") is None
     row = next(line for line in budget_markdown() if "| titan-dsv3-b200-bf16-deepep | titan-dsv3-b200-mxfp8" in line)
     assert f"| {b.kernel_rate_delta_s:+.2f} | {b.kernel_rate_ratio:.2f}x |" in row
+
+
+def test_the_held_out_summary_reads_every_held_out_file_but_the_efa_matrix(capsys: pytest.CaptureFixture[str]) -> None:
+    from studies.change_budget import held_out_budgets
+
+    budgets = held_out_budgets()
+    befores = {b.before for b in budgets}
+    assert "mcore-25.11-dsv3-256xgb300-bf16" in befores  # heldout_early.toml
+    assert "mcore-pr3561-gpt-oss-120b-64xgb200-bf16-nccl" in befores  # heldout_models.toml
+    assert "titan-dsv3-16b-8xb200-pr1993" in befores  # heldout_torchtitan.toml
+    assert not any(b.before.startswith("aws-") for b in budgets)  # the EFA matrix has its own summary
+    mxfp8 = [b for b in budgets if b.change == "bf16 -> mxfp8"]
+    ratios = sorted(b.move_ratio for b in mxfp8 if b.move_ratio is not None)
+    assert len(ratios) >= 3
+    assert main(["--held-out"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| precision: bf16 -> mxfp8 |"))
+    assert row.rstrip(" |").endswith(f"{statistics.median(ratios):.2f}x")  # the median of the pairs' move ratios
+    assert main(["--held-out", "studies/data/efa_runs.toml"]) == 2
+    assert "--held-out" in capsys.readouterr().out
