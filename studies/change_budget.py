@@ -21,14 +21,13 @@ import itertools
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from sim.errors import MoesimError
 from sim.joint import shipped_values
 from sim.stacks import profile_for
 from studies._sim import predict_run
-from studies.dataset import MeasuredRun, load_runs, resolve_run
+from studies.dataset import MEASURED_RUNS, MeasuredRun, load_runs, resolve_run
 from studies.ratio_check import RATIO_FILES
 
 __all__ = ["ChangeBudget", "budget_markdown", "budget_summary_markdown", "change_budgets", "held_out_budgets",
@@ -66,6 +65,16 @@ class ChangeBudget:
     @property
     def predicted_delta_s(self) -> float:
         return self.predicted_step_s[1] - self.predicted_step_s[0]
+
+    @property
+    def measured_share(self) -> float:
+        """The measured move as a share of the measured step before the change."""
+        return self.measured_delta_s / self.measured_step_s[0]
+
+    @property
+    def predicted_share(self) -> float:
+        """The predicted move as a share of the predicted step before the change."""
+        return self.predicted_delta_s / self.predicted_step_s[0]
 
     @property
     def move_ratio(self) -> float | None:
@@ -172,8 +181,7 @@ def held_out_budgets() -> list[ChangeBudget]:
     """The one-change pairs of every held-out file but the AWS EFA matrix (:data:`studies.ratio_check.RATIO_FILES`;
     the EFA matrix, a transport no fit saw, is summarised on its own): which changes the model moves by the seconds
     the runs it never read move."""
-    base = Path(str(resources.files("studies").joinpath("data")))
-    return [b for name in RATIO_FILES for b in change_budgets(base / name)]
+    return [b for name in RATIO_FILES for b in change_budgets(MEASURED_RUNS.parent / name)]
 
 
 def _named(budget: ChangeBudget) -> str:
@@ -262,12 +270,10 @@ def budget_summary_markdown(path: str | Path | None = None, title: str = "",
              "|---|---:|---:|---:|---:|---:|"]
     for change in sorted(groups):
         bs = groups[change]
-        measured = statistics.median(b.measured_delta_s / b.measured_step_s[0] for b in bs)
-        predicted = statistics.median(b.predicted_delta_s / b.predicted_step_s[0] for b in bs)
-        same = sum(_direction(b.measured_delta_s / b.measured_step_s[0])
-                   == _direction(b.predicted_delta_s / b.predicted_step_s[0]) for b in bs)
-        ratios = [b.move_ratio for b in bs
-                  if b.move_ratio is not None and _direction(b.predicted_delta_s / b.predicted_step_s[0])]
+        measured = statistics.median(b.measured_share for b in bs)
+        predicted = statistics.median(b.predicted_share for b in bs)
+        same = sum(_direction(b.measured_share) == _direction(b.predicted_share) for b in bs)
+        ratios = [b.move_ratio for b in bs if b.move_ratio is not None and _direction(b.predicted_share)]
         ratio = _ratio(statistics.median(ratios)) if ratios else "-"
         lines.append(f"| {change} | {len(bs)} | {measured * 100:+.1f}% | {predicted * 100:+.1f}% | {same} of {len(bs)} "
                      f"| {ratio} |")
