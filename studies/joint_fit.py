@@ -59,7 +59,7 @@ from studies.dataset import MEASURED_RUNS, load_runs
 from studies.layer_cells import LayerCell, load_cells
 
 __all__ = ["RunCase", "JointFit", "load_cases", "group_of", "fit_joint", "logo", "predict_cases", "main",
-           "TRIAL_SWITCHES", "trial_structure", "stack_trial", "typed_value", "speedup_lines", "heldout_errors",
+           "TRIAL_SWITCHES", "trial_structure", "trial_value", "stack_trial", "typed_value", "speedup_lines", "heldout_errors",
            "ABLATIONS", "STACK_ABLATIONS", "PLAN_ABLATIONS", "plan_variant", "dataset_digest", "write_release_scalars"]
 
 #: A Jacobian column whose largest entry (log error per unit relative change) is below this constrains nothing.
@@ -451,9 +451,13 @@ TRIAL_SWITCHES: tuple[str, ...] = tuple(sorted(
     {k for change in ABLATIONS.values() for k in change if k not in PARAM_NAMES} | {"release.spares_benchmarked"}))
 
 
-def _name_value(option: str, item: str, switches: Sequence[str] = ()) -> tuple[str, float]:
+def trial_value(option: str, item: str, switches: Sequence[str] = ()) -> tuple[str, float]:
     """One ``NAME=VALUE`` trial option: a joint parameter (or one of ``switches``) and a finite value inside its
-    bounds; raises :class:`~sim.errors.ConfigError` naming the option and the value."""
+    bounds; raises :class:`~sim.errors.ConfigError` naming the option and the value.
+
+    >>> trial_value("--grid", "host.sync_s=8e-4")
+    ('host.sync_s', 0.0008)
+    """
     name, sep, text = item.partition("=")
     if not sep:
         raise ConfigError(f"{option} {item!r}: expected NAME=VALUE")
@@ -482,7 +486,7 @@ def start_values(items: Sequence[str]) -> dict[str, float]:
     """
     values = prior_values()
     for item in items:
-        name, value = _name_value("--start", item)
+        name, value = trial_value("--start", item)
         if not spec(name).fitted:
             raise ConfigError(f"--start {item}: {name} is sourced, not fitted (--free it to fit it)")
         values[name] = value
@@ -500,7 +504,7 @@ def trial_structure(fix: Sequence[str], free: Sequence[str]) -> tuple[dict[str, 
     ...
     sim.errors.ConfigError: --fix step.fixed_s=9: outside the parameter's bounds [0, 5]
     """
-    held = dict(_name_value("--fix", item, TRIAL_SWITCHES) for item in fix)
+    held = dict(trial_value("--fix", item, TRIAL_SWITCHES) for item in fix)
     also: list[str] = []
     for name in free:
         if name not in PARAM_NAMES:

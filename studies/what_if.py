@@ -12,13 +12,22 @@ NAME.FIELD=VALUE``: a built-in profile's field, read as shipped otherwise (so th
 it, as in the fit's trials); ``--plan FIELD=VALUE``: a :class:`sim.specs.ParallelPlan` field of every selected run;
 ``--run TEXT``: only the runs whose id contains it (repeatable). Each run's measured speedup over its ``baseline``
 run, where both are selected, is printed beside the predicted one; ``--json`` prints the rows for scripts.
+
+``--grid NAME=V1,V2,...`` (repeatable) scans joint parameters instead of setting them: one row per point of the
+options' product (at most :data:`MAX_GRID_POINTS`), each selected run's error and each selected pair's speedup at it,
+so where a group of runs sits on two parameters is one command:
+
+    python -m studies.what_if --run titan-dsv3 --fix release.spares_benchmarked=1 --fix release.torchtitan=0.37 \
+        --grid host.sync_s=1e-4,8e-4 --grid nccl.a2a_net_fraction=0.6,0.75,0.9
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
+import math
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -30,9 +39,19 @@ from sim.predict import predict
 from sim.specs import ParallelPlan
 from sim.stacks import builtin_overrides, profile_for
 from studies.dataset import MeasuredRun, load_runs, resolve_run
-from studies.joint_fit import stack_trial, trial_structure, typed_value
+from studies.joint_fit import (
+    TRIAL_SWITCHES,
+    stack_trial,
+    trial_structure,
+    trial_value,
+    typed_value,
+)
 
-__all__ = ["WhatIf", "plan_changes_from", "what_if", "what_if_json", "what_if_markdown", "main"]
+__all__ = ["WhatIf", "Speedup", "GridPoint", "MAX_GRID_POINTS", "plan_changes_from", "grid_points", "what_if",
+           "what_if_grid", "speedups", "what_if_json", "what_if_markdown", "grid_json", "grid_markdown", "main"]
+
+#: The most points ``--grid`` may take: each point predicts every selected run once, so this bounds the command's time.
+MAX_GRID_POINTS = 64
 
 
 @dataclass(frozen=True)
@@ -50,6 +69,71 @@ class WhatIf:
     def error(self) -> float:
         """Predicted over measured, less one."""
         return self.predicted / self.measured - 1
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """A selected run over its selected baseline run: the predicted and the measured ratio of their tokens/s."""
+
+    run: str
+    baseline: str
+    predicted: float
+    measured: float
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One point of a ``--grid`` scan: the joint values it holds and every selected run predicted under them."""
+
+    values: Mapping[str, float]
+    rows: Sequence[WhatIf]
+
+
+def speedups(rows: Sequence[WhatIf]) -> list[Speedup]:
+    """Every run among ``rows`` whose ``baseline`` is among them too: its speedup over it, predicted and measured."""
+    by_id = {r.id: r for r in rows}
+    out = []
+    for r in rows:
+        base = by_id.get(r.baseline or "")
+        if base is not None:
+            out.append(Speedup(r.id, base.id, r.predicted / base.predicted, r.measured / base.measured))
+    return out
+
+
+def grid_points(items: Sequence[str], fix: Sequence[str] = ()) -> list[dict[str, float]]:
+    """The ``--grid NAME=V1,V2,...`` options as the points of their product (the first option varies slowest), each
+    the joint values it holds. Every value is checked as ``--fix`` checks it (a joint parameter or trial switch, a
+    finite number inside the parameter's bounds); raises :class:`~sim.errors.ConfigError` naming the option for a
+    parameter given twice or also held by ``fix``, an empty value, or more than :data:`MAX_GRID_POINTS` points.
+
+    >>> grid_points(["host.sync_s=1e-4,8e-4", "nccl.a2a_net_fraction=0.9"])
+    [{'host.sync_s': 0.0001, 'nccl.a2a_net_fraction': 0.9}, {'host.sync_s': 0.0008, 'nccl.a2a_net_fraction': 0.9}]
+    >>> grid_points(["host.sync_s=1e-4"], fix=["host.sync_s=2e-4"])
+    Traceback (most recent call last):
+    ...
+    sim.errors.ConfigError: --grid host.sync_s=1e-4: 'host.sync_s' is also held by --fix
+    """
+    held = {item.partition("=")[0] for item in fix}
+    axes: list[list[tuple[str, float]]] = []
+    names: list[str] = []
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"--grid {item!r}: expected NAME=V1,V2,... (e.g. host.sync_s=1e-4,8e-4)")
+        if name in names:
+            raise ConfigError(f"--grid {item}: {name!r} is given twice")
+        if name in held:
+            raise ConfigError(f"--grid {item}: {name!r} is also held by --fix")
+        values = [v.strip() for v in text.split(",")]
+        if not all(values):
+            raise ConfigError(f"--grid {item}: an empty value (expected NAME=V1,V2,...)")
+        names.append(name)
+        axes.append([trial_value("--grid", f"{name}={v}", TRIAL_SWITCHES) for v in values])
+    count = math.prod(len(axis) for axis in axes)
+    if count > MAX_GRID_POINTS:
+        sizes = " x ".join(str(len(axis)) for axis in axes)
+        raise ConfigError(f"--grid: {count} points ({sizes}); at most {MAX_GRID_POINTS}, each predicts every selected run")
+    return [dict(point) for point in itertools.product(*axes)]
 
 
 def plan_changes_from(items: Sequence[str]) -> dict[str, Any]:
@@ -126,6 +210,14 @@ def what_if(path: str | Path | None = None, *, params: Mapping[str, float] | Non
     return rows
 
 
+def what_if_grid(points: Sequence[Mapping[str, float]], path: str | Path | None = None, *,
+                 params: Mapping[str, float] | None = None, stacks: Mapping[str, Mapping[str, Any]] | None = None,
+                 plan: Mapping[str, Any] | None = None, select: Sequence[str] = ()) -> list[GridPoint]:
+    """:func:`what_if` at each of ``points`` (joint values over ``params``), the other changes the same at every one."""
+    return [GridPoint(dict(point), what_if(path, params={**(params or {}), **point}, stacks=stacks, plan=plan,
+                                           select=select)) for point in points]
+
+
 def what_if_markdown(rows: Sequence[WhatIf], breakdown: bool = False) -> list[str]:
     """The rows as a markdown table (each run's breakdown under it when ``breakdown``), the mean error, and every
     selected run's speedup over its selected baseline, measured against predicted."""
@@ -137,13 +229,36 @@ def what_if_markdown(rows: Sequence[WhatIf], breakdown: bool = False) -> list[st
                               if v >= 1e-3 * r.step_s)
             lines.append(f"| | | | | {parts} |")
     lines += ["", f"mean |error| {statistics.fmean(abs(r.error) for r in rows):.1%} over {len(rows)} run(s)"]
-    by_id = {r.id: r for r in rows}
-    for r in rows:
-        base = by_id.get(r.baseline or "")
-        if base is not None:
-            lines.append(f"speedup {r.id} over {base.id}: predicted {r.predicted / base.predicted - 1:+.1%}, "
-                         f"measured {r.measured / base.measured - 1:+.1%}")
+    lines += [f"speedup {s.run} over {s.baseline}: predicted {s.predicted - 1:+.1%}, measured {s.measured - 1:+.1%}"
+              for s in speedups(rows)]
     return lines
+
+
+def grid_markdown(points: Sequence[GridPoint]) -> list[str]:
+    """A ``--grid`` scan as one markdown table: a row per point (its values, each run's error, their mean |error|,
+    each selected pair's predicted speedup), the measured speedups in the header."""
+    names = list(points[0].values)
+    runs = [r.id for r in points[0].rows]
+    pairs = speedups(points[0].rows)
+    head = names + [f"{run} error" for run in runs] + ["mean abs error"]
+    head += [f"{s.run} over {s.baseline} (measured {s.measured - 1:+.1%})" for s in pairs]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    for p in points:
+        cells = [f"{p.values[n]:g}" for n in names] + [f"{r.error:+.1%}" for r in p.rows]
+        cells.append(f"{statistics.fmean(abs(r.error) for r in p.rows):.1%}")
+        cells += [f"{s.predicted - 1:+.1%}" for s in speedups(p.rows)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def grid_json(points: Sequence[GridPoint]) -> dict[str, Any]:
+    """A ``--grid`` scan as ``{"grid": [...]}``: each point's values, its runs (id, predicted, error), their mean
+    |error| and the selected pairs' speedups (run, baseline, predicted and measured ratios)."""
+    return {"grid": [{"values": dict(p.values),
+                      "runs": [{"id": r.id, "predicted": r.predicted, "error": r.error} for r in p.rows],
+                      "mean_abs_error": statistics.fmean(abs(r.error) for r in p.rows),
+                      "speedups": [{"run": s.run, "baseline": s.baseline, "predicted": s.predicted,
+                                    "measured": s.measured} for s in speedups(p.rows)]} for p in points]}
 
 
 def what_if_json(rows: Sequence[WhatIf]) -> dict[str, Any]:
@@ -165,16 +280,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="a plan field of every selected run")
     parser.add_argument("--run", action="append", default=[], metavar="TEXT", help="only runs whose id contains it")
     parser.add_argument("--breakdown", action="store_true", help="each run's step breakdown (seconds)")
+    parser.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
+                        help=f"scan a joint parameter over these values (repeatable: their product, at most "
+                             f"{MAX_GRID_POINTS} points): one row per point")
     parser.add_argument("--json", action="store_true", help="print {\"runs\": [...], \"mean_abs_error\": ...}")
     args = parser.parse_args(argv)
     try:
         params, _ = trial_structure(args.fix, [])
-        rows = what_if(args.dataset, params=params, stacks=stack_trial(args.stack),
-                       plan=plan_changes_from(args.plan), select=args.run)
+        points = grid_points(args.grid, args.fix)
+        if args.grid and args.breakdown:
+            raise ConfigError("--breakdown: not with --grid (one table row a point); give the point with --fix")
+        changes: dict[str, Any] = {"stacks": stack_trial(args.stack), "plan": plan_changes_from(args.plan),
+                                   "select": args.run}
+        grid = what_if_grid(points, args.dataset, params=params, **changes) if args.grid else []
+        rows = [] if args.grid else what_if(args.dataset, params=params, **changes)
     except MoesimError as err:
         print(f"error: {err}")
         return 2
-    print(json.dumps(what_if_json(rows), indent=1) if args.json else "\n".join(what_if_markdown(rows, args.breakdown)))
+    if grid:
+        print(json.dumps(grid_json(grid), indent=1) if args.json else "\n".join(grid_markdown(grid)))
+    else:
+        print(json.dumps(what_if_json(rows), indent=1) if args.json else "\n".join(what_if_markdown(rows, args.breakdown)))
     return 0
 
 

@@ -84,3 +84,50 @@ def test_json_output_carries_every_selected_run(capsys: pytest.CaptureFixture[st
                                                "titan-dsv3-b200-mxfp8-deepep"]
     assert data["mean_abs_error"] == pytest.approx(sum(abs(r["error"]) for r in data["runs"]) / 3)
     assert all(r["step_s"] == pytest.approx(sum(r["breakdown"].values()), rel=1e-9) for r in data["runs"])
+
+
+def test_a_grid_row_is_the_prediction_at_its_point() -> None:
+    from studies.what_if import grid_points, what_if_grid
+
+    points = grid_points(["host.sync_s=1e-4,8e-4", "nccl.a2a_net_fraction=0.6,0.9"])
+    assert [tuple(p.values()) for p in points] == [(1e-4, 0.6), (1e-4, 0.9), (8e-4, 0.6), (8e-4, 0.9)]
+    grid = what_if_grid(points, params={"release.torchtitan": 0.4}, select=["titan-dsv3-h100"])
+    for point in grid:
+        alone = what_if(params={"release.torchtitan": 0.4, **point.values}, select=["titan-dsv3-h100"])
+        assert [r.predicted for r in point.rows] == pytest.approx([r.predicted for r in alone], rel=1e-12)
+    # the scan moves what its parameters move: a dearer sync slows the DeepEP step, a lower NCCL share the standard one
+    deepep = {tuple(p.values.values()): p.rows[1].predicted for p in grid}
+    standard = {tuple(p.values.values()): p.rows[0].predicted for p in grid}
+    assert deepep[(8e-4, 0.9)] < deepep[(1e-4, 0.9)]
+    assert standard[(1e-4, 0.6)] < standard[(1e-4, 0.9)]
+
+
+def test_the_grid_table_and_json_carry_every_point_run_and_pair(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    argv = ["--run", "titan-dsv3-h100", "--grid", "nccl.a2a_net_fraction=0.6,0.9"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| nccl.a2a_net_fraction | titan-dsv3-h100-bf16 error |")
+    assert "over titan-dsv3-h100-bf16 (measured +67.3%)" in lines[0]
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| 0.6", "| 0.9"]
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)["grid"]
+    assert [p["values"] for p in data] == [{"nccl.a2a_net_fraction": 0.6}, {"nccl.a2a_net_fraction": 0.9}]
+    assert all(len(p["runs"]) == 2 and p["speedups"][0]["measured"] == pytest.approx(579 / 346) for p in data)
+
+
+def test_bad_grids_exit_2_with_one_line_naming_them(capsys: pytest.CaptureFixture[str]) -> None:
+    too_many = ",".join(str(0.5 + i / 100) for i in range(9))
+    for argv, needle in ((["--grid", "host.sync_s"], "expected NAME=V1,V2"),
+                         (["--grid", "host.sync_s=1e-4,,2e-4"], "an empty value"),
+                         (["--grid", "host.sync_s=1e-4", "--grid", "host.sync_s=2e-4"], "given twice"),
+                         (["--fix", "host.sync_s=1e-4", "--grid", "host.sync_s=2e-4"], "also held by --fix"),
+                         (["--grid", "step.fixed_s=1,9"], "--grid step.fixed_s=9: outside the parameter's bounds"),
+                         (["--grid", "no.such=1"], "'no.such' is no joint parameter"),
+                         (["--grid", f"nccl.a2a_net_fraction={too_many}", "--grid", f"release.torchtitan={too_many}"],
+                          "81 points (9 x 9); at most 64"),
+                         (["--grid", "host.sync_s=1e-4", "--breakdown"], "--breakdown: not with --grid")):
+        assert main(argv) == 2
+        out = capsys.readouterr().out
+        assert out.startswith("error: ") and needle in out and "Traceback" not in out and out.count("\n") == 1
