@@ -13,7 +13,11 @@ it, as in the fit's trials); ``--plan FIELD=VALUE``: a :class:`sim.specs.Paralle
 ``--run TEXT``: only the runs whose id contains it (repeatable). Each run's measured speedup over its ``baseline``
 run, where both are selected, is printed beside the predicted one; ``--json`` prints the rows for scripts.
 
-``--grid NAME=V1,V2,...`` (repeatable) scans joint parameters instead of setting them: one row per point of the
+``--comm FIELD=VALUE``: a scalar :class:`sim.comm.CommCosts` field (a sourced transport or kernel constant, e.g.
+``efa_a2a_fraction`` or ``proxy_normal_s``) over the costs each run predicts with, as a calibration file's ``comm``
+table overrides it.
+
+``--grid NAME=V1,V2,...`` (repeatable) scans joint parameters (or ``comm.FIELD``) instead of setting them: one row per point of the
 options' product (at most :data:`MAX_GRID_POINTS`), each selected run's error and each selected pair's speedup at it,
 so where a group of runs sits on two parameters is one command:
 
@@ -34,10 +38,12 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from sim.calibration import default_inputs
+from sim.comm import CommCosts
 from sim.errors import ConfigError, MoesimError
 from sim.predict import predict
 from sim.specs import ParallelPlan
-from sim.stacks import builtin_overrides, profile_for
+from sim.stacks import builtin_overrides, load_stack, profile_for
 from studies.dataset import MeasuredRun, load_runs, resolve_run
 from studies.joint_fit import (
     TRIAL_SWITCHES,
@@ -47,11 +53,14 @@ from studies.joint_fit import (
     typed_value,
 )
 
-__all__ = ["WhatIf", "Speedup", "GridPoint", "MAX_GRID_POINTS", "plan_changes_from", "grid_points", "what_if",
+__all__ = ["WhatIf", "Speedup", "GridPoint", "MAX_GRID_POINTS", "COMM_PREFIX", "plan_changes_from", "comm_value",
+           "comm_changes_from", "grid_points", "what_if",
            "what_if_grid", "speedups", "what_if_json", "what_if_markdown", "grid_json", "grid_markdown", "main"]
 
 #: The most points ``--grid`` may take: each point predicts every selected run once, so this bounds the command's time.
 MAX_GRID_POINTS = 64
+#: A ``--grid`` name with this prefix scans a :class:`sim.comm.CommCosts` field (as ``--comm`` sets one).
+COMM_PREFIX = "comm."
 
 
 @dataclass(frozen=True)
@@ -100,10 +109,58 @@ def speedups(rows: Sequence[WhatIf]) -> list[Speedup]:
     return out
 
 
+def comm_value(option: str, item: str) -> tuple[str, float]:
+    """One ``FIELD=VALUE`` for a scalar :class:`sim.comm.CommCosts` field: a finite number, not negative, at most 1
+    for a ``*_fraction`` field; raises :class:`~sim.errors.ConfigError` naming ``option`` and what it takes.
+
+    >>> comm_value("--comm", "efa_a2a_fraction=0.5")
+    ('efa_a2a_fraction', 0.5)
+    >>> comm_value("--comm", "deepep_sms=24")
+    Traceback (most recent call last):
+    ...
+    sim.errors.ConfigError: --comm deepep_sms=24: 'deepep_sms' is a table of CommCosts (one value per SM count), not a scalar field
+    """
+    name, sep, text = item.partition("=")
+    if not sep or not name:
+        raise ConfigError(f"{option} {item!r}: expected FIELD=VALUE (e.g. efa_a2a_fraction=0.5)")
+    default = CommCosts.default()
+    if name not in CommCosts.__dataclass_fields__:
+        raise ConfigError(f"{option} {item}: {name!r} is no CommCosts field (sim/comm/costs.py lists them)")
+    if isinstance(getattr(default, name), tuple):
+        raise ConfigError(f"{option} {item}: {name!r} is a table of CommCosts (one value per SM count), not a scalar "
+                          f"field")
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{option} {item}: value {text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0 or (name.endswith("_fraction") and value > 1):
+        bound = "0 to 1" if name.endswith("_fraction") else "a finite number, not negative"
+        raise ConfigError(f"{option} {item}: {name} takes {bound}")
+    return name, value
+
+
+def comm_changes_from(items: Sequence[str]) -> dict[str, float]:
+    """The ``--comm FIELD=VALUE`` options as CommCosts overrides (:func:`comm_value` checks each).
+
+    >>> comm_changes_from(["proxy_normal_s=1e-3", "efa_a2a_call_s=6e-4"])
+    {'proxy_normal_s': 0.001, 'efa_a2a_call_s': 0.0006}
+    """
+    return dict(comm_value("--comm", item) for item in items)
+
+
+def _axis_value(name: str, text: str) -> tuple[str, float]:
+    """One value of a ``--grid`` axis: a CommCosts field under :data:`COMM_PREFIX`, else a joint parameter."""
+    if name.startswith(COMM_PREFIX):
+        field, value = comm_value("--grid", f"{name[len(COMM_PREFIX):]}={text}")
+        return COMM_PREFIX + field, value
+    return trial_value("--grid", f"{name}={text}", TRIAL_SWITCHES)
+
+
 def grid_points(items: Sequence[str], fix: Sequence[str] = ()) -> list[dict[str, float]]:
     """The ``--grid NAME=V1,V2,...`` options as the points of their product (the first option varies slowest), each
-    the joint values it holds. Every value is checked as ``--fix`` checks it (a joint parameter or trial switch, a
-    finite number inside the parameter's bounds); raises :class:`~sim.errors.ConfigError` naming the option for a
+    the values it holds. Every value is checked as ``--fix`` checks it (a joint parameter or trial switch, a finite
+    number inside the parameter's bounds), or under ``comm.`` as ``--comm`` does (:func:`comm_value`); ``fix`` holds
+    joint parameters and ``comm.FIELD`` the ``--comm`` fields; raises :class:`~sim.errors.ConfigError` naming the option for a
     parameter given twice or also held by ``fix``, an empty value, or more than :data:`MAX_GRID_POINTS` points.
 
     >>> grid_points(["host.sync_s=1e-4,8e-4", "nccl.a2a_net_fraction=0.9"])
@@ -111,7 +168,7 @@ def grid_points(items: Sequence[str], fix: Sequence[str] = ()) -> list[dict[str,
     >>> grid_points(["host.sync_s=1e-4"], fix=["host.sync_s=2e-4"])
     Traceback (most recent call last):
     ...
-    sim.errors.ConfigError: --grid host.sync_s=1e-4: 'host.sync_s' is also held by --fix
+    sim.errors.ConfigError: --grid host.sync_s=1e-4: 'host.sync_s' is also held by --fix or --comm
     """
     held = {item.partition("=")[0] for item in fix}
     axes: list[list[tuple[str, float]]] = []
@@ -123,12 +180,12 @@ def grid_points(items: Sequence[str], fix: Sequence[str] = ()) -> list[dict[str,
         if name in names:
             raise ConfigError(f"--grid {item}: {name!r} is given twice")
         if name in held:
-            raise ConfigError(f"--grid {item}: {name!r} is also held by --fix")
+            raise ConfigError(f"--grid {item}: {name!r} is also held by --fix or --comm")
         values = [v.strip() for v in text.split(",")]
         if not all(values):
             raise ConfigError(f"--grid {item}: an empty value (expected NAME=V1,V2,...)")
         names.append(name)
-        axes.append([trial_value("--grid", f"{name}={v}", TRIAL_SWITCHES) for v in values])
+        axes.append([_axis_value(name, v) for v in values])
     count = math.prod(len(axis) for axis in axes)
     if count > MAX_GRID_POINTS:
         sizes = " x ".join(str(len(axis)) for axis in axes)
@@ -189,10 +246,11 @@ def _selected(runs: Sequence[MeasuredRun], select: Sequence[str]) -> list[Measur
 
 def what_if(path: str | Path | None = None, *, params: Mapping[str, float] | None = None,
             stacks: Mapping[str, Mapping[str, Any]] | None = None, plan: Mapping[str, Any] | None = None,
-            select: Sequence[str] = ()) -> list[WhatIf]:
+            comm: Mapping[str, float] | None = None, select: Sequence[str] = ()) -> list[WhatIf]:
     """Every run of the file at ``path`` (default: the shipped dataset) whose id contains one of ``select`` (all
     when empty), predicted with the joint parameters ``params`` over the shipped fit, the built-in profiles' field
-    changes ``stacks`` (profile -> field -> value) and the plan field changes ``plan``. Raises
+    changes ``stacks`` (profile -> field -> value), the plan field changes ``plan`` and the CommCosts fields
+    ``comm`` over the costs each run predicts with (:func:`sim.calibration.default_inputs`). Raises
     :class:`~sim.errors.ConfigError` for a plan a run cannot take, naming the run."""
     rows = []
     with _stacks_changed(stacks or {}):
@@ -201,8 +259,12 @@ def what_if(path: str | Path | None = None, *, params: Mapping[str, float] | Non
                 run = replace(run, plan={**run.plan, **plan})
             try:
                 model, cluster, run_plan = resolve_run(run)
-                pred = predict(model, cluster, run_plan, None, stack=profile_for(run.stack, run.release),
-                               name=run.id, params=params or None)
+                stack = load_stack(profile_for(run.stack, run.release))
+                costs = None
+                if comm:
+                    costs, stack = default_inputs(stack.place(cluster).gpu, stack)
+                    costs = replace(costs, comm={**costs.comm, **comm})
+                pred = predict(model, cluster, run_plan, costs, stack=stack, name=run.id, params=params or None)
             except MoesimError as err:
                 raise ConfigError(f"run {run.id!r}: {err}") from None
             rows.append(WhatIf(run.id, run.measured_tokens_per_s_per_gpu, pred.tokens_per_s_per_gpu,
@@ -212,10 +274,17 @@ def what_if(path: str | Path | None = None, *, params: Mapping[str, float] | Non
 
 def what_if_grid(points: Sequence[Mapping[str, float]], path: str | Path | None = None, *,
                  params: Mapping[str, float] | None = None, stacks: Mapping[str, Mapping[str, Any]] | None = None,
-                 plan: Mapping[str, Any] | None = None, select: Sequence[str] = ()) -> list[GridPoint]:
-    """:func:`what_if` at each of ``points`` (joint values over ``params``), the other changes the same at every one."""
-    return [GridPoint(dict(point), what_if(path, params={**(params or {}), **point}, stacks=stacks, plan=plan,
-                                           select=select)) for point in points]
+                 plan: Mapping[str, Any] | None = None, comm: Mapping[str, float] | None = None,
+                 select: Sequence[str] = ()) -> list[GridPoint]:
+    """:func:`what_if` at each of ``points`` (joint values over ``params``, ``comm.FIELD`` values over ``comm``), the
+    other changes the same at every one."""
+    out = []
+    for point in points:
+        joint = {k: v for k, v in point.items() if not k.startswith(COMM_PREFIX)}
+        fields = {k[len(COMM_PREFIX):]: v for k, v in point.items() if k.startswith(COMM_PREFIX)}
+        out.append(GridPoint(dict(point), what_if(path, params={**(params or {}), **joint}, stacks=stacks, plan=plan,
+                                                  comm={**(comm or {}), **fields}, select=select)))
+    return out
 
 
 def what_if_markdown(rows: Sequence[WhatIf], breakdown: bool = False) -> list[str]:
@@ -278,6 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="a built-in stack profile's field")
     parser.add_argument("--plan", action="append", default=[], metavar="FIELD=VALUE",
                         help="a plan field of every selected run")
+    parser.add_argument("--comm", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a scalar CommCosts field (sim/comm/costs.py) over each run's costs")
     parser.add_argument("--run", action="append", default=[], metavar="TEXT", help="only runs whose id contains it")
     parser.add_argument("--breakdown", action="store_true", help="each run's step breakdown (seconds)")
     parser.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
@@ -287,11 +358,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         params, _ = trial_structure(args.fix, [])
-        points = grid_points(args.grid, args.fix)
+        comm = comm_changes_from(args.comm)
+        points = grid_points(args.grid, [*args.fix, *(COMM_PREFIX + item for item in args.comm)])
         if args.grid and args.breakdown:
             raise ConfigError("--breakdown: not with --grid (one table row a point); give the point with --fix")
         changes: dict[str, Any] = {"stacks": stack_trial(args.stack), "plan": plan_changes_from(args.plan),
-                                   "select": args.run}
+                                   "comm": comm, "select": args.run}
         grid = what_if_grid(points, args.dataset, params=params, **changes) if args.grid else []
         rows = [] if args.grid else what_if(args.dataset, params=params, **changes)
     except MoesimError as err:

@@ -131,3 +131,51 @@ def test_bad_grids_exit_2_with_one_line_naming_them(capsys: pytest.CaptureFixtur
         assert main(argv) == 2
         out = capsys.readouterr().out
         assert out.startswith("error: ") and needle in out and "Traceback" not in out and out.count("\n") == 1
+
+
+def test_comm_fields_move_the_runs_whose_transport_reads_them() -> None:
+    efa = "studies/data/efa_runs.toml"
+    select = ["aws-26.04.01-dsv3-256xb300-mbs4-nooverlap"]
+    base = {r.id: r.predicted for r in what_if(efa, select=select)}
+    assert {r.id: r.predicted for r in what_if(efa, comm={}, select=select)} == pytest.approx(base, rel=1e-12)
+    slower = {r.id: r.predicted for r in what_if(efa, comm={"efa_a2a_fraction": 0.4}, select=select)}
+    assert slower["aws-26.04.01-dsv3-256xb300-mbs4-nooverlap-nccl"] < base["aws-26.04.01-dsv3-256xb300-mbs4-nooverlap-nccl"]
+    # UCCL-EP's proxy kernels do not read NCCL's EFA share; a dearer proxy hop slows them
+    assert slower["aws-26.04.01-dsv3-256xb300-mbs4-nooverlap-uccl-ep"] == pytest.approx(
+        base["aws-26.04.01-dsv3-256xb300-mbs4-nooverlap-uccl-ep"], rel=1e-9)
+    hop = {r.id: r.predicted for r in what_if(efa, comm={"proxy_normal_s": 2e-3}, select=select)}
+    assert hop["aws-26.04.01-dsv3-256xb300-mbs4-nooverlap-uccl-ep"] < base["aws-26.04.01-dsv3-256xb300-mbs4-nooverlap-uccl-ep"]
+    # an InfiniBand run does not read the EFA fields
+    ib = what_if(comm={"efa_a2a_fraction": 0.4}, select=["titan-dsv3-b200-bf16"])
+    assert ib[0].predicted == pytest.approx(what_if(select=["titan-dsv3-b200-bf16"])[0].predicted, rel=1e-12)
+
+
+def test_a_comm_grid_axis_is_the_comm_option_at_each_value(capsys: pytest.CaptureFixture[str]) -> None:
+    from studies.what_if import grid_points, what_if_grid
+
+    efa, select = "studies/data/efa_runs.toml", ["aws-26.04.01-kimi-k2-256xb300-mbs1-nooverlap-uccl-ep"]
+    points = grid_points(["comm.proxy_normal_s=4e-4,2e-3"])
+    assert points == [{"comm.proxy_normal_s": 4e-4}, {"comm.proxy_normal_s": 2e-3}]
+    grid = what_if_grid(points, efa, select=select)
+    for point, value in zip(grid, (4e-4, 2e-3)):
+        alone = what_if(efa, comm={"proxy_normal_s": value}, select=select)
+        assert point.rows[0].predicted == pytest.approx(alone[0].predicted, rel=1e-12)
+    assert grid[1].rows[0].predicted < grid[0].rows[0].predicted
+    assert main([efa, "--run", select[0], "--grid", "comm.proxy_normal_s=4e-4,2e-3"]) == 0
+    assert capsys.readouterr().out.startswith("| comm.proxy_normal_s |")
+
+
+def test_bad_comm_fields_exit_2_with_one_line_naming_them(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, needle in ((["--comm", "no_such=1"], "'no_such' is no CommCosts field"),
+                         (["--comm", "deepep_sms=24"], "is a table of CommCosts"),
+                         (["--comm", "efa_a2a_fraction=1.5"], "efa_a2a_fraction takes 0 to 1"),
+                         (["--comm", "proxy_normal_s=-1"], "not negative"),
+                         (["--comm", "proxy_normal_s=nan"], "not negative"),
+                         (["--comm", "proxy_normal_s=fast"], "value 'fast' is not a number"),
+                         (["--comm", "proxy_normal_s"], "expected FIELD=VALUE"),
+                         (["--grid", "comm.no_such=1,2"], "--grid no_such=1: 'no_such' is no CommCosts field"),
+                         (["--comm", "proxy_normal_s=1e-3", "--grid", "comm.proxy_normal_s=2e-3"],
+                          "also held by --fix or --comm")):
+        assert main(argv) == 2
+        out = capsys.readouterr().out
+        assert out.startswith("error: ") and needle in out and "Traceback" not in out and out.count("\n") == 1
