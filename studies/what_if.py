@@ -32,6 +32,7 @@ import contextlib
 import itertools
 import json
 import math
+import os
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -55,7 +56,7 @@ from studies.joint_fit import (
 
 __all__ = ["WhatIf", "Speedup", "GridPoint", "MAX_GRID_POINTS", "COMM_PREFIX", "plan_changes_from", "comm_value",
            "comm_changes_from", "grid_points", "what_if",
-           "what_if_grid", "speedups", "what_if_json", "what_if_markdown", "grid_json", "grid_markdown", "main"]
+           "what_if_grid", "speedups", "shared_prefix", "what_if_json", "what_if_markdown", "grid_json", "grid_markdown", "main"]
 
 #: The most points ``--grid`` may take: each point predicts every selected run once, so this bounds the command's time.
 MAX_GRID_POINTS = 64
@@ -303,15 +304,31 @@ def what_if_markdown(rows: Sequence[WhatIf], breakdown: bool = False) -> list[st
     return lines
 
 
+def shared_prefix(ids: Sequence[str]) -> str:
+    """The leading ``-``-separated words every one of several run ids shares (``""`` for fewer than two ids or none
+    shared), so a table can name each run by the rest.
+
+    >>> shared_prefix(["titan-dsv3-b200-bf16", "titan-dsv3-h100-bf16"]), shared_prefix(["a-b", "c-d"])
+    ('titan-dsv3-', '')
+    """
+    if len(ids) < 2:
+        return ""
+    common = os.path.commonprefix(list(ids))
+    return common[:common.rfind("-") + 1]
+
+
 def grid_markdown(points: Sequence[GridPoint]) -> list[str]:
     """A ``--grid`` scan as one markdown table: a row per point (its values, each run's error, their mean |error|,
-    each selected pair's predicted speedup), the measured speedups in the header."""
+    each selected pair's predicted speedup), the measured speedups in the header; run ids lose the words they all
+    share (named above the table)."""
     names = list(points[0].values)
     runs = [r.id for r in points[0].rows]
+    cut = len(prefix := shared_prefix(runs))
     pairs = speedups(points[0].rows)
-    head = names + [f"{run} error" for run in runs] + ["mean abs error"]
-    head += [f"{s.run} over {s.baseline} (measured {s.measured - 1:+.1%})" for s in pairs]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    head = names + [f"{run[cut:]} error" for run in runs] + ["mean abs error"]
+    head += [f"{s.run[cut:]} over {s.baseline[cut:]} (measured {s.measured - 1:+.1%})" for s in pairs]
+    lines = [f"runs: {prefix}*", ""] if prefix else []
+    lines += ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for p in points:
         cells = [f"{p.values[n]:g}" for n in names] + [f"{r.error:+.1%}" for r in p.rows]
         cells.append(f"{statistics.fmean(abs(r.error) for r in p.rows):.1%}")

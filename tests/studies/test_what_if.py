@@ -108,9 +108,10 @@ def test_the_grid_table_and_json_carry_every_point_run_and_pair(capsys: pytest.C
     argv = ["--run", "titan-dsv3-h100", "--grid", "nccl.a2a_net_fraction=0.6,0.9"]
     assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("| nccl.a2a_net_fraction | titan-dsv3-h100-bf16 error |")
-    assert "over titan-dsv3-h100-bf16 (measured +67.3%)" in lines[0]
-    assert [line.split(" | ")[0] for line in lines[2:]] == ["| 0.6", "| 0.9"]
+    assert lines[0] == "runs: titan-dsv3-h100-*"  # the words every run id shares, named once
+    assert lines[2].startswith("| nccl.a2a_net_fraction | bf16 error | bf16-deepep error | mean abs error |")
+    assert "| bf16-deepep over bf16 (measured +67.3%) |" in lines[2]
+    assert [line.split(" | ")[0] for line in lines[4:]] == ["| 0.6", "| 0.9"]
     assert main([*argv, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)["grid"]
     assert [p["values"] for p in data] == [{"nccl.a2a_net_fraction": 0.6}, {"nccl.a2a_net_fraction": 0.9}]
