@@ -602,6 +602,12 @@ _BLACKWELL_FP8_WINDOW_ROW_S = (0.210e-3 / (2 * 128 * 4096), 2.080e-3 / (2 * 128 
 #: GQA: 64 / 8 heads, head dim 128, batch 1, causal, sequence 4,096): forward 0.465 -> 0.322 ms (1.44x), backward
 #: 1.450 -> 1.459 ms (0.99x: per-tensor FP8 buys the backward nothing there).
 _HOPPER_FP8_ATTN_SPEEDUP = {"fwd": 0.465 / 0.322, "bwd": 1.450 / 1.459}
+#: BF16 attention on Hopper, as the Blackwell rates are taken (the same cudnn-frontend campaign, cuDNN 9.19 on H200:
+#: results/h200_919_only_cudnn/dsv3_20260227_034744.csv, DeepSeek-V3's MLA, 128 heads, head dims 192 / 128, batch 1,
+#: causal, sequence 4,096): forward 1.148 ms (599 TFLOPS), backward 4.424 ms, as fractions of the H200's 989 TFLOPS in
+#: the cost model's FLOP convention (backward = 2 x forward): 0.605 / 0.314 (2,048: 0.528 / 0.274; 8,192: 0.650 /
+#: 0.344). The Llama 3.1 GQA cell of the same folder (64 / 8 heads, head dim 128) checks them: 0.598 / 0.383.
+_HOPPER_ATTN = {"attn_fwd_eff": 0.605, "attn_bwd_eff": 0.314}
 
 
 def default_costs(gpu: GPUSpec) -> CostModel:
@@ -624,12 +630,12 @@ def default_costs(gpu: GPUSpec) -> CostModel:
     # Blockwise-scaled FP8 (1x128 / 128x128 scales) on Hopper applies its scales inside the main loop; on Blackwell
     # it runs as MXFP8 on the block-scaled tensor cores (TE PR #2157), at the FP8 curve here.
     blockwise = _HOPPER_BLOCKWISE_OVER_TENSORWISE if hopper else 1.0
-    # Hopper: assumed BF16 attention; FP8 attention at cuDNN's measured H200 speedups over BF16 (as fractions of
-    # the FP8 rate, twice BF16's).
+    # Hopper: cuDNN's measured H200 BF16 attention (_HOPPER_ATTN); FP8 attention at its measured speedups over BF16
+    # (as fractions of the FP8 rate, twice BF16's).
     attn = _BLACKWELL_ATTN if not hopper else {
-        "attn_fwd_eff": 0.50, "attn_bwd_eff": 0.40,
-        "attn_fp8_fwd_eff": 0.50 * _HOPPER_FP8_ATTN_SPEEDUP["fwd"] / 2,
-        "attn_fp8_bwd_eff": 0.40 * _HOPPER_FP8_ATTN_SPEEDUP["bwd"] / 2}
+        **_HOPPER_ATTN,
+        "attn_fp8_fwd_eff": _HOPPER_ATTN["attn_fwd_eff"] * _HOPPER_FP8_ATTN_SPEEDUP["fwd"] / 2,
+        "attn_fp8_bwd_eff": _HOPPER_ATTN["attn_bwd_eff"] * _HOPPER_FP8_ATTN_SPEEDUP["bwd"] / 2}
     sources = {
         "gemm_eff.bf16": "published.md s3: B200 cuBLAS BF16 1338-1389 TFLOPS of 2250 (H100 783-797 of 989); "
                          "roll-off below 1e11 FLOPs/call assumed",
@@ -652,9 +658,11 @@ def default_costs(gpu: GPUSpec) -> CostModel:
                      "at sequence 4,096: BF16 0.625 (fwd) / 0.361 (bwd, incl. the recompute of P; backward FLOPs = 2 x "
                      "forward); MXFP8 attention 0.50 / 0.233 of the FP8 rate; GB300 agrees within 3% (sim.costs "
                      "_BLACKWELL_ATTN)" if not hopper else
-                     "assumed: FlashAttention-class kernels at ~50% (fwd) / ~40% (bwd, incl. recompute of P) of BF16 "
-                     "peak; FP8 attention at cuDNN's measured H200 speedups over BF16 (1.44x fwd, 0.99x bwd; "
-                     "cudnn-frontend results/h200_919_only_cudnn, Llama 3.1 at 4,096: sim.costs._HOPPER_FP8_ATTN_SPEEDUP)"),
+                     "cudnn-frontend sdpa_benchmark_training results/h200_919_only_cudnn (cuDNN 9.19, H200), "
+                     "DeepSeek-V3's MLA causal at sequence 4,096: BF16 0.605 (fwd) / 0.314 (bwd; backward FLOPs = 2 x "
+                     "forward), Llama 3.1 GQA 0.598 / 0.383 (sim.costs._HOPPER_ATTN); FP8 attention at the same "
+                     "folder's H200 speedups over BF16 (1.44x fwd, 0.99x bwd; Llama 3.1 at 4,096: "
+                     "sim.costs._HOPPER_FP8_ATTN_SPEEDUP)"),
         "attn_window_row_s": ("cudnn-frontend sdpa_benchmark_training results/gpt_oss (GB200 / GB300, cuDNN 9.22, window "
                               "128): 0.20 / 0.44 ns per query row and head, forward / backward; MXFP8 0.20 / 1.98 "
                               "ns (sim.costs._BLACKWELL_WINDOW_ROW_S, _BLACKWELL_FP8_WINDOW_ROW_S)" if not hopper else "none measured on Hopper at a small "
