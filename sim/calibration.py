@@ -204,12 +204,11 @@ def _validate_tables(data: Mapping[str, Any], origin: str) -> dict[str, Any]:
     if "comm" in data:
         from sim.comm import CommCosts  # noqa: PLC0415  (sim.comm pulls networkx; only when needed)
 
-        known = {f.name: f for f in CommCosts.__dataclass_fields__.values()}
         comm = {}
         for k, v in _mapping(origin, "comm", data["comm"]).items():
-            if k not in known:
+            if k not in CommCosts.__dataclass_fields__:
                 raise ConfigError(f"{origin}: comm.{k} is not a CommCosts field")
-            if isinstance(getattr(CommCosts.default(), k), tuple):  # a table (by SMs, by EP size)
+            if k not in CommCosts.scalar_fields():  # a table (by SMs, by EP size)
                 raise ConfigError(f"{origin}: comm.{k} is a table of CommCosts; a calibration overrides only its "
                                   f"scalar fields (got {_short(v)})")
             comm[k] = _number(origin, f"comm.{k}", v, lo=0.0)

@@ -124,10 +124,9 @@ def comm_value(option: str, item: str) -> tuple[str, float]:
     name, sep, text = item.partition("=")
     if not sep or not name:
         raise ConfigError(f"{option} {item!r}: expected FIELD=VALUE (e.g. efa_a2a_fraction=0.5)")
-    default = CommCosts.default()
     if name not in CommCosts.__dataclass_fields__:
         raise ConfigError(f"{option} {item}: {name!r} is no CommCosts field (sim/comm/costs.py lists them)")
-    if isinstance(getattr(default, name), tuple):
+    if name not in CommCosts.scalar_fields():
         raise ConfigError(f"{option} {item}: {name!r} is a table of CommCosts (one value per SM count), not a scalar "
                           f"field")
     try:
@@ -263,7 +262,7 @@ def what_if(path: str | Path | None = None, *, params: Mapping[str, float] | Non
                 stack = load_stack(profile_for(run.stack, run.release))
                 costs = None
                 if comm:
-                    costs, stack = default_inputs(stack.place(cluster).gpu, stack)
+                    costs, stack = default_inputs(cluster.gpu, stack)
                     costs = replace(costs, comm={**costs.comm, **comm})
                 pred = predict(model, cluster, run_plan, costs, stack=stack, name=run.id, params=params or None)
             except MoesimError as err:

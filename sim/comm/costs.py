@@ -206,6 +206,16 @@ class CommCosts:
         """The published-figure defaults above."""
         return cls()
 
+    @classmethod
+    def scalar_fields(cls) -> frozenset[str]:
+        """The fields a calibration's ``comm`` table (or a trial) may override: every one but the tables by SM count
+        or EP size.
+
+        >>> "efa_a2a_fraction" in CommCosts.scalar_fields(), "deepep_sms" in CommCosts.scalar_fields()
+        (True, False)
+        """
+        return frozenset(f.name for f in dataclasses.fields(cls) if not isinstance(f.default, tuple))
+
     def __post_init__(self) -> None:
         for name in ("deepep_dispatch_fp8_bw", "deepep_dispatch_bf16_bw", "deepep_combine_bw"):
             if len(getattr(self, name)) != len(self.deepep_sms):
