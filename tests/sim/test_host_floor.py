@@ -108,12 +108,12 @@ def test_partial_params_override_only_what_they_name() -> None:
 
 @pytest.mark.parametrize("backend", ["nccl", "deepep"])
 def test_a_host_in_series_at_the_syncs_is_never_faster_than_the_floor(backend: str) -> None:
-    # StackProfile.host_serial_syncs (off in every shipped profile): the engine's host issues each eager op in order
-    # and waits at each blocking sync. Whatever the host's speed, a step takes at least what the layer-level floor
-    # gives, and a slow host is named as the bottleneck either way.
+    # StackProfile.host_serial_syncs (on in TorchTitan's profile, off in Megatron's): the engine's host issues each
+    # eager op in order and waits at each blocking sync. Whatever the host's speed, a step takes at least what the
+    # layer-level floor gives, and a slow host is named as the bottleneck either way.
     eager = dataclasses.replace(load_stack("torchtitan"), launch="eager", name="user-eager")
     for host_op_s in (2e-5, 5e-3):
-        floor = dataclasses.replace(eager, host_op_s=host_op_s)
+        floor = dataclasses.replace(eager, host_op_s=host_op_s, host_serial_syncs=False)
         serial = dataclasses.replace(floor, host_serial_syncs=True)
         a, b = _predict(floor, ep_backend=backend), _predict(serial, ep_backend=backend)
         assert b.step_time_s >= a.step_time_s * (1 - 1e-9)

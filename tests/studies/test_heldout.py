@@ -157,15 +157,17 @@ def test_one_machine_one_change_at_a_time() -> None:
     ratio over the rung before, measured against predicted. Every rung whose change the cost model prices comes within
     20% of its measured ratio; in particular EP8 -> EP1 (12,288 -> 1,536 rows per expert) costs little, as measured,
     which the grouped GEMM roll-off the runs pulled ``grouped.half_rows`` to (2,104 rows) refused: 0.56 against 1.03.
-    The compile rung is the one the model does not price (torch.compile's fusion; launch costs alone move it 1%)."""
+    The compile rung is priced only in part: eager TorchTitan's host issues each op in series with the GPU after its
+    blocking syncs (``StackProfile.host_serial_syncs``), which gives the eager step some of what compiling saves
+    (1.037x of the 1.094x measured); torch.compile's fusion of the eager elementwise kernels is not modelled."""
     rungs = {run.id.rsplit("-", 1)[1]: (row, change) for row, run, change in ladder_rungs()}
     assert list(rungs) == ["noac", "compiled", "ep1", "lbs6", "seq6144"]
     assert rungs["ep1"][1] == "ep: 8 -> 1" and rungs["compiled"][1] == "compile_model: False -> True"
     for name, (row, _change) in rungs.items():
         assert row.measured_speedup is not None and row.predicted_speedup is not None
         ratio = row.predicted_speedup / row.measured_speedup
-        if name == "compiled":
-            assert 0.99 < row.predicted_speedup < 1.03  # the launch alone
+        if name == "compiled":  # the host in series at the syncs: more than the launch alone (1.001x), less than measured
+            assert 1.02 < row.predicted_speedup < row.measured_speedup
         else:
             assert abs(ratio - 1) < 0.20, (name, row.predicted_speedup, row.measured_speedup)
     assert "| titan-dsv3-16b-8xb200-pr1993-ep1 | ep: 8 -> 1 |" in "\n".join(ladder_markdown())
