@@ -212,6 +212,8 @@ def _validate_tables(data: Mapping[str, Any], origin: str) -> dict[str, Any]:
                 raise ConfigError(f"{origin}: comm.{k} is a table of CommCosts; a calibration overrides only its "
                                   f"scalar fields (got {_short(v)})")
             comm[k] = _number(origin, f"comm.{k}", v, lo=0.0)
+            if problem := CommCosts.scalar_problem(k, comm[k]):
+                raise ConfigError(f"{origin}: comm.{problem}, got {_short(v)}")
         out["comm"] = comm
     if "comm_rates" in data:
         rates = {}

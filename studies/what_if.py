@@ -111,8 +111,8 @@ def speedups(rows: Sequence[WhatIf]) -> list[Speedup]:
 
 
 def comm_value(option: str, item: str) -> tuple[str, float]:
-    """One ``FIELD=VALUE`` for a scalar :class:`sim.comm.CommCosts` field: a finite number, not negative, at most 1
-    for a ``*_fraction`` field; raises :class:`~sim.errors.ConfigError` naming ``option`` and what it takes.
+    """One ``FIELD=VALUE`` for a scalar :class:`sim.comm.CommCosts` field, in the range the field takes
+    (:meth:`~sim.comm.CommCosts.scalar_problem`); raises :class:`~sim.errors.ConfigError` naming ``option`` and what it takes.
 
     >>> comm_value("--comm", "efa_a2a_fraction=0.5")
     ('efa_a2a_fraction', 0.5)
@@ -133,9 +133,8 @@ def comm_value(option: str, item: str) -> tuple[str, float]:
         value = float(text)
     except ValueError:
         raise ConfigError(f"{option} {item}: value {text!r} is not a number") from None
-    if not math.isfinite(value) or value < 0 or (name.endswith("_fraction") and value > 1):
-        bound = "0 to 1" if name.endswith("_fraction") else "a finite number, not negative"
-        raise ConfigError(f"{option} {item}: {name} takes {bound}")
+    if problem := CommCosts.scalar_problem(name, value):
+        raise ConfigError(f"{option} {item}: {problem}")
     return name, value
 
 

@@ -5,6 +5,7 @@ one MoE all-to-all (:class:`AllToAllResult`). One definition per constant: every
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -216,6 +217,23 @@ class CommCosts:
         """
         return frozenset(f.name for f in dataclasses.fields(cls) if not isinstance(f.default, tuple))
 
+    @staticmethod
+    def scalar_problem(name: str, value: float) -> str | None:
+        """Why ``value`` cannot be the scalar field ``name`` (``None`` when it can): every one is a finite number, not
+        negative; a rate or a link's share (:data:`_RATE_SUFFIXES`) positive; a share (``*_fraction``) at most 1.
+        The one rule for the defaults, a calibration's ``comm`` table and a trial's ``--comm``.
+
+        >>> CommCosts.scalar_problem("efa_a2a_fraction", 1.5), CommCosts.scalar_problem("proxy_normal_s", 0.0)
+        ("efa_a2a_fraction takes 0 to 1 (a share of a link's rate)", None)
+        """
+        if not math.isfinite(value) or value < 0:
+            return f"{name} must be non-negative and finite (not negative, not NaN, not infinite)"
+        if name.endswith("_fraction") and value > 1:
+            return f"{name} takes 0 to 1 (a share of a link's rate)"
+        if name.endswith(_RATE_SUFFIXES) and not value > 0:
+            return f"{name} must be positive (a rate or a link's share)"
+        return None
+
     def __post_init__(self) -> None:
         for name in ("deepep_dispatch_fp8_bw", "deepep_dispatch_bf16_bw", "deepep_combine_bw"):
             if len(getattr(self, name)) != len(self.deepep_sms):
@@ -239,10 +257,10 @@ class CommCosts:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             vals = v if isinstance(v, tuple) else (v,)
-            if any(isinstance(x, (int, float)) and x < 0 for x in vals):
-                raise ConfigError(f"CommCosts: {f.name} must be non-negative, got {v}")
-            if f.name.endswith(_RATE_SUFFIXES) and any(isinstance(x, (int, float)) and not x > 0 for x in vals):
-                raise ConfigError(f"CommCosts: {f.name} must be positive (a rate or a link's share), got {v}")
+            for x in vals:
+                problem = self.scalar_problem(f.name, x) if isinstance(x, int | float) else None
+                if problem:
+                    raise ConfigError(f"CommCosts: {problem}, got {v}")
 
 
 #: what can limit a communication op, as a backend's cost model names its terms: the scale-out NIC (and the
