@@ -186,6 +186,7 @@ def fit_tables(samples: Sequence[Sample], gpu: Any) -> dict[str, Any]:
                 continue
             ratios = [s.work / (_peak(gpu, dtype) * log_interpolate(curve["sizes"], curve["values"], s.size))
                       / clean_seconds(s, n) for s in group if clean_seconds(s, n) > 0]
+            ratios = [r for r in ratios if r > 0]  # a sample of no work says nothing of the rate
             if not ratios:
                 continue
             eff = min(1.5, statistics.median(ratios))
@@ -196,7 +197,9 @@ def fit_tables(samples: Sequence[Sample], gpu: Any) -> dict[str, Any]:
         group = [s for s in samples if s.kind == "attn" and (s.phase != "fwd") == backward
                  and clean_seconds(s, n) > 0]
         if group:
-            effs = [s.work / (gpu.bf16_flops * clean_seconds(s, n)) for s in group]
+            effs = [e for e in (s.work / (gpu.bf16_flops * clean_seconds(s, n)) for s in group) if e > 0]
+            if not effs:
+                continue
             eff = min(1.5, statistics.median(effs))
             tables[key] = round(eff, 6)
             tables["residuals"][key] = residual_stats([eff / e - 1 for e in effs])

@@ -34,6 +34,9 @@ __all__ = ["OpStats", "load_trace", "load_document", "op_durations", "HOST_CATEG
 HOST_CATEGORY = "user_annotation"
 DEVICE_CATEGORY = "gpu_user_annotation"
 MICROSECONDS = 1e-6
+#: The longest complete event a profiler trace can hold, in its microseconds: a year. A longer ``dur`` is a corrupt
+#: or hand-made file, and durations near the float limit would turn every rate fitted from them into zero.
+MAX_EVENT_US = 365 * 86400 * 1e6
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,9 @@ def _check_event(path: Path, index: int, event: Mapping[str, Any]) -> None:
                               f"got {repr(value)[:40]}")
     if event["dur"] < 0:
         raise ConfigError(f"{path}: traceEvents[{index}] ({name!r}): negative duration {event['dur']!r}")
+    if event["dur"] > MAX_EVENT_US:
+        raise ConfigError(f"{path}: traceEvents[{index}] ({name!r}): duration {event['dur']!r} us is longer than a "
+                          "year; not a profiler trace")
     if event["ts"] < 0:
         raise ConfigError(f"{path}: traceEvents[{index}] ({name!r}): negative timestamp ts {event['ts']!r}")
     args = event.get("args")
@@ -95,7 +101,8 @@ _LAST_META: dict[str, dict[str, Any]] = {}
 def load_trace(path: str | Path) -> list[Mapping[str, Any]]:
     """The events of a Chrome/Kineto trace file (``.json`` or ``.json.gz``), validated.
 
-    Complete events (``ph == "X"``) must carry finite, non-negative ``ts``/``dur``; names must be strings.
+    Complete events (``ph == "X"``) must carry finite, non-negative ``ts``/``dur`` (``dur`` at most
+    :data:`MAX_EVENT_US`); names must be strings.
     Anything else raises :class:`~sim.errors.ConfigError` naming the event, the field and the value.
     """
     path = Path(path)

@@ -31,7 +31,7 @@ from sim.limits import (
 )
 
 __all__ = ["bounded_int", "positive_int", "finite_float", "plan_int", "gpu_count", "int_list", "worker_count",
-           "trace_microbatches"]
+           "trace_microbatches", "non_empty"]
 
 
 def bounded_int(minimum: int, maximum: int) -> Callable[[str], int]:
@@ -151,3 +151,22 @@ def int_list(minimum: int, maximum: int) -> Callable[[str], tuple[int, ...]]:
         return tuple(one(t) for t in items)
 
     return parse
+
+
+def non_empty(text: str) -> str:
+    """A name or a path that is not empty: ``--out ''`` would write into the working folder, ``--cluster ''``
+    would fall back to the default as if the option were not given.
+
+    >>> non_empty("b200")
+    'b200'
+    >>> non_empty(" ")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a name or a path, got an empty value ' '
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a name or a path, got an empty value {text!r}")
+    return text
+
+
+non_empty.__name__ = "value"

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from moesim.argtypes import non_empty
 from sim.errors import ConfigError
 
 __all__ = ["add_calibrate_parser"]
@@ -182,8 +183,8 @@ def add_calibrate_parser(subparsers: Any) -> None:
     sub = parser.add_subparsers(dest="calibrate_command", required=True, metavar="SUBCOMMAND")
     fit = sub.add_parser("fit", help="fit traces (or a profile.json) into a calibration file")
     fit.add_argument("inputs", nargs="+", metavar="TRACE", help="Kineto/Chrome trace(s) (.json/.json.gz) or profile.json")
-    fit.add_argument("--out", required=True, help="calibration file to write")
-    fit.add_argument("--gpu", help="catalog GPU the trace ran on (default: from the trace's deviceProperties)")
+    fit.add_argument("--out", type=non_empty, required=True, help="calibration file to write")
+    fit.add_argument("--gpu", type=non_empty, help="catalog GPU the trace ran on (default: from the trace's deviceProperties)")
     fit.add_argument("--name", help="calibration name (default: the output file's stem)")
     fit.add_argument("--step", metavar="all|N", help=_STEP_HELP)
     fit.set_defaults(handler=_cmd_fit)
@@ -193,10 +194,10 @@ def add_calibrate_parser(subparsers: Any) -> None:
     show.set_defaults(handler=_cmd_show)
     cmp_ = sub.add_parser("compare", help="measured vs simulated per op and for the traced window")
     cmp_.add_argument("trace")
-    cmp_.add_argument("--calibration", help="calibration to simulate with (default: fit this trace)")
+    cmp_.add_argument("--calibration", type=non_empty, help="calibration to simulate with (default: fit this trace)")
     cmp_.add_argument("--holdout-layer", type=int, help="fit without this layer and compare on it")
-    cmp_.add_argument("--gpu", help="catalog GPU (default: from the trace)")
-    cmp_.add_argument("--sim-trace", metavar="FILE", help="write the simulated window as a Chrome trace")
+    cmp_.add_argument("--gpu", type=non_empty, help="catalog GPU (default: from the trace)")
+    cmp_.add_argument("--sim-trace", type=non_empty, metavar="FILE", help="write the simulated window as a Chrome trace")
     cmp_.add_argument("--step", metavar="all|N", help=_STEP_HELP)
     cmp_.add_argument("--json", action="store_true")
     cmp_.set_defaults(handler=_cmd_compare)
@@ -204,7 +205,7 @@ def add_calibrate_parser(subparsers: Any) -> None:
                                 ("run", _cmd_run, "profile and fit on this machine")):
         p = sub.add_parser(name, help=text)
         p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-        p.add_argument("--out", required=True, help="output folder (profile) or calibration file (run)")
+        p.add_argument("--out", type=non_empty, required=True, help="output folder (profile) or calibration file (run)")
         p.add_argument("--quick", action="store_true", help="the smallest grid (tests)")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
         if name == "run":

@@ -45,8 +45,9 @@ __all__ = ["main", "build_parser", "model_summary", "OneLineParser"]
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in moesim, not in the input
 GIB = float(1 << 30)
-EPILOG = """exit codes: 0 success, 2 bad input (one line naming the field), 70 internal error (a bug: one line
-with the failing file:line).
+EPILOG = """exit codes: 0 success, 1 a negative answer printed on stdout (validate: errors over the threshold; plan: no
+cluster in the range trains it), 2 bad input (one line naming the field), 70 internal error (a bug: one line with the
+failing file:line), 128+N stopped by signal N (study capacity: finished points kept).
 environment: MOESIM_DEBUG=1 shows the full Python traceback of an internal error instead of one line;
 MOESIM_MAX_INPUT_MB, MOESIM_MAX_TRACE_MB, MOESIM_MAX_TRACE_EVENTS, MOESIM_MAX_TRACE_MICROBATCHES,
 MOESIM_MAX_CAPACITY_POINTS and MOESIM_MAX_WORKERS raise the input limits (sim/limits.py)."""

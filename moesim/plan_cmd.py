@@ -7,7 +7,9 @@ nodes or NVL72 racks (:mod:`studies.plan`: doubling, then bisection) whose faste
 then faster). Prints its assumptions first (stack, precision, all-to-all backend, global batch policy,
 memory headroom), a progress bar on stderr while it searches, then the throughput, interval, memory,
 GPU-hours (racks and idle GPUs on NVL72), the runner-up plans, and every count it tried. A schedule,
-backend or precision the stack cannot run is refused (exit 2, one line); bad input exits 2 with one message.
+backend or precision the stack cannot run is refused (exit 2, one line); bad input exits 2 with one message; when no
+count of the range trains it, the command says so on stdout (the counts it tried and why the smaller ones were not)
+and exits 1.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any
 
-from moesim.argtypes import worker_count
+from moesim.argtypes import non_empty, worker_count
 from sim.comm.costs import DEEPEP_API_BACKENDS
 from sim.errors import ConfigError, MoesimError
 from sim.specs import EP_BACKENDS
@@ -140,7 +142,7 @@ def add_plan(subparsers: Any) -> None:
     p.add_argument("--model", required=True, help="catalog model name or model file")
     p.add_argument("--tokens", type=_positive, required=True, help="tokens to train (e.g. 14.8e12)")
     p.add_argument("--days", type=_positive, required=True, help="wall-clock days available")
-    p.add_argument("--gpu", action="append", help=f"GPU type (repeatable; default {' '.join(GPUS)})")
+    p.add_argument("--gpu", type=non_empty, action="append", help=f"GPU type (repeatable; default {' '.join(GPUS)})")
     p.add_argument("--price", type=_positive, help="USD per GPU-hour (adds the cost)")
     p.add_argument("--precision", help="default: mxfp8 where the GPU runs it, else bf16")
     p.add_argument("--ep-backend", default="deepep", dest="ep_backend")

@@ -23,7 +23,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from moesim.argtypes import finite_float, gpu_count, plan_int, trace_microbatches
+from moesim.argtypes import (
+    finite_float,
+    gpu_count,
+    non_empty,
+    plan_int,
+    trace_microbatches,
+)
 from moesim.render import render_table
 from sim.catalog import default_cluster, load_cluster, load_model
 from sim.errors import ConfigError, MoesimError
@@ -83,21 +89,21 @@ _NIC_GBPS_MAX = 8e6  # 8 Pb/s: sim.limits.CLUSTER_BOUNDS nic_bw_bytes_per_s maxi
 def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``moesim predict``'s options to ``parser`` (every number bounded by :mod:`moesim.argtypes`)."""
     g = parser.add_argument_group("what and where")
-    g.add_argument("--scenario", help="scenario TOML file or built-in name (e.g. dsv3-671b-b200)")
+    g.add_argument("--scenario", type=non_empty, help="scenario TOML file or built-in name (e.g. dsv3-671b-b200)")
     g.add_argument("--from-torchtitan", dest="from_torchtitan", metavar="JOB.toml",
                    help="plan, stack and model from a TorchTitan job config (studies.config_import)")
     g.add_argument("--from-megatron", dest="from_megatron", metavar="RECIPE.yaml|ARGS",
                    help="plan and stack from a Megatron-Bridge recipe YAML or a Megatron-LM argument list")
-    g.add_argument("--model", help="catalog model name or model file (config.json / TOML)")
-    g.add_argument("--gpu", help="catalog GPU name (default: the cluster template's)")
+    g.add_argument("--model", type=non_empty, help="catalog model name or model file (config.json / TOML)")
+    g.add_argument("--gpu", type=non_empty, help="catalog GPU name (default: the cluster template's)")
     g.add_argument("--gpus", type=gpu_count(), help="number of GPUs")
-    g.add_argument("--cluster", default=None, help="cluster template or TOML (default: the GPU's first template, "
+    g.add_argument("--cluster", type=non_empty, default=None, help="cluster template or TOML (default: the GPU's first template, "
                    "e.g. hgx-b200, gb200-nvl72)")
     g.add_argument("--nic-gbps", type=finite_float(0.0, _NIC_GBPS_MAX, exclusive_minimum=True),
                    help="per-NIC line rate in Gb/s (overrides the cluster's)")
-    g.add_argument("--calibration", help="calibration file (moesim calibrate fit/run) or bundled name, e.g. "
+    g.add_argument("--calibration", type=non_empty, help="calibration file (moesim calibrate fit/run) or bundled name, e.g. "
                    "h800-deepseek-trace, instead of the defaults")
-    g.add_argument("--stack", help="framework stack profile: torchtitan | megatron | megatron-26.02 | deepseek | "
+    g.add_argument("--stack", type=non_empty, help="framework stack profile: torchtitan | megatron | megatron-26.02 | deepseek | "
                    "a stack TOML (default: the scenario's, else torchtitan)")
     p = parser.add_argument_group("parallel plan (ParallelPlan fields)")
     for name in _PLAN_INTS:
@@ -157,9 +163,9 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--flops-formula", choices=("torchtitan", "megatron"), default="torchtitan", dest="flops_formula",
                    help="model FLOPs per token behind TFLOPS and MFU: TorchTitan's (default) or Megatron-Bridge's "
                         "num_floating_point_operations")
-    o.add_argument("--intervals", metavar="FILE", help="interval residuals file (moesim validate --write-intervals; "
+    o.add_argument("--intervals", type=non_empty, metavar="FILE", help="interval residuals file (moesim validate --write-intervals; "
                    "default: the shipped sim/data/intervals.json)")
-    o.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of representative ranks")
+    o.add_argument("--trace", type=non_empty, metavar="FILE", help="write a Chrome/Perfetto trace of representative ranks")
     o.add_argument("--trace-microbatches", type=trace_microbatches, default=None, metavar="I,J,...",
                    dest="trace_microbatches",
                    help="microbatches expanded to ops (compute and comm threads) in the trace (default: the first "
@@ -542,6 +548,8 @@ def format_table(preds: list[Any], title: str = "", notes: list[str] | None = No
 def run_predict(args: argparse.Namespace) -> int:
     """Run ``moesim predict``; returns the exit code (2 and one message on a user error)."""
     try:
+        if getattr(args, "trace_microbatches", None) is not None and not getattr(args, "trace", None):
+            raise ConfigError("--trace-microbatches picks the microbatches of a trace: give --trace FILE with it")
         run = _compute(args)
         run.notes[:0] = getattr(args, "import_notes", [])
         if getattr(args, "trace", None):

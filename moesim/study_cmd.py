@@ -17,9 +17,10 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-from moesim.argtypes import worker_count
+from moesim.argtypes import non_empty, worker_count
 from sim.errors import MoesimError
 
 __all__ = ["add_study", "run_capacity", "run_seed"]
@@ -32,12 +33,12 @@ def add_study(subparsers: Any) -> None:
                                   description=__doc__.splitlines()[0])
     sub = study.add_subparsers(dest="study", required=True, metavar="STUDY")
     seed = sub.add_parser("seed", help="the DeepSeek-V3 B200 seed runs, predicted vs measured")
-    seed.add_argument("--out", required=True, help="output folder (created)")
+    seed.add_argument("--out", type=non_empty, required=True, help="output folder (created)")
     seed.add_argument("--json", action="store_true", help="also print the rows as JSON")
     seed.set_defaults(handler=run_seed)
     cap = sub.add_parser("capacity", help="sweep models, GPUs, counts, fabrics; best plan per point")
     cap.add_argument("--spec", help="capacity spec TOML (default: the built-in sweep, 500+ points)")
-    cap.add_argument("--out", required=True, help="output folder (created; an existing results.csv is resumed)")
+    cap.add_argument("--out", type=non_empty, required=True, help="output folder (created; an existing results.csv is resumed)")
     cap.add_argument("--workers", type=worker_count, help="processes (default: every core)")
     cap.add_argument("--executor", choices=("process", "ray"), default="process")
     cap.add_argument("--no-report", action="store_true", help="only the results table")
@@ -96,11 +97,14 @@ def run_capacity(args: argparse.Namespace) -> int:
     from studies.capacity import SweepInterrupted, read_results, run_sweep
     from studies.capacity_report import write_capacity_report
     from studies.capacity_spec import default_spec, load_spec
+    from studies.report import check_report_path
 
     progress = _Progress()
     t0 = time.perf_counter()
     try:
         spec = load_spec(args.spec) if args.spec else default_spec()
+        if not args.no_report:
+            check_report_path(Path(args.out) / "capacity-report.html")
         table = run_sweep(spec, args.out, workers=args.workers, executor=args.executor, progress=progress)
         progress.close()
         rows = read_results(table)

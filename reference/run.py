@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from sim.errors import MoesimError
 from sim.fileio import write_atomic
@@ -78,9 +78,16 @@ class RunConfig:
     under_launcher: bool
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Usage errors on one line (``prog: error: ...``), exit 2, as the ``moesim`` command's own parsers."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Command-line options (argparse exits with code 2 on malformed ones)."""
-    p = argparse.ArgumentParser(
+    """Command-line options (a malformed one: one line on stderr, exit code 2)."""
+    p = _OneLineParser(
         prog="python -m reference.run",
         description="Time and profile one DeepSeek-V3-family decoder layer (forward + backward).",
     )

@@ -198,8 +198,9 @@ def build_spec(cls: type[SpecT], data: Mapping[str, Any], owner: str, *, fixed: 
     bounds = _BOUNDS.get(cls, {})
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(data) - set(fields) - set(fixed), key=str)
-    if unknown:
-        allowed = ", ".join(sorted(set(fields) - set(fixed)))
+    if unknown:  # the keys a file writes (human units where a field has them, and fixed ones it may carry)
+        keys = dict(file_keys or {})
+        allowed = ", ".join(sorted(keys.get(f, f) for f in fields if f not in fixed or f in keys))
         raise ConfigError(f"{owner}: unknown key(s) {', '.join(map(str, unknown))}; allowed: {allowed}")
     kwargs: dict[str, Any] = dict(fixed)
     for name, field in fields.items():
@@ -294,7 +295,8 @@ def cluster_from_mapping(data: Mapping[str, Any], name: str, gpu: GPUSpec) -> Cl
     fabric = build_spec(FabricSpec, _rename_units(f"{owner} fabric", fabric_data, _FABRIC_UNITS, FABRIC_BOUNDS),
                         f"{owner} fabric", file_keys=_file_keys(_FABRIC_UNITS))
     return build_spec(ClusterSpec, _rename_units(owner, data, _CLUSTER_UNITS, CLUSTER_BOUNDS), owner,
-                      fixed={"name": name, "gpu": gpu, "fabric": fabric}, file_keys=_file_keys(_CLUSTER_UNITS))
+                      fixed={"name": name, "gpu": gpu, "fabric": fabric},
+                      file_keys={**_file_keys(_CLUSTER_UNITS), "gpu": "gpu", "fabric": "fabric"})
 
 
 def plan_from_mapping(data: Mapping[str, Any], owner: str = "plan") -> ParallelPlan:

@@ -75,10 +75,10 @@ def expert_load(routing: str, n_experts: int, seed: int = 0) -> np.ndarray:
     else:
         load = _read_file(routing, n_experts)
     load = np.asarray(load, dtype=float)
-    total = load.sum()
-    if total <= 0 or np.any(load < 0):
-        raise ConfigError(f"routing {routing!r}: tokens per expert must be non-negative and not all zero")
-    return np.asarray(load / total, dtype=float)
+    if not np.all(np.isfinite(load)) or np.any(load < 0) or not load.max(initial=0.0) > 0:
+        raise ConfigError(f"routing {routing!r}: tokens per expert must be finite, non-negative and not all zero")
+    load = load / load.max()  # counts are relative: scaled to at most 1 first, so their sum cannot overflow
+    return np.asarray(load / load.sum(), dtype=float)
 
 
 def rank_load_factors(load: np.ndarray, ep: int) -> np.ndarray:

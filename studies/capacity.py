@@ -19,7 +19,9 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import math
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -39,6 +41,7 @@ from studies.workers import Interrupted, WorkerPool, critical, interrupt_signals
 
 __all__ = [
     "COLUMNS",
+    "TEXT_COLUMNS",
     "SweepInterrupted",
     "check_counts_fit",
     "point_cluster",
@@ -118,30 +121,88 @@ def _csv_line(row: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-def read_results(path: str | Path) -> list[dict[str, str]]:
-    """Rows of a results table (a final line without its newline, cut by a crash, is dropped)."""
-    text = Path(path).read_text(encoding="utf-8")
-    if text and not text.endswith("\n"):
-        text = text[: text.rfind("\n") + 1]
-    reader = csv.DictReader(io.StringIO(text))
-    if reader.fieldnames is not None and list(reader.fieldnames) != COLUMNS:
+#: The columns that hold text; every other column holds a number, or nothing where the point has no plan.
+TEXT_COLUMNS = frozenset({"point_id", "model", "gpu", "nvlink_domain", "precision", "ep_backend", "stack", "status",
+                          "pp_schedule", "ac"})
+#: The columns every point with a plan (status "ok") fills.
+OK_COLUMNS = ("n_gpus", "seq_len", "global_batch", "tp", "pp", "pp_schedule", "vpp", "ep", "ac", "micro_batch",
+              "tokens_per_s_per_gpu", "step_time_s", "mfu", "time_to_train_days")
+#: The number columns that hold whole numbers.
+INT_COLUMNS = frozenset({"n_gpus", "seq_len", "global_batch", "tp", "pp", "vpp", "ep", "micro_batch", "plans_enumerated",
+                         "plans_valid", "plans_fit", "plans_evaluated", "plans_pruned"})
+
+
+def _table_text(path: Path) -> str:
+    """The text of a results table that is a regular file; a ConfigError naming it otherwise (a folder, a FIFO
+    or a device: a read could block or never end; bytes that are not UTF-8)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise ConfigError(f"{path}: not a regular file; a capacity sweep keeps its results table there (use "
+                              "another --out folder)")
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a moesim capacity results table (not UTF-8 text)") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the results table: {err.strerror or err}") from None
+
+
+def _check_header(path: Path, text: str) -> None:
+    header = text.split("\n", 1)[0].rstrip("\r")
+    if header != ",".join(COLUMNS):
         raise ConfigError(f"{path}: not a moesim capacity results table (columns differ)")
-    return list(reader)
+
+
+def read_results(path: str | Path) -> list[dict[str, str]]:
+    """Rows of a results table (a final line without its newline, cut by a crash, is dropped); a ConfigError
+    naming the file, the line and the column for a table this module did not write (other columns, a number
+    column that holds text)."""
+    path = Path(path)
+    text = _table_text(path)
+    if not text:
+        return []
+    _check_header(path, text)
+    if not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+    rows = list(csv.DictReader(io.StringIO(text)))
+    for line, row in enumerate(rows, start=2):
+        if None in row or any(value is None for value in row.values()):
+            raise ConfigError(f"{path}: line {line}: {len(COLUMNS)} columns expected")
+        missing = [c for c in OK_COLUMNS if row["status"] == "ok" and not row[c]]
+        if missing:
+            raise ConfigError(f"{path}: line {line}: a point with a plan (status ok) has no {missing[0]}")
+        for column in COLUMNS:
+            value = row[column]
+            if column in INT_COLUMNS and value and not (value.isascii() and value.isdigit()):
+                raise ConfigError(f"{path}: line {line}: {column} must be a whole number, got {value[:40]!r}")
+            if column not in TEXT_COLUMNS and value and not _is_finite_number(value):
+                raise ConfigError(f"{path}: line {line}: {column} must be a number, got {value[:40]!r}")
+    return rows
+
+
+def _is_finite_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def _prepare_table(path: Path, ids: set[str]) -> set[str]:
-    """Create the table (header) or repair its tail; the ids of the points it already holds."""
-    if not path.exists() or path.stat().st_size == 0:
+    """Create the table (header) or repair its tail; the ids of the points it already holds. A table that is not
+    this module's is refused before anything is written to it."""
+    if not path.exists() and not path.is_symlink():
         write_atomic(path, ",".join(COLUMNS) + "\n")
         return set()
-    text = path.read_text(encoding="utf-8")
+    text = _table_text(path)
+    if not text:
+        write_atomic(path, ",".join(COLUMNS) + "\n")
+        return set()
+    rows = read_results(path)  # checks the header and every whole row first
     if not text.endswith("\n"):  # a crash mid-append: drop the partial line before appending again
         write_atomic(path, text[: text.rfind("\n") + 1])
-    rows = read_results(path)
     done = {r["point_id"] for r in rows}
     foreign = sorted(done - ids)
     if foreign:
-        raise ConfigError(f"{path}: holds {len(foreign)} point(s) that are not in this spec (e.g. {foreign[0]}); "
+        raise ConfigError(f"{path}: holds {len(foreign)} point(s) that are not in this spec (e.g. {foreign[0]!r}); "
                           "use another --out folder or the spec that wrote it")
     return done
 
@@ -155,22 +216,27 @@ def check_counts_fit(spec: CapacitySpec) -> None:
     for (model_name, n), points in by_pair.items():
         model = load_model(model_name)
         seen: set[tuple[str, str, str]] = set()
-        fits = False
+        fits = runs = False
+        reasons: dict[str, int] = {}
         for p in points:
             key = (p.gpu, p.precision, p.ep_backend)
             if key in seen:
                 continue
             seen.add(key)
             cluster = point_cluster(p)
-            if any(memory_fits(model, cluster, plan, p.stack)
-                   for plan in enumerate_plans(model, cluster, spec.space_for(p))):
-                fits = True
+            for plan in enumerate_plans(model, cluster, spec.space_for(p), reasons):
+                runs = True
+                if memory_fits(model, cluster, plan, p.stack):
+                    fits = True
+                    break
+            if fits:
                 break
         if not fits:
             gpus = ", ".join(sorted({p.gpu for p in points}))
-            raise ConfigError(f"{spec.source}: gpu_counts {n}: no plan of the search space runs and fits "
-                              f"{model_name} in memory on {n} GPUs of any listed type ({gpus}); drop the count "
-                              "or widen [search]")
+            why = ("no plan of the search space fits it in memory" if runs or not reasons else
+                   f"no plan of the search space can run (most often: {max(reasons, key=reasons.__getitem__)})")
+            raise ConfigError(f"{spec.source}: gpu_counts {n}: {model_name} on {n} GPUs of any listed type "
+                              f"({gpus}): {why}; drop the count or widen [search]")
 
 
 def _import_ray() -> Any:

@@ -99,7 +99,15 @@ def flops_floor_gpus(model: Any, gpu: str, precision: str, seq_len: int, tokens_
 
     spec = load_gpu(gpu)
     peak = spec.bf16_flops if precision == "bf16" else max(spec.fp8_flops, spec.bf16_flops)
-    return max(1, math.ceil(exact_flops_per_token(model, seq_len) * tokens_per_s / peak))
+    return _whole_gpus(exact_flops_per_token(model, seq_len) * tokens_per_s / peak)
+
+
+def _whole_gpus(count: float) -> int:
+    """``count`` GPUs rounded up to a whole one (at least 1); beyond :data:`MAX_GPUS` (or not finite: a target of
+    ``--tokens`` in a vanishing ``--days``) one more than it, a count no search reaches."""
+    if not count <= MAX_GPUS:
+        return MAX_GPUS + 1
+    return max(1, math.ceil(count))
 
 
 def count_unit(gpu: str, stack: str) -> tuple[int, int]:
@@ -285,7 +293,7 @@ def smallest_cluster(model_name: str, *, tokens: float, days: float, gpus: list[
         unit, rack = count_unit(gpu, stack)
         memory_floor = min_gpus(model, gpu, headroom_gib)
         speed_floor = max(flops_floor_gpus(model, gpu, prec, base.seq_len, need),
-                          math.ceil(need / max_rate_per_gpu(model, load_cluster(CLUSTER_TEMPLATE[gpu], gpu=gpu),
+                          _whole_gpus(need / max_rate_per_gpu(model, load_cluster(CLUSTER_TEMPLATE[gpu], gpu=gpu),
                                                             dataclasses.replace(base, precision=prec,
                                                                                 ep_backend=ep_backend), stack)))
         lo_k = max(math.ceil(max(memory_floor, speed_floor, low_gpus) / unit), 1)

@@ -9,6 +9,8 @@ True
 from __future__ import annotations
 
 import html as _html
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 from sim.errors import ConfigError
 from sim.fileio import write_atomic
 
-__all__ = ["Section", "render_html", "write_report", "table_html", "ensure_dir"]
+__all__ = ["Section", "render_html", "write_report", "table_html", "ensure_dir", "check_report_path"]
 
 
 @dataclass
@@ -77,6 +79,20 @@ def ensure_dir(path: str | Path) -> Path:
     if not out.is_dir():
         raise ConfigError(f"--out {out}: not a folder")
     return out
+
+
+def check_report_path(path: str | Path) -> None:
+    """Refuse, before any work, a report file inside an output folder that exists and is not a regular file (a
+    folder, a FIFO, a device): the report is written there last, after a sweep that may take hours."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot write the report there: {err.strerror or err}") from None
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"{path}: not a regular file; refusing to write the report there (use another --out "
+                          "folder or --no-report)")
 
 
 def write_report(path: str | Path, title: str, sections: list[Section], intro: str = "") -> Path:

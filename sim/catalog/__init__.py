@@ -113,6 +113,9 @@ def load_cluster(name: str, *, n_gpus: int | None = None, gpu: str | None = None
     gpu_name = gpu or data.get("gpu")
     if not isinstance(gpu_name, str):
         raise ConfigError(f"cluster {cluster_name!r}: missing required key 'gpu'")
+    gpu_spec = load_gpu(gpu_name)
     if n_gpus is not None:
+        if "n_gpus" in data and _looks_like_path(name):  # a file's own count is checked, not silently replaced
+            cluster_from_mapping(data, cluster_name, gpu_spec)
         data["n_gpus"] = n_gpus
-    return cluster_from_mapping(data, cluster_name, load_gpu(gpu_name))
+    return cluster_from_mapping(data, cluster_name, gpu_spec)
