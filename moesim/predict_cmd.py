@@ -90,9 +90,9 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``moesim predict``'s options to ``parser`` (every number bounded by :mod:`moesim.argtypes`)."""
     g = parser.add_argument_group("what and where")
     g.add_argument("--scenario", type=non_empty, help="scenario TOML file or built-in name (e.g. dsv3-671b-b200)")
-    g.add_argument("--from-torchtitan", dest="from_torchtitan", metavar="JOB.toml",
+    g.add_argument("--from-torchtitan", type=non_empty, dest="from_torchtitan", metavar="JOB.toml",
                    help="plan, stack and model from a TorchTitan job config (studies.config_import)")
-    g.add_argument("--from-megatron", dest="from_megatron", metavar="RECIPE.yaml|ARGS",
+    g.add_argument("--from-megatron", type=non_empty, dest="from_megatron", metavar="RECIPE.yaml|ARGS",
                    help="plan and stack from a Megatron-Bridge recipe YAML or a Megatron-LM argument list")
     g.add_argument("--model", type=non_empty, help="catalog model name or model file (config.json / TOML)")
     g.add_argument("--gpu", type=non_empty, help="catalog GPU name (default: the cluster template's)")

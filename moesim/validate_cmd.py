@@ -18,6 +18,7 @@ import json
 import sys
 from typing import Any
 
+from moesim.argtypes import non_empty
 from sim.errors import MoesimError
 
 __all__ = ["add_validate", "run_validate"]
@@ -28,7 +29,7 @@ def add_validate(subparsers: Any) -> None:
     p = subparsers.add_parser("validate", help="predict every measured run and compare (MAPE, max error)",
                               description=__doc__.splitlines()[0])
     p.add_argument("dataset", nargs="?", help="measured-runs TOML (default: the shipped dataset)")
-    p.add_argument("--threshold", metavar="FILE|PCT",
+    p.add_argument("--threshold", type=non_empty, metavar="FILE|PCT",
                    help="threshold TOML (default: the repository's, for the shipped dataset), or a percentage: "
                         "exit 1 when any run's |error| exceeds it (a user's own runs in CI)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

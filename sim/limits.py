@@ -38,6 +38,7 @@ __all__ = [
     "CLUSTER_BOUNDS",
     "PLAN_BOUNDS",
     "MAX_MICROBATCHES",
+    "MAX_COMPARE_VARIANTS",
     "MAX_TOKENS_PER_STEP",
     "MAX_JSON_DEPTH",
     "MAX_INPUT_MB",
@@ -184,6 +185,10 @@ built. Raise it with ``MOESIM_MAX_CAPACITY_POINTS``."""
 
 MAX_WORKERS = 64
 """Worker processes of a sweep or plan search (``--workers``)."""
+
+MAX_COMPARE_VARIANTS = 256
+"""Variants of one ``moesim compare`` file (each is a whole prediction, ~25 ms to ~1 s). Raise it with
+``MOESIM_MAX_COMPARE_VARIANTS``."""
 
 WORKERS_PER_CPU = 4
 """``--workers`` above this many per CPU core is refused (oversubscription only slows a CPU-bound sweep);

@@ -113,6 +113,8 @@ def load_runs(path: str | Path) -> list[MeasuredRun]:
     for r in runs:
         if r.baseline is not None and r.baseline not in ids:
             raise ConfigError(f"{where}: run {r.id!r}: baseline {r.baseline!r} is not a run id of this file")
+        if r.baseline == r.id:
+            raise ConfigError(f"{where}: run {r.id!r}: baseline is the run itself (a speedup over itself)")
     return runs
 
 

@@ -91,6 +91,12 @@ STACK_ALIASES = {"megatron": "megatron-26.04"}
 DEFAULT_STACK = "torchtitan"
 
 
+#: The largest value a stack may give each of its time and size fields: beyond any framework (a kernel launch of 10 ms,
+#: a host sync of a second, a step boundary of an hour, 10^13 parameters a bucket), so a typo is refused, not simulated.
+STACK_FIELD_MAX: dict[str, float] = {"kernel_overhead_s": 1e-2, "graph_node_s": 1e-3, "host_sync_s": 1.0,
+                                     "host_op_s": 0.1, "step_fixed_s": 3600.0, "ddp_bucket_params": 1e13}
+
+
 @dataclass(frozen=True)
 class StackProfile:
     """One framework release's implementation choices and kernel efficiencies.
@@ -271,10 +277,10 @@ class StackProfile:
             if module not in RECOMPUTE_MODULES:
                 raise ConfigError(f"stack {self.name!r}: recompute_modules: unknown module {module!r} "
                                   f"(known: {', '.join(RECOMPUTE_MODULES)})")
-        for fname in ("kernel_overhead_s", "graph_node_s", "host_sync_s", "host_op_s", "step_fixed_s", "ddp_bucket_params"):
+        for fname, most in STACK_FIELD_MAX.items():
             value = getattr(self, fname)
-            if not (math.isfinite(value) and value >= 0):
-                raise ConfigError(f"stack {self.name!r}: {fname} must be a finite number >= 0, got {value!r}")
+            if not (math.isfinite(value) and 0 <= value <= most):
+                raise ConfigError(f"stack {self.name!r}: {fname} must be a number in [0, {most:g}], got {value!r}")
         if 0 < self.ddp_bucket_params < ZERO_OR_AT_LEAST["ddp_bucket_params"]:
             raise ConfigError(f"stack {self.name!r}: ddp_bucket_params must be 0 (Megatron-Core's default) or at least "
                               f"{ZERO_OR_AT_LEAST['ddp_bucket_params']:g} parameters, got {self.ddp_bucket_params!r}")
@@ -516,6 +522,9 @@ def _efficiency(where: str, data: Any) -> dict[str, dict[str, float]]:
         raise ConfigError(f"{where}: [efficiency] must be a table of architectures, got {data!r}")
     out: dict[str, dict[str, float]] = {}
     for arch, table in data.items():
+        if arch != "*" and not (arch.startswith("sm") and arch[2:].isdigit()):
+            raise ConfigError(f"{where}: efficiency.{arch}: an architecture is \"*\" or an SM version such as sm90 "
+                              "or sm100")
         if not isinstance(table, dict):
             raise ConfigError(f"{where}: efficiency.{arch} must be a table of op classes, got {table!r}")
         for op_class, value in table.items():
@@ -528,7 +537,7 @@ def _efficiency(where: str, data: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def _from_data(where: str, data: dict[str, Any], *, builtin: bool, depth: int = 0) -> StackProfile:
+def _from_data(where: str, data: dict[str, Any], *, builtin: bool) -> StackProfile:
     unknown = set(data) - set(_TABLES)
     if unknown:
         raise ConfigError(f"{where}: unknown table(s) {', '.join(sorted(unknown))}; allowed: {', '.join(_TABLES)}")
@@ -550,8 +559,9 @@ def _from_data(where: str, data: dict[str, Any], *, builtin: bool, depth: int = 
         if not isinstance(text, str):
             raise ConfigError(f"{where}: [sources] {key} must be a string (where the value comes from), got {text!r}")
     if base_name is not None:
-        if not isinstance(base_name, str) or depth > 4:
-            raise ConfigError(f"{where}: base must be the name of a built-in stack, got {base_name!r}")
+        if not isinstance(base_name, str) or STACK_ALIASES.get(base_name, base_name) not in _builtin_files():
+            raise ConfigError(f"{where}: base must be the name of a built-in stack ({', '.join(stack_names())}), "
+                              f"got {base_name!r}")  # a file as base could name itself: a cycle
         try:
             base = load_stack(base_name)
         except ConfigError as err:

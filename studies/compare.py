@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -59,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import ConfigError
-from sim.limits import CLUSTER_BOUNDS
+from sim.limits import CLUSTER_BOUNDS, MAX_COMPARE_VARIANTS, env_limit
 from sim.loaders import check_plan_fields, read_toml
 from sim.uncertainty import BEYOND_FACTOR
 
@@ -235,9 +236,13 @@ def compare_from_mapping(data: Any, where: str) -> CompareFile:
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"{where}: needs one or more [[variant]] tables (the first is the reference), got "
                           f"{raw!r}")
+    limit = env_limit("MOESIM_MAX_COMPARE_VARIANTS", MAX_COMPARE_VARIANTS)
+    if len(raw) > limit:
+        raise ConfigError(f"{where}: {len(raw):,} [[variant]] tables; at most {limit} are compared at once "
+                          "(MOESIM_MAX_COMPARE_VARIANTS=<N> raises it)")
     variants = tuple(_variant(where, i, v, defaults, base) for i, v in enumerate(raw))
-    names = [v.name for v in variants]
-    dup = sorted({n for n in names if names.count(n) > 1})
+    counts = Counter(v.name for v in variants)
+    dup = sorted(n for n, c in counts.items() if c > 1)
     if dup:
         raise ConfigError(f"{where}: variant names must be unique; repeated: {', '.join(dup)}")
     return CompareFile(name, description, str(where), variants)

@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, MoesimError
 from sim.limits import CLUSTER_BOUNDS
 from sim.loaders import (
     check_plan_fields,
@@ -153,8 +153,18 @@ def scenario_from_mapping(data: Any, where: str) -> Scenario:
     from sim.catalog import default_cluster
 
     cluster = head.get("cluster") or default_cluster(head.get("gpu", "b200"))
+    if "gpu" in head:  # a name the catalog knows, and the cluster's own GPU when both are given
+        from sim.catalog import load_cluster, load_gpu
+
+        try:
+            load_gpu(head["gpu"])
+            if "cluster" in head and load_cluster(cluster).gpu.name != head["gpu"]:
+                raise ConfigError(f"[scenario] gpu {head['gpu']!r} is not cluster {cluster!r}'s GPU "
+                                  f"({load_cluster(cluster).gpu.name}); give one of them")
+        except MoesimError as err:
+            raise ConfigError(f"scenario {where!r}: {err}") from None
     stack = head.get("stack", "")
-    if not isinstance(stack, str):
+    if not isinstance(stack, str) or ("stack" in head and not stack.strip()):
         raise ConfigError(f"scenario {where!r}: stack must be a stack profile name or file, got {stack!r}")
     return Scenario(head.get("name", where), head.get("description", ""), head["model"], cluster, gpus,
                     base, variants, stack)

@@ -15,6 +15,7 @@ from sim.fileio import read_input
 from sim.limits import PLAN_BOUNDS
 from sim.specs import CP_COMM_TYPES, FP8_ATTENTION_PRECISIONS, TE_GRAPH_SCOPES
 from studies.importers.common import (
+    MAX_TREE_DEPTH,
     ImportedConfig,
     Keys,
     bool_value,
@@ -45,6 +46,10 @@ MEGATRON_SHAPE = {"num_layers": "n_layers", "hidden_size": "dim", "num_moe_exper
                   "moe_ffn_hidden_size": "moe_inter_dim", "num_attention_heads": "n_heads"}
 
 
+#: The longest Megatron-LM argument list read (characters): a launch script's arguments are a few kilobytes.
+MAX_ARGS_CHARS = 1_000_000
+
+
 def _read_text(path: str) -> str:
     raw = read_input(Path(path), "config file")
     try:
@@ -57,6 +62,9 @@ def _megatron_args(path: str, text: str) -> dict[str, Any]:
     """A Megatron-LM argument list (``--tensor-model-parallel-size 2 --sequence-parallel ...``, shell line
     continuations and comments allowed) as ``{name_with_underscores: value}``; words before the first
     ``--`` option (a launcher, a script) are kept under ``command`` and reported as ignored."""
+    if len(text) > MAX_ARGS_CHARS:  # shlex builds a word a character at a time: megabyte words take minutes
+        raise ConfigError(f"{path}: an argument list of {len(text):,} characters; Megatron-LM's are a few thousand "
+                          f"(at most {MAX_ARGS_CHARS:,} read)")
     try:
         words = shlex.split(text.replace("\\\n", " "), comments=True)
     except ValueError as err:
@@ -118,6 +126,8 @@ def _megatron_yaml(path: str, text: str) -> dict[str, Any]:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: malformed YAML: {str(err).splitlines()[0]}") from None
+    except RecursionError:  # PyYAML composes nested nodes recursively
+        raise ConfigError(f"{path}: nested deeper than {MAX_TREE_DEPTH} levels") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a Megatron-Bridge recipe must be a mapping of sections, got {type(data).__name__}")
     return data
@@ -133,6 +143,7 @@ class _Leaves:
         for path in keys.flat:
             leaf = path.rsplit(".", 1)[-1]
             self.paths.setdefault(MEGATRON_ALIASES.get(leaf, leaf), []).append(path)
+        self.tables = {MEGATRON_ALIASES.get(t, t): path for path in keys.tables for t in [path.rsplit(".", 1)[-1]]}
 
     def get(self, leaf: str, default: Any = None) -> Any:
         paths = self.paths.get(leaf, [])
@@ -151,18 +162,27 @@ class _Leaves:
     def fail(self, leaf: str, value: Any, why: str) -> ConfigError:
         return self.keys.fail(self.path(leaf), value, why)
 
+    def _value_not_table(self, leaf: str) -> None:
+        if leaf not in self.paths and leaf in self.tables:  # `tensor_model_parallel_size: {a: 1}`
+            raise self.keys.fail(self.tables[leaf], "{...}", "must be a value, not a table")
+
     def int(self, leaf: str, field: str, out: dict[str, Any], *, minimum: int = 1) -> None:
+        self._value_not_table(leaf)
         value = self.get(leaf)
         if value is not None:
             out[field] = int_value(self.keys, self.path(leaf), value, minimum=minimum)
 
     def flag(self, leaf: str) -> bool | None:
+        self._value_not_table(leaf)
         value = self.get(leaf)
         return None if value is None else bool_value(self.keys, self.path(leaf), value)
 
 
 def _megatron_precision(m: _Leaves) -> str:
     mixed = m.get("mixed_precision")
+    if mixed is not None and not isinstance(mixed, str):
+        raise m.fail("mixed_precision", mixed, f"must be a recipe name ({', '.join(MEGATRON_MIXED_PRECISION)}) or a "
+                     "table of its fields")
     if isinstance(mixed, str):
         if mixed not in MEGATRON_MIXED_PRECISION:
             raise m.fail("mixed_precision", mixed, f"moesim knows {', '.join(MEGATRON_MIXED_PRECISION)}")
@@ -170,7 +190,7 @@ def _megatron_precision(m: _Leaves) -> str:
     fmt, recipe = m.get("fp8"), m.get("fp8_recipe")
     if fmt in (None, False):
         return "bf16"
-    if recipe not in MEGATRON_FP8_RECIPES:
+    if not isinstance(recipe, str) or recipe not in MEGATRON_FP8_RECIPES:
         raise m.fail("fp8_recipe", recipe, f"moesim simulates the FP8 recipes {', '.join(MEGATRON_FP8_RECIPES)}")
     return MEGATRON_FP8_RECIPES[recipe]
 
@@ -218,10 +238,12 @@ def _megatron_cuda_graphs(m: _Leaves, notes: list[str]) -> tuple[str, str] | Non
     if impl not in ("none", "local", "transformer_engine", "full_iteration"):
         raise m.fail("cuda_graph_impl", impl, "must be none, local, transformer_engine or full_iteration")
     modules, scope = m.get("cuda_graph_modules"), m.get("cuda_graph_scope")
-    if modules is not None and scope is not None and str_list(modules) != str_list(scope):
+    if (modules is not None and scope is not None and str_list(m.keys, m.path("cuda_graph_modules"), modules)
+            != str_list(m.keys, m.path("cuda_graph_scope"), scope)):
         raise m.fail("cuda_graph_modules", modules, f"and cuda_graph_scope ({scope!r}) cannot both be set "
                      "(Megatron-Core: cuda_graph_scope is the deprecated name)")
-    scopes = str_list(modules if modules is not None else (scope if scope is not None else []))
+    given = "cuda_graph_modules" if modules is not None else "cuda_graph_scope"
+    scopes = str_list(m.keys, m.path(given), modules if modules is not None else (scope if scope is not None else []))
     if scopes == ["full"]:  # Megatron-Core's deprecated default: an empty list, the whole layer
         scopes = []
     if impl == "none":
@@ -278,7 +300,7 @@ def from_megatron(path: str) -> ImportedConfig:
     if f.get("tp", 1) > 1 and sp is False:
         notes.append("note: sequence_parallel is off with tensor parallelism; moesim simulates sequence-parallel TP")
     granularity = m.get("recompute_granularity")
-    modules = str_list(m.get("recompute_modules", []))
+    modules = str_list(m.keys, m.path("recompute_modules"), m.get("recompute_modules", []))
     if granularity in (None, "none"):
         f["ac"] = "none"
         if modules:

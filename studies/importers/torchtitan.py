@@ -37,12 +37,12 @@ TITAN_DEFAULT_STAGES_PER_RANK = 2
 def _titan_precision(keys: Keys) -> str:
     """The precision recipe of ``[model] converters`` and its quantisation sections (both eras: ``mx`` /
     ``float8`` with ``moe_fqns_prototype``, and ``quantize.linear.*`` / ``quantize.grouped_mm.*``)."""
-    converters = str_list(keys.get("model.converters", []))
+    converters = str_list(keys, "model.converters", keys.get("model.converters", []))
     grouped_mx = linear_mx = False
     for conv in converters:
         if conv == "quantize.grouped_mm.mx":
-            recipe = keys.get("quantize.grouped_mm.mx.recipe_name", "mxfp8")
-            fqns = str_list(keys.get("quantize.grouped_mm.mx.fqns", []))
+            recipe = keys.text("quantize.grouped_mm.mx.recipe_name", "mxfp8")
+            fqns = str_list(keys, "quantize.grouped_mm.mx.fqns", keys.get("quantize.grouped_mm.mx.fqns", []))
             if recipe != "mxfp8":
                 raise keys.fail("quantize.grouped_mm.mx.recipe_name", recipe, "moesim simulates the mxfp8 recipe only")
             if "experts" not in fqns:
@@ -51,13 +51,13 @@ def _titan_precision(keys: Keys) -> str:
             grouped_mx = True
         elif conv in ("quantize.linear.mx", "mx"):
             section = "quantize.linear.mx" if conv != "mx" else "mx"
-            recipe = keys.get(f"{section}.recipe_name", "mxfp8")
+            recipe = keys.text(f"{section}.recipe_name", "mxfp8")
             if not str(recipe).startswith("mxfp8"):
                 raise keys.fail(f"{section}.recipe_name", recipe, "moesim simulates MXFP8 (mxfp8*) recipes only")
             keys.get(f"{section}.filter_fqns")
             keys.get(f"{section}.mxfp8_dim1_cast_kernel_choice")
             linear_mx = True
-            if conv == "mx" and str_list(keys.get("mx.moe_fqns_prototype", [])):
+            if conv == "mx" and str_list(keys, "mx.moe_fqns_prototype", keys.get("mx.moe_fqns_prototype", [])):
                 grouped_mx = True
         elif conv in ("float8", "quantize.linear.float8", "quantize.grouped_mm.float8"):
             raise keys.fail("model.converters", converters, f"TorchTitan's {conv} (torchao Float8 tensorwise/rowwise) "
@@ -78,8 +78,8 @@ def from_torchtitan(path: str) -> ImportedConfig:
     """Read the TorchTitan job TOML at ``path`` (ConfigError on a value moesim cannot express)."""
     keys = Keys(path, read_toml(path))
     notes: list[str] = []
-    name, flavor = keys.get("model.name"), keys.get("model.flavor")
-    model = TITAN_FLAVORS.get((name, flavor))
+    name, flavor = keys.text("model.name"), keys.text("model.flavor")
+    model = TITAN_FLAVORS.get((name, flavor)) if name is not None and flavor is not None else None
     if name is not None and model is None:
         known = ", ".join(f"{n} {f}" for n, f in TITAN_FLAVORS)
         raise keys.fail("model.flavor", f"{name} {flavor}", f"no catalog model for this TorchTitan model and flavor "
@@ -97,7 +97,7 @@ def from_torchtitan(path: str) -> ImportedConfig:
         f["dp_shard"] = int_value(keys, p + "data_parallel_shard_degree", shard)
     pp = f.get("pp", 1)
     layers_per_stage = None
-    sched_name = keys.get(p + "pipeline_parallel_schedule", "1F1B")
+    sched_name = keys.text(p + "pipeline_parallel_schedule", "1F1B")
     if pp > 1:
         if sched_name not in TITAN_SCHEDULES:
             raise keys.fail(p + "pipeline_parallel_schedule", sched_name,
@@ -112,7 +112,7 @@ def from_torchtitan(path: str) -> ImportedConfig:
                                      keys.get(p + "pipeline_parallel_last_stage_less_layers", 1), minimum=0))
         elif f["pp_schedule"] == "interleaved-1f1b":
             f["vpp"] = TITAN_DEFAULT_STAGES_PER_RANK
-    backend = keys.get(p + "expert_parallel_comm_backend", "standard")
+    backend = keys.text(p + "expert_parallel_comm_backend", "standard")
     if backend not in TITAN_BACKENDS:
         raise keys.fail(p + "expert_parallel_comm_backend", backend, f"moesim knows {', '.join(TITAN_BACKENDS)}")
     f["ep_backend"] = TITAN_BACKENDS[backend]
@@ -127,16 +127,16 @@ def from_torchtitan(path: str) -> ImportedConfig:
     if keys.has(t + "seq_len"):
         f["seq_len"] = int_value(keys, t + "seq_len", keys.get(t + "seq_len"))
     keys.get(t + "steps")
-    param_dtype = keys.get(t + "mixed_precision_param", "bfloat16")
+    param_dtype = keys.text(t + "mixed_precision_param", "bfloat16")
     if param_dtype != "bfloat16":
         raise keys.fail(t + "mixed_precision_param", param_dtype, "moesim simulates bfloat16 parameters in compute")
-    reduce = keys.get(t + "mixed_precision_reduce")
+    reduce = keys.text(t + "mixed_precision_reduce")
     if reduce is not None:
         dtypes = {"float32": "fp32", "bfloat16": "bf16"}
         if reduce not in dtypes:
             raise keys.fail(t + "mixed_precision_reduce", reduce, "must be float32 or bfloat16")
         f["grad_reduce_dtype"] = dtypes[reduce]
-    mode = keys.get("activation_checkpoint.mode", "selective")
+    mode = keys.text("activation_checkpoint.mode", "selective")
     if mode not in ("full", "selective", "none"):
         raise keys.fail("activation_checkpoint.mode", mode, "must be full, selective or none")
     f["ac"] = mode
@@ -146,7 +146,7 @@ def from_torchtitan(path: str) -> ImportedConfig:
                      "the stack's selective recompute, not op by op")
     f["precision"] = _titan_precision(keys)
     compiled = bool_value(keys, "compile.enable", keys.get("compile.enable", False))
-    components = str_list(keys.get("compile.components", ["model", "loss"]))
+    components = str_list(keys, "compile.components", keys.get("compile.components", ["model", "loss"]))
     if not (compiled and "model" in components):
         f["compile_model"] = False
         notes.append("note: the model is not compiled (compile.enable / compile.components): its blocks launch "

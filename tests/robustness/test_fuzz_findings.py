@@ -177,3 +177,97 @@ def test_a_cluster_file_names_its_own_keys_and_has_its_count_checked(tmp_path: P
 
 def test_trace_microbatches_without_a_trace_is_refused_not_ignored() -> None:
     one_line_error(moesim("predict", "--trace-microbatches", "0,1"), "--trace-microbatches", "--trace FILE")
+
+
+# --- the second campaign (3,964 invocations over the framework-config, compare, scenario, runs and stack files) ---
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def titan_with(tmp_path: Path, old: str, new: str) -> Path:
+    text = (EXAMPLES / "torchtitan-dsv3-671b.toml").read_text()
+    assert old in text
+    path = tmp_path / "job.toml"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize("old, new, needle", [
+    ('name = "deepseek_v3"', "name = [1, 2]", "model.name = [1, 2]: must be a string"),
+    ('pipeline_parallel_schedule = "Interleaved1F1B"', "pipeline_parallel_schedule = []",
+     "pipeline_parallel_schedule = []: must be a string"),
+    ("tensor_parallel_degree = 2", "tensor_parallel_degree = {a = 1}", "tensor_parallel_degree = '{...}': must be a "
+     "value, not a table"),
+    ("\nconverters = []", "\nconverters = true", "model.converters = True: must be a list of names"),
+])
+def test_a_torchtitan_job_of_wrong_types_is_refused(tmp_path: Path, old: str, new: str, needle: str) -> None:
+    result = moesim("predict", "--from-torchtitan", str(titan_with(tmp_path, old, new)), "--gpu", "b200",
+                    "--gpus", "256")
+    one_line_error(result, needle)
+
+
+def megatron_yaml(tmp_path: Path, prefix: str = "", suffix: str = "") -> Path:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(prefix + (EXAMPLES / "megatron-dsv3-gb200.yaml").read_text() + suffix)
+    return path
+
+
+@pytest.mark.parametrize("prefix, suffix, needle", [
+    ("a0: &a0 [" + ", ".join(["lol"] * 10) + "]\n"
+     + "".join(f"a{n}: &a{n} [" + ", ".join([f"*a{n - 1}"] * 10) + "]\n" for n in range(1, 10)), "",
+     "holds more than 1,000,000 values"),  # "billion laughs": small on disk, it expands without end
+    ("a: &a\n  b: *a\n", "", "a value contains itself"),
+    ("", "x: " + "{a: " * 900 + "1" + "}" * 900 + "\n", "nested deeper than 64 levels"),
+])
+def test_a_yaml_recipe_that_expands_without_end_is_refused_at_once(tmp_path: Path, prefix: str, suffix: str,
+                                                                   needle: str) -> None:
+    result = moesim("predict", "--from-megatron", str(megatron_yaml(tmp_path, prefix, suffix)), "--gpu", "gb200",
+                    "--gpus", "256")
+    one_line_error(result, needle)
+
+
+def test_a_megatron_fp8_recipe_of_the_wrong_type_is_refused(tmp_path: Path) -> None:
+    text = (EXAMPLES / "megatron-dsv3-gb200.yaml").read_text().replace("mixed_precision: bf16_with_mxfp8_mixed",
+                                                                       "mixed_precision: [1, 2]")
+    (tmp_path / "r.yaml").write_text(text)
+    one_line_error(moesim("predict", "--from-megatron", str(tmp_path / "r.yaml"), "--gpu", "gb200", "--gpus", "256"),
+                   "mixed_precision = [1, 2]: must be a recipe name")
+
+
+def test_a_megabyte_argument_word_is_refused_not_split_for_minutes(tmp_path: Path) -> None:
+    (tmp_path / "a.args").write_text('--tensor-model-parallel-size 2 --junk "' + "x" * 2_000_000 + '"\n')
+    one_line_error(moesim("predict", "--from-megatron", str(tmp_path / "a.args"), "--gpu", "gb200", "--gpus", "256"),
+                   "an argument list of 2,000,0")
+
+
+def test_a_stack_file_cannot_name_itself_as_its_base(tmp_path: Path) -> None:
+    path = tmp_path / "self.toml"
+    path.write_text(f'[stack]\nbase = "{path}"\n')
+    one_line_error(moesim("predict", "--model", "deepseek-v3-16b", "--gpu", "h100", "--gpus", "16", "--ep", "8",
+                          "--stack", str(path)), "base must be the name of a built-in stack")
+
+
+def test_a_stack_time_field_past_any_framework_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text('[stack]\nbase = "torchtitan"\nhost_sync_s = 1e18\n')
+    one_line_error(moesim("predict", "--model", "deepseek-v3-16b", "--gpu", "h100", "--gpus", "16", "--ep", "8",
+                          "--stack", str(tmp_path / "s.toml")), "host_sync_s must be a number in [0, 1]")
+
+
+def test_a_scenario_gpu_is_checked_against_the_catalog_and_its_cluster(tmp_path: Path) -> None:
+    seed = (Path(__file__).resolve().parents[2] / "sim" / "scenarios" / "dsv3-671b-b200.toml").read_text()
+    for gpu, needle in (("x", "unknown gpu 'x'"), ("h100", "is not cluster 'hgx-b200''s GPU (b200)")):
+        (tmp_path / "s.toml").write_text(seed.replace("gpus = 256", f'gpus = 256\ngpu = "{gpu}"', 1))
+        one_line_error(moesim("predict", "--scenario", str(tmp_path / "s.toml")), needle)
+
+
+def test_compare_bounds_its_variants(tmp_path: Path) -> None:
+    text = (EXAMPLES / "seed-deepep-mxfp8.toml").read_text()
+    head = text[: text.index("[[variant]]")]
+    (tmp_path / "c.toml").write_text(head + "".join(f'[[variant]]\nname = "v{i}"\n' for i in range(300)))
+    one_line_error(moesim("compare", str(tmp_path / "c.toml")), "300 [[variant]] tables; at most 256")
+
+
+def test_empty_import_paths_are_refused(tmp_path: Path) -> None:
+    for option in ("--from-torchtitan", "--from-megatron"):
+        one_line_error(moesim("predict", option, "", cwd=tmp_path), "empty value")
+    one_line_error(moesim("validate", "--threshold", "", cwd=tmp_path), "empty value")

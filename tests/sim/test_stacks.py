@@ -132,7 +132,7 @@ def _write(tmp_path, text: str) -> str:
     ('[stack]\nbase = "megatron"\nrecompute_modules = ["attn"]\n', "unknown module 'attn'"),
     ('[stack]\nbase = "megatron"\n[efficiency.sm100]\ngemm.fwd = 2.0\n', "efficiency.sm100"),
     ('[stack]\nbase = "megatron"\n[efficiency.sm100]\nconv = 0.5\n', "unknown op class 'conv'"),
-    ('[stack]\nbase = "nope"\n', "unknown stack 'nope'"),
+    ('[stack]\nbase = "nope"\n', "base must be the name of a built-in stack"),
     ('[stack]\nbase = "megatron"\ngrad_bytes = 0\n', "grad_bytes must be an integer in 1..256, got 0"),
     ('[stack]\nbase = "megatron"\nsaved_act_bytes = { "moe.fc1_out" = 9 }\n', "saved_act_bytes.moe.fc1_out"),
     ("[stack\n", "malformed TOML"),

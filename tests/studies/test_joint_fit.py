@@ -289,7 +289,7 @@ def test_a_trial_fits_a_sourced_parameter_in_the_fit_and_its_folds(small_cases: 
     (["--stack", "torchtitan.host_op_s=fast"], "host_op_s takes a number, got 'fast'"),
     (["--stack", "torchtitan"], "expected NAME.FIELD=VALUE"),
     (["--stack", "torchtitan.nvlink_domain_ranks=1.5"], "takes a whole number, got '1.5'"),
-    (["--stack", "torchtitan.host_op_s=-1"], "host_op_s must be a finite number >= 0"),
+    (["--stack", "torchtitan.host_op_s=-1"], "host_op_s must be a number in [0, 0.1], got -1.0"),
     (["--stack", "torchtitan.recompute_modules=mlp"], "recompute_modules is a tuple, not a trial's field"),
     (["--stack", "torchtitan.indexed_accumulate=true", "--ablation"], "drop --write and --ablation"),
     (["--start", "host.sync_s=5e-4", "--write"], "drop --write and --ablation"),
