@@ -17,7 +17,10 @@ Surfaces (each a file a user hands to a command) and the commands that read them
 - ``model``: a model TOML, ``moesim show F`` and ``moesim predict --model F``;
 - ``plan``: a parallel-plan TOML, ``moesim show deepseek-v3-671b --plan F``;
 - ``routing``: a tokens-per-expert file (``.json`` list or whitespace-separated text),
-  ``moesim predict --routing F``.
+  ``moesim predict --routing F``;
+- ``torchtitan-job``: a TorchTitan job TOML, ``moesim predict --from-torchtitan F``;
+- ``megatron-recipe``: a Megatron-Bridge recipe (written as JSON, which YAML reads), ``moesim predict
+  --from-megatron F``.
 
 About 7% of the inputs (``--special-fraction``) replace the file by a special one: a symlink to
 ``/dev/zero``, a named pipe (FIFO) with no writer, a directory, a sparse file one byte over its size limit
@@ -86,7 +89,7 @@ if str(ROOT) not in sys.path:
 __all__ = ["SURFACES", "Summary", "InputResult", "fuzz", "main", "make_input", "key_dictionary", "deepseek_style_trace"]
 
 SURFACES = ("calibration", "stack", "measured-runs", "capacity-spec", "trace", "scenario", "cluster", "hf-config",
-            "model", "plan", "routing")
+            "model", "plan", "routing", "torchtitan-job", "megatron-recipe")
 SPECIALS = ("dev_zero", "fifo", "directory", "oversized")
 TRACE_SPECIALS = ("gzip_bomb", "two_step")
 
@@ -287,6 +290,12 @@ def _read_toml(rel: str) -> Any:
         return tomllib.load(handle)
 
 
+def _read_yaml(rel: str) -> Any:
+    import yaml
+
+    return yaml.safe_load((ROOT / rel).read_text(encoding="utf-8"))
+
+
 def _read_json(rel: str) -> Any:
     return json.loads((ROOT / rel).read_text(encoding="utf-8"))
 
@@ -321,6 +330,10 @@ def build_seeds() -> dict[str, list[Seed]]:
                  Seed("flat-plan", "flat-plan.toml", SMALL_PLAN, "toml")],
         "routing": [Seed("json-list", "load.json", [1.0, 2.0, 3.0, 4.0, 4.0, 3.0, 2.0, 1.0], "json"),
                     Seed("text", "load.txt", [5, 1, 1, 1, 1, 1, 1, 1], "text")],
+        "torchtitan-job": [Seed("torchtitan-dsv3-671b", "job.toml", _read_toml("examples/torchtitan-dsv3-671b.toml"),
+                                "toml")],
+        "megatron-recipe": [Seed("megatron-dsv3-gb200", "recipe.yaml", _read_yaml("examples/megatron-dsv3-gb200.yaml"),
+                                 "json")],
         "hf-config": [Seed("small-deepseek", "config.json", SMALL_HF_DEEPSEEK, "json"),
                       Seed("deepseek-v3", "config.json", DEEPSEEK_V3_HF, "json"),
                       Seed("qwen3-moe", "config.json", QWEN3_MOE_HF, "json"),
@@ -1000,10 +1013,19 @@ def _cmd_routing(path: Path, rng: random.Random, work: Path) -> Invocation:
     return _predict([*_SMALL, "--routing", str(path)], rng, work)
 
 
+def _cmd_torchtitan(path: Path, rng: random.Random, work: Path) -> Invocation:
+    return _predict(["--from-torchtitan", str(path), "--gpu", "b200", "--gpus", "256"], rng, work)
+
+
+def _cmd_megatron(path: Path, rng: random.Random, work: Path) -> Invocation:
+    return _predict(["--from-megatron", str(path), "--gpu", "gb200", "--gpus", "256"], rng, work)
+
+
 COMMANDS: dict[str, Callable[[Path, random.Random, Path], Invocation]] = {
     "calibration": _cmd_calibration, "stack": _cmd_stack, "measured-runs": _cmd_runs,
     "capacity-spec": _cmd_capacity, "trace": _cmd_trace, "scenario": _cmd_scenario, "cluster": _cmd_cluster,
     "hf-config": _cmd_hf, "model": _cmd_model, "plan": _cmd_plan, "routing": _cmd_routing,
+    "torchtitan-job": _cmd_torchtitan, "megatron-recipe": _cmd_megatron,
 }
 
 # ----------------------------------------------------------------------------------------------------------
