@@ -21,7 +21,6 @@ import dataclasses
 import io
 import math
 import os
-import stat
 import time
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -30,7 +29,7 @@ from typing import Any
 
 from sim.catalog import load_cluster, load_model
 from sim.errors import ConfigError
-from sim.fileio import append_line_durably, write_atomic
+from sim.fileio import append_line_durably, read_input, write_atomic
 from sim.specs import ClusterSpec
 from studies._sim import interval_for, memory_fits
 from studies.capacity_spec import CLUSTER_TEMPLATE, NVLINK_DOMAINS, CapacitySpec, Point
@@ -133,17 +132,12 @@ INT_COLUMNS = frozenset({"n_gpus", "seq_len", "global_batch", "tp", "pp", "vpp",
 
 
 def _table_text(path: Path) -> str:
-    """The text of a results table that is a regular file; a ConfigError naming it otherwise (a folder, a FIFO
-    or a device: a read could block or never end; bytes that are not UTF-8)."""
+    """The text of a results table: a regular file (:func:`sim.fileio.read_input`: a FIFO or a device is refused
+    without waiting on it) of UTF-8 text; a ConfigError naming it otherwise."""
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise ConfigError(f"{path}: not a regular file; a capacity sweep keeps its results table there (use "
-                              "another --out folder)")
-        return path.read_text(encoding="utf-8")
+        return read_input(path, "capacity results table").decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not a moesim capacity results table (not UTF-8 text)") from None
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read the results table: {err.strerror or err}") from None
 
 
 def _check_header(path: Path, text: str) -> None:

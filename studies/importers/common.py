@@ -8,10 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from sim.errors import ConfigError
+from sim.limits import MAX_JSON_DEPTH
 from sim.specs import ModelSpec
 
 __all__ = ["ImportedConfig", "Keys", "bool_value", "check_tree", "ignored_note", "int_value", "str_list",
-           "MAX_TREE_DEPTH", "MAX_TREE_NODES"]
+           "MAX_TREE_NODES"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,14 +154,13 @@ def str_list(keys: Keys, path: str, value: Any) -> list[str]:
     raise keys.fail(path, value, "must be a list of names (or one comma-separated string)")
 
 
-#: How deep a framework config may nest, and how many values it may hold once YAML aliases are expanded (a
-#: "billion laughs" file is small on disk and expands without end): the bounds TOML and JSON inputs have.
-MAX_TREE_DEPTH = 64
+#: How many values a framework config may hold once YAML aliases are expanded (a "billion laughs" file is small on disk
+#: and expands without end); its depth has the bound of every parsed input, :data:`sim.limits.MAX_JSON_DEPTH`.
 MAX_TREE_NODES = 1_000_000
 
 
 def check_tree(where: str, data: Any) -> None:
-    """Refuse a config nested deeper than :data:`MAX_TREE_DEPTH`, holding more than :data:`MAX_TREE_NODES` values
+    """Refuse a config nested deeper than :data:`~sim.limits.MAX_JSON_DEPTH`, holding more than :data:`MAX_TREE_NODES` values
     (aliases counted each time they are used) or a cycle (a YAML alias inside its own anchor). Iterative: no
     recursion limit is reached on the way."""
     stack: list[tuple[Any, int, tuple[int, ...]]] = [(data, 0, ())]
@@ -171,8 +171,8 @@ def check_tree(where: str, data: Any) -> None:
         if nodes > MAX_TREE_NODES:
             raise ConfigError(f"{where}: holds more than {MAX_TREE_NODES:,} values (YAML aliases expanded); not a "
                               "framework config")
-        if depth > MAX_TREE_DEPTH:
-            raise ConfigError(f"{where}: nested deeper than {MAX_TREE_DEPTH} levels")
+        if depth > MAX_JSON_DEPTH:
+            raise ConfigError(f"{where}: nested deeper than {MAX_JSON_DEPTH} levels")
         if isinstance(value, Mapping | list | tuple):
             if id(value) in parents:
                 raise ConfigError(f"{where}: a value contains itself (a YAML alias inside its own anchor)")

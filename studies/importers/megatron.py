@@ -12,10 +12,9 @@ from typing import Any
 from sim.catalog import load_model, model_names
 from sim.errors import ConfigError
 from sim.fileio import read_input
-from sim.limits import PLAN_BOUNDS
+from sim.limits import MAX_JSON_DEPTH, PLAN_BOUNDS
 from sim.specs import CP_COMM_TYPES, FP8_ATTENTION_PRECISIONS, TE_GRAPH_SCOPES
 from studies.importers.common import (
-    MAX_TREE_DEPTH,
     ImportedConfig,
     Keys,
     bool_value,
@@ -127,7 +126,7 @@ def _megatron_yaml(path: str, text: str) -> dict[str, Any]:
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: malformed YAML: {str(err).splitlines()[0]}") from None
     except RecursionError:  # PyYAML composes nested nodes recursively
-        raise ConfigError(f"{path}: nested deeper than {MAX_TREE_DEPTH} levels") from None
+        raise ConfigError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a Megatron-Bridge recipe must be a mapping of sections, got {type(data).__name__}")
     return data
