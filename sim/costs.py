@@ -58,9 +58,17 @@ CALIBRATION_VERSION = 1
 #:   (``indexing_backward_kernel``: the indices sorted, each run of equal ones summed). TorchAO PR #4623 (B200,
 #:   DeepSeek-V3 16B at EP8, 196,608 x 2,048 BF16 rows, median of 11): 1.848 ms, 435.8 GB/s of 7.7 TB/s (0.057), where
 #:   a non-atomic Triton scatter takes 0.526 ms.
+#: - ``batched``: the backward of ``torch.bmm`` of the router scores ``[T, 1, K]`` with the K copies' FP32 slots
+#:   ``[T, K, D]`` (TorchTitan's standard-path combine, :attr:`sim.stacks.StackProfile.combine_bmm_batched`): the
+#:   slots' gradient (an outer product, inner size 1) and the scores' gradient (one row against K, inner size D),
+#:   which autograd runs as batched FP32 GEMMs of tiny sizes. TorchTitan PR #2466 (B200, Qwen3-30B-A3B, local batch
+#:   16 at TorchTitan's Qwen3 sequence of 4,096: T = 65,536, K 8, D 2,048): "a large Magma SGEMM or Cutlass SIMT
+#:   kernel ... taking ~6-9ms ..., where a memory-bound kernel should take something like 1ms". Its gradients move
+#:   2 x 4 B x (T + T K) x D = 9.66 GB (``elems``: those bytes over two), 1.255 ms at the B200's 7.7 TB/s: at 7.5 ms
+#:   (the middle of 6-9) 0.167 of the bandwidth (0.139-0.209; the PR's own "~1 ms" against 7.5 ms says 0.133).
 #:
 #: Other GPUs take the same share of their own bandwidth (no other chip measured).
-ACCUMULATE_BW_SHARE: dict[str, float] = {"atomic": 0.035, "sorted": 0.057}
+ACCUMULATE_BW_SHARE: dict[str, float] = {"atomic": 0.035, "sorted": 0.057, "batched": 0.167}
 
 
 def _launch_s(op: Any, stack: KernelRates) -> float:
@@ -429,7 +437,8 @@ class CostModel:
 
     def accumulate_time(self, elems: float, hbm_bw: float, layout: str) -> float:
         """Seconds of a PyTorch index kernel summing ``elems`` BF16 elements into rows by index, ``layout`` ``atomic``
-        (``scatter_add_``, ``index_add_``) or ``sorted`` (``index_put_`` with accumulate): :attr:`accumulate_bw_share`.
+        (``scatter_add_``, ``index_add_``) or ``sorted`` (``index_put_`` with accumulate), or of a batched bmm backward
+        moving ``2 x elems`` bytes (``batched``): :attr:`accumulate_bw_share`.
 
         >>> from sim.catalog import load_gpu
         >>> costs = default_costs(load_gpu("h200"))
@@ -674,7 +683,8 @@ def default_costs(gpu: GPUSpec) -> CostModel:
         "quantize_bw_eff": "published.md s4: quantize kernels 70-82% of HBM bandwidth (0.76)",
         "accumulate_bw_share": "PyTorch index kernels summing BF16 rows by index: scatter_add_ / index_add_ 0.035 of "
                                "HBM bandwidth (TileOPs PR #608, H200), index_put_ with accumulate 0.057 (TorchAO PR "
-                               "#4623, B200); sim.costs.ACCUMULATE_BW_SHARE",
+                               "#4623, B200); the combine's bmm backward 0.167 on its bytes (TorchTitan PR #2466, "
+                               "B200); sim.costs.ACCUMULATE_BW_SHARE",
         "rearrange_s_per_elem": "published.md s4 per-kernel breakdown (29.7/19.4/13.3/12.9/199.8/207.9 us)",
     }
     return CostModel(

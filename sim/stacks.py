@@ -241,6 +241,11 @@ class StackProfile:
     #: path's sender gather and receiver sort) sorts the indices and sums each run. Off: counted as bytes at the
     #: memory-bound rate, like a copy.
     indexed_accumulate: bool = False
+    #: the standard path's combine (``eager_moe_glue``: a bmm of the router scores with the K copies' FP32 slots)
+    #: takes its backward in autograd's batched FP32 GEMMs of tiny sizes, at their own measured rate
+    #: (:data:`sim.costs.ACCUMULATE_BW_SHARE` ``batched``); off: the bmm's gradients are counted as bytes at the
+    #: memory-bound rate.
+    combine_bmm_batched: bool = False
     #: the host issues a layer's kernels in order, ``host_op_s`` each, and at a blocking device-to-host sync waits
     #: for the GPU before issuing more, so a kernel starts only once it is issued (:mod:`sim.engine`'s host issue):
     #: after each sync the GPU waits while the host launches what follows. Off: a layer pass takes at least the
@@ -469,12 +474,13 @@ _TYPES: dict[str, type] = {"name": str, "release": str, "force_balance": str, "d
                            "launch": str, "nvlink_domain_ranks": int, "probs_in_act": bool, "fp8_act_cache": bool,
                            "saved_act_bytes": dict,
                            "grad_bytes": int, "master_bytes": int, "moment_bytes": int,
-                           "kernel_overhead_s": float, "graph_node_s": float, "host_sync_s": float, "host_op_s": float, "step_fixed_s": float, "ddp_bucket_params": float, "param_gather_one_ahead": bool, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "sort_single_local_expert": bool, "fused_permute": bool, "eager_moe_glue": bool, "indexed_accumulate": bool, "host_serial_syncs": bool, "fused_gate_up": bool, "grouped_gemm_per_expert": bool, "blocking_p2p": bool, "provenance": str}
+                           "kernel_overhead_s": float, "graph_node_s": float, "host_sync_s": float, "host_op_s": float, "step_fixed_s": float, "ddp_bucket_params": float, "param_gather_one_ahead": bool, "deepep_host_syncs": int, "hybridep_host_syncs": int, "fp8_dispatch": bool, "sort_single_local_expert": bool, "fused_permute": bool, "eager_moe_glue": bool, "indexed_accumulate": bool, "combine_bmm_batched": bool, "host_serial_syncs": bool, "fused_gate_up": bool, "grouped_gemm_per_expert": bool, "blocking_p2p": bool, "provenance": str}
 assert set(_TYPES) == set(_IMPL_FIELDS), "every StackProfile field needs a file type"
 _TABLES = ("stack", "efficiency", "sources")
 #: fields a stack file may leave out (their defaults: the behaviour before the field existed).
 _OPTIONAL_FIELDS = ("host_op_s", "ddp_bucket_params", "param_gather_one_ahead", "fp8_attention_available", "fused_grouped_mlp_available", "joint_step_boundary",
-                   "eager_moe_glue", "indexed_accumulate", "host_serial_syncs", "shared_expert_beside_combine")
+                   "eager_moe_glue", "indexed_accumulate", "combine_bmm_batched", "host_serial_syncs",
+                   "shared_expert_beside_combine")
 
 
 def _builtin_dir() -> Any:

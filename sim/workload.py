@@ -344,6 +344,13 @@ class Workload:
           (the gather of the tokens' gradient back to the copies, then the multiply's) stays the memory-bound op's.
         """
         fwd, bwd = self.moe_glue(step)
+        if step == "combine" and self.stack.eager_moe_glue and self.stack.combine_bmm_batched:
+            # the bmm's two gradients (the slots' FP32 gradient written, the saved FP32 slots read, the incoming
+            # FP32 gradient read by each) at the batched kernels' rate, the rest of the backward as bytes
+            D, slots = self.model.dim, self.tokens * self.model.top_k
+            bmm = 2 * FP32 * (self.tokens + slots) * D
+            return [replace(self._permutation(name, fwd, backward_nbytes=bwd - bmm, load_scaled=load_scaled),
+                            accumulate="batched", backward_accum_elems=bmm / 2)]
         if not self.stack.indexed_accumulate or step == "combine" or (step == "unsort" and not self.in_place_dispatch):
             return [self._permutation(name, fwd, backward_nbytes=bwd, load_scaled=load_scaled)]
         D, K = self.model.dim, self.model.top_k

@@ -308,9 +308,12 @@ STACK_ABLATIONS: dict[str, dict[str, Any]] = {
     "pass; off: one pass per permutation, the former model)": {"eager_moe_glue": False},
     "TorchTitan's shared experts beside the standard path's combine in the forward and recompute (off: after it)":
         {"shared_expert_beside_combine": False},
-    "alternative: TorchTitan's sums by index at PyTorch's index kernels' measured rates (indexed_accumulate: "
-    "DeepEP's scatter_add_ and index_add_ one atomic per element, the gathers' index_put_ backwards sorted; "
-    "shipped: the bytes they move at the memory-bound rate)": {"indexed_accumulate": True, "profiles": ("torchtitan",)},
+    "TorchTitan's sums by index at PyTorch's index kernels' measured rates (indexed_accumulate: DeepEP's scatter_add_ "
+    "and index_add_ one atomic per element, the gathers' index_put_ backwards sorted; off: the bytes they move at the "
+    "memory-bound rate)": {"indexed_accumulate": False, "profiles": ("torchtitan",)},
+    "TorchTitan's standard-path combine bmm taking its backward in batched FP32 GEMMs (combine_bmm_batched, TorchTitan "
+    "PR #2466; off: its gradients' bytes at the memory-bound rate)": {"combine_bmm_batched": False,
+                                                                      "profiles": ("torchtitan",)},
 }
 
 #: Recipe facts switched off for the ablation: plan fields every run is resolved with (where its plan takes the

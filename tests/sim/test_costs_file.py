@@ -17,7 +17,7 @@ def _changed() -> CostModel:
     return dataclasses.replace(
         base, gpu="h100-test", attn_fwd_eff=0.31, attn_bwd_eff=0.27, mem_bw_eff=0.66, quantize_bw_eff=0.44,
         rearrange_s_per_elem={"bf16": 1.5e-12}, comm={"ib_fraction": 0.8},
-        accumulate_bw_share={"atomic": 0.02, "sorted": 0.09},
+        accumulate_bw_share={"atomic": 0.02, "sorted": 0.09, "batched": 0.2},
         sources={"attn_fwd_eff": "a test"}, provenance="tests/sim/test_costs_file.py",
         gemm_eff={"bf16": Curve((1e9, 1e12), (0.2, 0.7))}, grouped_gemm_eff={"bf16": Curve((128.0,), (0.5,))})
 
@@ -107,9 +107,10 @@ def test_index_sum_rates_round_trip_default_and_refuse_bad_values() -> None:
     from sim.costs import ACCUMULATE_BW_SHARE
 
     data = json.loads(_changed().to_json())
-    assert CostModel.from_dict(data).accumulate_bw_share == {"atomic": 0.02, "sorted": 0.09}
+    assert CostModel.from_dict(data).accumulate_bw_share == {"atomic": 0.02, "sorted": 0.09, "batched": 0.2}
     del data["accumulate_bw_share"]
     assert CostModel.from_dict(data).accumulate_bw_share == ACCUMULATE_BW_SHARE
-    for value in ({"atomic": 0.02}, {"atomic": 0.0, "sorted": 0.05}, {"atomic": 0.02, "sorted": 2.0}):
+    for value in ({"atomic": 0.02, "sorted": 0.05}, {"atomic": 0.0, "sorted": 0.05, "batched": 0.1},
+                  {"atomic": 0.02, "sorted": 2.0, "batched": 0.1}):
         with pytest.raises(ConfigError, match="accumulate_bw_share"):
             CostModel.from_dict({**data, "accumulate_bw_share": value})

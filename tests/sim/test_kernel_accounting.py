@@ -137,9 +137,11 @@ def test_torchtitans_eager_moe_bookkeeping_moves_what_its_ops_read_and_write() -
     """torchtitan 1a36996b MoE.forward (score_before_experts = False): zeros over T x K slots, index put, cast to
     FP32, bmm with the scores, cast back; with TP the MoE input is replicated, so the slots are the whole T's while
     the copies are the rank's T/tp share. _permute: vstack (a copy) then the gather. DeepEP combine_tokens: the
-    score multiply, then the scatter-add."""
+    score multiply, then the scatter-add. (Every pass as bytes: the index sums and the bmm's batched backward
+    priced apart are the tests below.)"""
     plan = ParallelPlan(tp=2, ep=8, dp_shard=8, seq_len=4096, global_batch=8, ac="none")
-    titan = Workload(load_model("deepseek-v3-671b"), plan, load_stack("torchtitan"))
+    as_bytes = replace(load_stack("torchtitan"), indexed_accumulate=False, combine_bmm_batched=False)
+    titan = Workload(load_model("deepseek-v3-671b"), plan, as_bytes)
     T, D, K = titan.tokens, 7168, 8
     copies = T / 2 * K
     (fwd,) = _ops(titan, "fwd", ops.MOE_UNPERMUTE)[-1:]
@@ -151,11 +153,11 @@ def test_torchtitans_eager_moe_bookkeeping_moves_what_its_ops_read_and_write() -
     sort = _ops(titan, "fwd", ops.MOE_PERMUTE)[-1]
     assert sort.nbytes == pytest.approx(4 * BF16 * titan.expert_rows * D)
     # without the flag: one pass each, the former accounting
-    plain = Workload(load_model("deepseek-v3-671b"), plan, replace(load_stack("torchtitan"), eager_moe_glue=False))
+    plain = Workload(load_model("deepseek-v3-671b"), plan, replace(as_bytes, eager_moe_glue=False))
     assert plain.moe_glue("combine") == (plain._sender_permute_bytes(unpermute=True),) * 2
     assert plain.moe_glue("sort") == (2 * BF16 * plain.expert_rows * D,) * 2
     # DeepEP: the scores multiply the copies in a pass of their own before the scatter-add
-    deepep = Workload(load_model("deepseek-v3-671b"), replace(plan, ep_backend="deepep"), load_stack("torchtitan"))
+    deepep = Workload(load_model("deepseek-v3-671b"), replace(plan, ep_backend="deepep"), as_bytes)
     rows = BF16 * deepep.expert_rows * D
     assert deepep.moe_glue("unsort") == (4 * rows, 6 * rows) and deepep.moe_glue("sort") == (2 * rows, 2 * rows)
     assert not load_stack("megatron-26.04").eager_moe_glue and load_stack("torchtitan").eager_moe_glue
@@ -167,8 +169,8 @@ def test_torchtitans_sums_by_index_run_in_pytorchs_index_kernels() -> None:
     x[token_indices // top_k] and x[permuted_indices] have index_put_ with accumulate as their backward (sorted).
     Megatron's fused TE permute has none. Off, the bytes are the former accounting's."""
     D, K = 7168, 8
-    titan = replace(load_stack("torchtitan"), indexed_accumulate=True)  # the profile's alternative (off as shipped)
-    assert not load_stack("torchtitan").indexed_accumulate
+    assert load_stack("torchtitan").indexed_accumulate and load_stack("torchtitan").combine_bmm_batched
+    titan = replace(load_stack("torchtitan"), combine_bmm_batched=False)  # the index sums alone
     deepep = Workload(load_model("deepseek-v3-671b"), _workload("torchtitan", backend="deepep").plan, titan)
     rows = deepep.expert_rows * D
     assert [(op.accumulate, op.elems) for op in deepep.layer_ops("moe", "fwd") if op.kind == "accum"] == [
@@ -184,7 +186,7 @@ def test_torchtitans_sums_by_index_run_in_pytorchs_index_kernels() -> None:
         wl = _workload(name, backend="deepep" if name == "deepseek" else "nccl")
         assert not [op for ph in ("fwd", "bwd") for op in wl.layer_ops("moe", ph) if op.kind == "accum"]
     # off: no index kernels, every pass as bytes again (the forward's as before)
-    plain = replace(load_stack("torchtitan"), indexed_accumulate=False)
+    plain = replace(titan, indexed_accumulate=False)
     for backend in ("nccl", "deepep"):
         wl = Workload(deepep.model, replace(deepep.plan, ep_backend=backend), plain)
         on = Workload(deepep.model, replace(deepep.plan, ep_backend=backend), titan)
@@ -192,6 +194,39 @@ def test_torchtitans_sums_by_index_run_in_pytorchs_index_kernels() -> None:
         moved = sum(op.elems for op in on.layer_ops("moe", "fwd") if op.kind == "accum") * 2 * BF16
         fwd_bytes = [sum(op.nbytes for op in w.layer_ops("moe", "fwd") if op.kind == "mem") for w in (wl, on)]
         assert fwd_bytes[0] - fwd_bytes[1] == pytest.approx(moved - (on.expert_rows / K * D * BF16 if moved else 0))
+
+
+def test_torchtitans_combine_bmm_backward_runs_in_batched_kernels() -> None:
+    """torchtitan 1a36996b: the standard path's combine is torch.bmm(scores [T, 1, K], FP32 slots [T, K, D]); with
+    ``combine_bmm_batched`` its two gradients (2 x FP32 x (T + T K) x D bytes) leave the memory-bound backward for
+    an op at the batched kernels' rate; the DeepEP path (no bmm) and Megatron's fused unpermute keep none."""
+    D, K = 7168, 8
+    on = replace(load_stack("torchtitan"), combine_bmm_batched=True)
+    plain = replace(on, combine_bmm_batched=False)
+    model, plan = load_model("deepseek-v3-671b"), _workload("torchtitan").plan
+    std_on, std_off = Workload(model, plan, on), Workload(model, plan, plain)
+    bmm = 2 * 4 * (std_on.tokens + std_on.tokens * K) * D
+    batched = [op for op in std_on.layer_ops("moe", "bwd") if op.kind == "accum" and op.accumulate == "batched"]
+    assert [(op.name, op.elems) for op in batched] == [(ops.MOE_UNPERMUTE, bmm / 2)]
+    mem = [sum(op.nbytes for op in w.layer_ops("moe", "bwd") if op.kind == "mem") for w in (std_off, std_on)]
+    assert mem[0] - mem[1] == pytest.approx(bmm)
+    assert [op.nbytes for op in std_on.layer_ops("moe", "fwd")] == [op.nbytes for op in std_off.layer_ops("moe", "fwd")]
+    deepep = Workload(model, replace(plan, ep_backend="deepep"), on)
+    assert not [op for op in deepep.layer_ops("moe", "bwd") if op.accumulate == "batched"]
+    mega = replace(load_stack("megatron-26.04"), combine_bmm_batched=True)
+    assert not [op for op in Workload(model, plan, mega).layer_ops("moe", "bwd") if op.accumulate == "batched"]
+
+
+def test_combine_bmm_backward_takes_its_measured_rate() -> None:
+    """TorchTitan PR #2466 (B200, Qwen3-30B-A3B, local batch 16): the bmm backward takes ~6-9 ms where a
+    memory-bound kernel would take ~1 ms; at 4,096 tokens a sequence its bytes take 1.26 ms at the B200's full HBM
+    rate and the middle of 6-9 ms at the sourced share."""
+    b200 = load_gpu("b200")
+    T, K, D = 16 * 4096, 8, 2048
+    nbytes = 2 * 4 * (T + T * K) * D
+    ran = default_costs(b200).accumulate_time(nbytes / 2, b200.hbm_bw_bytes_per_s, "batched")
+    assert nbytes / b200.hbm_bw_bytes_per_s == pytest.approx(1.255e-3, rel=0.01)
+    assert ran == pytest.approx(7.5e-3, rel=0.01)
 
 
 def test_index_sums_take_their_measured_rates() -> None:

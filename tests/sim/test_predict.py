@@ -92,11 +92,11 @@ def test_torchtitan_h100_deepep_speedup_within_ten_percent(h100_pair):
 
 
 # Issue 7 item 3: with literal round-robin routing the MXFP8+DeepEP speedup was within 5 points of +41%.
-@pytest.mark.xfail(strict=True, reason="issue 27: predicted MXFP8+DeepEP speedup +50% against +41% measured (the "
-                                       "experts, computed twice under TP2, are half the step)")
-def test_seed_mxfp8_speedup_within_five_points(seed_preds):
+def test_seed_mxfp8_speedup_within_three_points(seed_preds):
+    """Issue 27 Must-show 4 (+41% measured): met once TorchTitan's index sums and its combine's bmm backward take
+    their measured kernel rates (StackProfile.indexed_accumulate, combine_bmm_batched)."""
     base, _, mx, _ = seed_preds
-    assert abs(mx.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu - 1.41) < 0.05
+    assert abs(mx.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu - 1.41) < 0.03
 
 
 def test_breakdown_sums_to_step(seed_preds):

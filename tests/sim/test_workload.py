@@ -85,7 +85,9 @@ def test_deepep_reads_tokens_in_place(stack):
     deep = Workload(model, ParallelPlan(**_EP_PLAN, ep_backend="deepep"), load_stack(stack))
     # NCCL: sender sort + receiver sort; DeepEP: the receiver's only (torchtitan deepep.py, Megatron flex).
     assert _names(nccl).count(ops.MOE_PERMUTE) == 2 and _names(deep).count(ops.MOE_PERMUTE) == 1
-    assert _names(nccl).count(ops.MOE_UNPERMUTE) == 2 and _names(deep).count(ops.MOE_UNPERMUTE) == 1
+    # (a sum by index priced apart, TorchTitan's DeepEP scatter-add, is an ``accum`` op of the same pass)
+    passes = [[op.name for op in wl.layer_ops("moe", "fwd") if op.kind != "accum"] for wl in (nccl, deep)]
+    assert passes[0].count(ops.MOE_UNPERMUTE) == 2 and passes[1].count(ops.MOE_UNPERMUTE) == 1
     d = ParallelPlan(**_EP_PLAN).seq_len * model.top_k * model.dim * 2
     sender = [op for op in nccl.layer_ops("moe", "fwd") if op.name == ops.MOE_PERMUTE][0]
     # TorchTitan's index gather reads and writes every copy; TE's fused top-K permute (Megatron) reads each token once

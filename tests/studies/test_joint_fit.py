@@ -349,8 +349,8 @@ def test_a_stack_trial_runs_the_fit_under_the_changed_profile(monkeypatch: pytes
     seen: list[tuple[bool, bool]] = []
     monkeypatch.setattr(jf, "_run", lambda args, held, free, start: seen.append(
         (load_stack("torchtitan").indexed_accumulate, load_stack("megatron-26.04").indexed_accumulate)) or 0)
-    assert jf.main(["--stack", "torchtitan.indexed_accumulate=true"]) == 0
-    assert seen == [(True, False)] and not load_stack("torchtitan").indexed_accumulate
+    assert jf.main(["--stack", "torchtitan.indexed_accumulate=false"]) == 0
+    assert seen == [(False, False)] and load_stack("torchtitan").indexed_accumulate
 
 
 def test_a_start_trial_begins_the_fit_there_and_every_other_parameter_at_its_prior(
