@@ -145,20 +145,22 @@ GROUPED_HALF_ROWS_ONE_KERNEL = FLASHINFER_HALF_ROWS_FP4 * 2250 / 9000
 
 #: A release scalar's prior is a measurement outside the step runs, so that a fold left without any run of the release
 #: (a new model on a release no other model measured) predicts it from evidence it was not fitted on: TorchTitan's
-#: MoE layer alone on one B200 runs at 0.799 (BF16) / 0.809 (MXFP8) of the calibration's kernel rates (TorchAO's
-#: single-layer timing, ``studies.torchtitan_layer``), and the Megatron-Core single-MoE-layer cells predicted at those
+#: MoE layer alone on one B200 runs at 0.877 (BF16) / 0.899 (MXFP8) of the calibration's kernel rates (TorchAO's
+#: single-layer timing, ``studies.torchtitan_layer``; 0.799 / 0.809 until its index sums took their kernels' measured
+#: rates, 2026-12-07), and the Megatron-Core single-MoE-layer cells predicted at those
 #: rates take 1.03x their measured time (``studies.layer_cells``, geometric mean of forward and backward);
 #: ``tests/studies/test_joint_fit.py`` checks both constants against those checks. Until 2026-12-06 the priors were
 #: one-run fits on step runs of the dataset, which the leave-one-model-out fold without DeepSeek-V3 then read back.
-TORCHTITAN_LAYER_RATE = 0.80
+TORCHTITAN_LAYER_RATE = 0.89
 MEGATRON_LAYER_RATE = 1.03
 
 PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("release.torchtitan", TORCHTITAN_LAYER_RATE, 0.1, 1.5, "TorchTitan (1a36996b) kernel speed relative to "
               "the calibration's rates, every op class", "prior: TorchAO's timing of TorchTitan's MoE layer alone on one "
               "B200 (studies/data/torchtitan_layer_cells.toml; `python -m studies.transfer`), where the layer runs at "
-              "0.80 of the calibration's rates (BF16 0.799, MXFP8 0.809): what a fold without any TorchTitan step run "
-              "predicts them with (leave-one-model-out, DeepSeek-V3: every TorchTitan run is one)"),
+              "0.89 of the calibration's rates (BF16 0.877, MXFP8 0.899; 0.80 before its index sums took their "
+              "measured rates): what a fold without any TorchTitan step run predicts them with "
+              "(leave-one-model-out, DeepSeek-V3: every TorchTitan run is one)"),
     ParamSpec("release.megatron-26.02", MEGATRON_LAYER_RATE, 0.1, 1.5, "Megatron-Bridge 26.02 kernel speed relative to "
               "the calibration's rates", "prior: the 12 Megatron-Core single-MoE-layer cells on 8 H100 (measured-runs.md "
               "s8, Must-show 5) predicted at the calibration's rates take 1.03x their measured time (geometric mean of "

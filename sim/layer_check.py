@@ -62,7 +62,8 @@ class MoELayerCell:
 
     ``n_group``/``topk_group``: group-limited routing (DeepSeek: a token reaches at most ``topk_group`` of
     ``n_group`` expert groups); ``ep_sms``: SMs given to a DeepEP / Hybrid-EP kernel (0: the plan default);
-    ``n_shared_experts``: always-on experts of ``moe_inter_dim`` each, inside the layer (TorchTitan's ``MoE``).
+    ``n_shared_experts``: always-on experts of ``moe_inter_dim`` each, inside the layer (TorchTitan's ``MoE``);
+    ``scores_before_experts``: as :attr:`sim.specs.ModelSpec.scores_before_experts`.
     """
 
     id: str
@@ -82,6 +83,7 @@ class MoELayerCell:
     score_func: str = "softmax"
     ep_sms: int = 0
     n_shared_experts: int = 0
+    scores_before_experts: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,8 @@ def layer_model(cell: MoELayerCell) -> ModelSpec:
         name=f"{cell.id}-moe-layer", n_layers=1, dim=cell.dim, n_heads=8, vocab_size=32000,
         n_routed_experts=cell.n_experts, top_k=cell.top_k, moe_inter_dim=cell.moe_inter_dim,
         attention="gqa", n_kv_heads=8, head_dim=128, n_group=cell.n_group, topk_group=cell.topk_group,
-        score_func=cell.score_func, n_shared_experts=cell.n_shared_experts, source="single-MoE-layer benchmark proxy",
+        score_func=cell.score_func, n_shared_experts=cell.n_shared_experts,
+        scores_before_experts=cell.scores_before_experts, source="single-MoE-layer benchmark proxy",
     )
 
 

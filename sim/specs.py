@@ -110,6 +110,10 @@ class ModelSpec:
     ``sliding_window`` > 0 makes layers attend only to the last ``sliding_window`` positions (GPT-OSS: 128),
     except every ``full_attention_interval``-th layer, which attends over the whole causal prefix (GPT-OSS: 2,
     alternating; 0: every layer windowed). Attention sinks and projection biases cost no modelled time.
+
+    ``scores_before_experts``: the router's score scales each routed expert's input rather than its output (Llama 4's
+    MoE; TorchTitan's ``MoEArgs`` default), so a token's K expert outputs are summed as they are, not weighted by a
+    product with the scores (:meth:`sim.workload.Workload.moe_glue`).
     """
 
     name: str
@@ -141,6 +145,7 @@ class ModelSpec:
     tie_embeddings: bool = False
     sliding_window: int = 0
     full_attention_interval: int = 0
+    scores_before_experts: bool = False
     source: str = ""
 
     def __post_init__(self) -> None:

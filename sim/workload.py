@@ -344,7 +344,8 @@ class Workload:
           (the gather of the tokens' gradient back to the copies, then the multiply's) stays the memory-bound op's.
         """
         fwd, bwd = self.moe_glue(step)
-        if step == "combine" and self.stack.eager_moe_glue and self.stack.combine_bmm_batched:
+        if (step == "combine" and self.stack.eager_moe_glue and self.stack.combine_bmm_batched
+                and not self.model.scores_before_experts):
             # the bmm's two gradients (the slots' FP32 gradient written, the saved FP32 slots read, the incoming
             # FP32 gradient read by each) at the batched kernels' rate, the rest of the backward as bytes
             D, slots = self.model.dim, self.tokens * self.model.top_k

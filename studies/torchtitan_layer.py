@@ -36,7 +36,7 @@ PUBLISHED_GROUPED_SPEEDUP = {16384: 0.99, 32768: 1.20, 65536: 1.25, 131072: 1.39
 
 _FIELDS: dict[str, type | tuple[type, ...]] = {
     "id": str, "model": str, "dim": int, "moe_inter_dim": int, "n_experts": int, "top_k": int,
-    "n_shared_experts": int, "score_func": str, "gpu": str, "cluster": str, "tokens": int, "precision": str,
+    "n_shared_experts": int, "score_func": str, "scores_before_experts": bool, "gpu": str, "cluster": str, "tokens": int, "precision": str,
     "stack": str, "fwd_bwd_ms": (int, float), "source": str,
 }
 
@@ -72,7 +72,7 @@ def _cell(entry: Any, index: int, path: Path) -> TorchTitanLayerCell:
     spec = MoELayerCell(id=v["id"], dim=v["dim"], moe_inter_dim=v["moe_inter_dim"], n_experts=v["n_experts"],
                         top_k=v["top_k"], cluster=v["cluster"], gpus=1, ep=1, tokens_per_gpu=v["tokens"],
                         ep_backend="nccl", precision=v["precision"], stack=v["stack"], score_func=v["score_func"],
-                        n_shared_experts=v["n_shared_experts"])
+                        n_shared_experts=v["n_shared_experts"], scores_before_experts=v["scores_before_experts"])
     return TorchTitanLayerCell(spec, v["model"], float(v["fwd_bwd_ms"]), v["source"])
 
 
