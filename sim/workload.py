@@ -300,8 +300,9 @@ class Workload:
           being replicated over TP), the index put of the copies, its cast to FP32, a bmm with the scores into
           ``T`` FP32 rows, their cast back; backward: the cast, the bmm's two gradients (the slots' FP32 gradient
           written, the saved FP32 slots read), the slots' cast back, the gather of the copies' gradient (TorchTitan's
-          DeepSeek-V3 and GPT-OSS flavours, ``score_before_experts = False``; its Llama 4 and Qwen3 flavours sum the
-          BF16 slots instead, a smaller pass counted the same here).
+          DeepSeek-V3, Qwen3 and GPT-OSS flavours, ``score_before_experts = False``; a model whose scores scale the
+          experts' input, :attr:`sim.specs.ModelSpec.scores_before_experts` (Llama 4), sums the BF16 slots instead, a
+          smaller pass counted the same here, without the bmm's batched backward of :meth:`_glue_ops`).
         """
         D = self.model.dim
         rows = BF16 * self.expert_rows * D  # one pass over the received copies
@@ -342,6 +343,11 @@ class Workload:
         - DeepEP's unsort sums the K copies into their tokens in the forward (``scatter_add_``, atomic) after the
           score multiply; the forward's bytes are then that multiply's and the zeroed tokens', and the whole backward
           (the gather of the tokens' gradient back to the copies, then the multiply's) stays the memory-bound op's.
+
+        Where the stack's combine is a bmm of the scores with the copies' FP32 slots and autograd runs its backward as
+        batched GEMMs (:attr:`StackProfile.combine_bmm_batched`; not for a model with
+        :attr:`~sim.specs.ModelSpec.scores_before_experts`), the bmm's two gradients leave the combine's backward
+        bytes for an op of layout ``batched`` (:data:`sim.costs.ACCUMULATE_BW_SHARE`).
         """
         fwd, bwd = self.moe_glue(step)
         if (step == "combine" and self.stack.eager_moe_glue and self.stack.combine_bmm_batched

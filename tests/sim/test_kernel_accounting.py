@@ -215,6 +215,10 @@ def test_torchtitans_combine_bmm_backward_runs_in_batched_kernels() -> None:
     assert not [op for op in deepep.layer_ops("moe", "bwd") if op.accumulate == "batched"]
     mega = replace(load_stack("megatron-26.04"), combine_bmm_batched=True)
     assert not [op for op in Workload(model, plan, mega).layer_ops("moe", "bwd") if op.accumulate == "batched"]
+    # scores before the experts (Llama 4, TorchTitan's MoEArgs default): the copies are summed, no bmm
+    summed = replace(model, scores_before_experts=True)
+    assert not [op for op in Workload(summed, plan, on).layer_ops("moe", "bwd") if op.accumulate == "batched"]
+    assert load_model("llama4-scout-17b-16e").scores_before_experts and not model.scores_before_experts
 
 
 def test_combine_bmm_backward_takes_its_measured_rate() -> None:
