@@ -325,11 +325,17 @@ class Workload:
                + FP32 * slots + FP32 * tokens  # bmm with the scores
                + (FP32 + BF16) * tokens)  # cast back
         bwd = ((BF16 + FP32) * tokens  # cast's gradient
-               + FP32 * tokens + FP32 * slots  # slots' gradient (outer product with the scores)
-               + FP32 * tokens + FP32 * slots  # scores' gradient (reads the saved FP32 slots)
                + (FP32 + BF16) * slots  # cast back
                + 2 * BF16 * copies)  # gather of the copies' gradient
-        return fwd * D, bwd * D
+        return fwd * D, bwd * D + self._combine_bmm_grad_bytes()
+
+    def _combine_bmm_grad_bytes(self) -> float:
+        """HBM bytes of the two gradients of the combine's bmm (:meth:`moe_glue`, TorchTitan's FP32 slots): the slots'
+        gradient (an outer product with the scores: the incoming FP32 gradient read, the slots' written) and the
+        scores' gradient (the incoming gradient and the saved FP32 slots read)."""
+        tokens = self.tokens
+        slots = tokens * self.model.top_k
+        return 2 * FP32 * (tokens + slots) * self.model.dim
 
     def _glue_ops(self, name: str, step: str, *, load_scaled: bool = False) -> list[OpSpec]:
         """The ops of bookkeeping pass ``step`` (:meth:`moe_glue`): its memory-bound op, its backward bytes its own;
@@ -352,10 +358,8 @@ class Workload:
         fwd, bwd = self.moe_glue(step)
         if (step == "combine" and self.stack.eager_moe_glue and self.stack.combine_bmm_batched
                 and not self.model.scores_before_experts):
-            # the bmm's two gradients (the slots' FP32 gradient written, the saved FP32 slots read, the incoming
-            # FP32 gradient read by each) at the batched kernels' rate, the rest of the backward as bytes
-            D, slots = self.model.dim, self.tokens * self.model.top_k
-            bmm = 2 * FP32 * (self.tokens + slots) * D
+            # the bmm's two gradients at the batched kernels' rate, the rest of the backward as bytes
+            bmm = self._combine_bmm_grad_bytes()
             return [replace(self._permutation(name, fwd, backward_nbytes=bwd - bmm, load_scaled=load_scaled),
                             accumulate="batched", backward_accum_elems=bmm / 2)]
         if not self.stack.indexed_accumulate or step == "combine" or (step == "unsort" and not self.in_place_dispatch):
